@@ -1,0 +1,76 @@
+"""The encoding contract: the four places where position can enter a Transformer.
+
+Shape legend: B batch, H heads, L length, D head dim, C model width.
+Positions are an explicit LongTensor of shape (L,) shared by the batch, or (B, L).
+"""
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from lightning_modules.errors import ConfigError
+
+
+class PositionalEncoding(nn.Module):
+    """Base class of every encoding: each hook is the identity until a subclass overrides it.
+
+    The Transformer calls, in this order and nothing else:
+    - `embed(x, positions)` once on the token embeddings (absolute encodings);
+    - `bias(positions)` once per forward: a content-independent logit term shared by all layers;
+    - `rotate(q, k, positions)` in every layer (rotary encodings);
+    - `content_bias(q, k, positions)` in every layer: logit terms that need q or k (Shaw, DeBERTa);
+    - `attention_scale(head_dim)`: the content logit scale (1/sqrt(D) unless the paper says otherwise).
+    Capabilities are class attributes, checked when the model is built.
+    """
+
+    causal_only: ClassVar[bool] = False  # refuses bidirectional use (e.g. xPos)
+    shift_invariant: ClassVar[bool] = False  # logits unchanged when every position moves by a constant
+
+    def __init__(self, *, dim: int, num_heads: int, max_length: int, causal: bool):
+        super().__init__()
+        if dim % num_heads:
+            raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
+        if self.causal_only and not causal:
+            raise ConfigError(f"encoding {self.name!r} is causal-only; set --model.causal=true")
+        self.dim, self.num_heads, self.max_length, self.causal = dim, num_heads, max_length, causal
+        self.head_dim = dim // num_heads
+
+    name: ClassVar[str] = "base"
+    max_positions: int | None = None  # largest position + 1 the encoding can serve; None = any
+
+    def check_positions(self, positions: Tensor) -> None:
+        """Raise a clear error when a position is beyond what this encoding can serve."""
+        if self.max_positions is not None and int(positions.max()) >= self.max_positions:
+            raise ConfigError(
+                f"encoding {self.name!r} serves positions < {self.max_positions} but got "
+                f"position {int(positions.max())}; raise --model.max_length or use a relative "
+                "encoding (rope, t5_bias, alibi)"
+            )
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        """(B, L, C) token embeddings -> (B, L, C) input of the first layer."""
+        return x
+
+    def bias(self, positions: Tensor) -> Tensor | None:
+        """Additive logit term (H, L, L) or (B, H, L, L), or None; computed once per forward."""
+        return None
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, H, L, D) queries and keys -> transformed queries and keys."""
+        return q, k
+
+    def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor | None:
+        """Content-dependent relative logit term (B, H, L, L), or None."""
+        return None
+
+    def attention_scale(self) -> float:
+        """Scale of the content logits q.k."""
+        return self.head_dim**-0.5
+
+    @torch.no_grad()
+    def positional_logits(self, length: int) -> Tensor | None:
+        """Exactly the content-independent term added to the logits at positions 0..length-1."""
+        device = next(self.parameters(), torch.empty(0)).device
+        bias = self.bias(torch.arange(length, device=device))
+        return None if bias is None else bias.expand(self.num_heads, length, length)

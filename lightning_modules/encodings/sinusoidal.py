@@ -1,0 +1,36 @@
+import torch
+from torch import Tensor
+
+from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.errors import ConfigError
+
+
+def sinusoid_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i), w_i = base^(-2i/d); (...,) -> (..., dim)."""
+    inv_freq = base ** (-torch.arange(0, dim, 2, device=positions.device).float() / dim)
+    angles = positions.float()[..., None] * inv_freq  # (..., dim/2)
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (..., dim) interleaved
+
+
+class Sinusoidal(PositionalEncoding):
+    """Fixed sinusoidal absolute encoding added to the token embeddings.
+
+    Vaswani et al. 2017, "Attention Is All You Need", as defined in PAPERS.md section 1 (interleaved
+    sin/cos, w_i = 10000^(-2i/d), no scaling). No parameters; serves any length.
+    """
+
+    name = "sinusoidal"
+
+    def __init__(self, *, dim, num_heads, max_length, causal, base: float = 10000.0):
+        super().__init__(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
+        if dim % 2:
+            raise ConfigError(f"sinusoidal needs an even dim, got dim={dim}")
+        self.base = base
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        return x + sinusoid_table(positions, self.dim, self.base).to(x.dtype)
+
+    @property
+    def weight(self) -> Tensor:
+        """The (max_length, C) table, for the PE-Study probes."""
+        return sinusoid_table(torch.arange(self.max_length), self.dim, self.base)

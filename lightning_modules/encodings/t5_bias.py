@@ -1,0 +1,58 @@
+import math
+
+import torch
+from torch import Tensor, nn
+
+from lightning_modules.encodings.base import PositionalEncoding
+
+
+def relative_distance(positions: Tensor) -> Tensor:
+    """(..., L) positions -> (..., L, L) key minus query distances j - i."""
+    return positions[..., None, :] - positions[..., :, None]
+
+
+def t5_bucket(
+    relative_position: Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
+) -> Tensor:
+    """T5's `_relative_position_bucket` (Raffel et al. 2020), relative_position = j - i.
+
+    Bidirectional: half the buckets per side (+num_buckets/2 when j > i); exact buckets for
+    |j - i| < num_buckets/4, logarithmic up to max_distance, clamped. Causal: j >= i -> bucket 0.
+    """
+    n = -relative_position
+    ret = torch.zeros_like(n)
+    if bidirectional:
+        num_buckets //= 2
+        ret += (n < 0).long() * num_buckets
+        n = n.abs()
+    else:
+        n = n.clamp(min=0)
+    max_exact = num_buckets // 2
+    is_small = n < max_exact
+    scaled = torch.log(n.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
+    large = (max_exact + (scaled * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    return ret + torch.where(is_small, n, large)
+
+
+class T5Bias(PositionalEncoding):
+    """T5 bucketed relative position bias: one learned scalar per (bucket, head), shared by all layers.
+
+    Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
+    Transformer"; bucket function as in PAPERS.md section 2. Added to the logits unscaled.
+    Checked against x-transformers' `RelativePositionBias` (scale 1) with the same table.
+    """
+
+    name = "t5_bias"
+    shift_invariant = True
+
+    def __init__(self, *, dim, num_heads, max_length, causal, num_buckets: int = 32, max_distance: int = 128):
+        super().__init__(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.table = nn.Embedding(num_buckets, num_heads)
+
+    def buckets(self, positions: Tensor) -> Tensor:
+        """(..., L) positions -> (..., L, L) bucket ids."""
+        return t5_bucket(relative_distance(positions), not self.causal, self.num_buckets, self.max_distance)
+
+    def bias(self, positions: Tensor) -> Tensor:
+        return self.table(self.buckets(positions)).movedim(-1, -3)  # (..., H, L, L)

@@ -1,0 +1,98 @@
+import torch
+from torch import Tensor, nn
+
+from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.t5_bias import relative_distance, t5_bucket
+
+
+class TupeA(PositionalEncoding):
+    """TUPE-A: untied absolute positional attention, no position added to the word embeddings.
+
+    Ke, He & Liu, ICLR 2021, "Rethinking Positional Encoding in Language Pre-training" (PAPERS.md
+    section 2). Logits = (x W^Q)(x W^K)^T / sqrt(2D) + (p U^Q)(p U^K)^T / sqrt(2D), p = LayerNorm of a
+    learned table, U^Q, U^K per head and shared across layers (so the term is one shared bias).
+    `untie_cls`: row 0 ([CLS] attending) := theta_1, column 0 for rows >= 1 := theta_2, as in the
+    official code: table row 0 is p_theta1, row 1 is position 0 and also gives p_theta2.
+    `proj_bias`: the official code's bias on U^Q, U^K (off: the paper has none).
+    """
+
+    name = "tupe_a"
+
+    def __init__(self, *, dim, num_heads, max_length, causal, untie_cls: bool = True,
+                 proj_bias: bool = False):  # fmt: skip
+        super().__init__(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
+        self.max_positions, self.untie_cls = max_length, untie_cls
+        self.table = nn.Embedding(max_length + 1, dim)  # row 0: p_theta1; row p+1: position p
+        nn.init.normal_(self.table.weight, std=0.02)
+        self.norm = nn.LayerNorm(dim)
+        self.proj_q = nn.Linear(dim, dim, bias=proj_bias)
+        self.proj_k = nn.Linear(dim, dim, bias=proj_bias)
+
+    def attention_scale(self) -> float:
+        return (2 * self.head_dim) ** -0.5
+
+    def _logits(self, rows: Tensor) -> Tensor:
+        """(..., L) table rows -> (..., H, L, L) scaled positional logits."""
+        p = self.norm(self.table(rows))  # (..., L, C)
+        q = self.proj_q(p).unflatten(-1, (self.num_heads, self.head_dim)).transpose(-2, -3)
+        k = self.proj_k(p).unflatten(-1, (self.num_heads, self.head_dim)).transpose(-2, -3)
+        return q @ k.transpose(-1, -2) * self.attention_scale()  # (..., H, L, L)
+
+    def cls_masks(self, length: int, device) -> tuple[Tensor, Tensor]:
+        """(L, L) masks of the [CLS] row (row 0) and of the [CLS] column below it."""
+        index = torch.arange(length, device=device)
+        row0 = (index[:, None] == 0).expand(length, length)
+        col0 = (index[None, :] == 0) & (index[:, None] > 0)
+        return row0, col0
+
+    def untied(self, positions: Tensor) -> Tensor:
+        """The untied absolute term after the [CLS] reset, (..., H, L, L)."""
+        self.check_positions(positions)
+        logits = self._logits(positions + 1)
+        if not self.untie_cls:
+            return logits
+        thetas = self._logits(torch.arange(2, device=positions.device)).diagonal(dim1=-2, dim2=-1)
+        row0, col0 = self.cls_masks(positions.shape[-1], positions.device)
+        logits = torch.where(col0, thetas[:, 1, None, None], logits)  # tokens -> [CLS]: theta_2
+        return torch.where(row0, thetas[:, 0, None, None], logits)  # [CLS] -> all: theta_1
+
+    def bias(self, positions: Tensor) -> Tensor:
+        return self.untied(positions)
+
+
+class TupeR(TupeA):
+    """TUPE-R: TUPE-A plus a T5 relative bias b_bucket(j-i) per head, added unscaled.
+
+    Ke, He & Liu, ICLR 2021 (PAPERS.md section 2). Buckets as T5 (32, max distance 128). With
+    `untie_cls` the [CLS] row and column get their own buckets, as in the official code: row 0 ->
+    bucket 16 (never produced bidirectionally), column 0 -> an extra bucket 32; causal mode uses
+    two extra buckets (32, 33) since all 32 are produced there.
+    """
+
+    name = "tupe_r"
+
+    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, **kwargs):
+        super().__init__(**kwargs)
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.cls_buckets = (
+            (num_buckets // 2, num_buckets) if not self.causal else (num_buckets, num_buckets + 1)
+        )
+        extra = (1 if not self.causal else 2) if self.untie_cls else 0
+        self.relative_table = nn.Embedding(num_buckets + extra, self.num_heads)
+
+    def relative_buckets(self, positions: Tensor) -> Tensor:
+        """(..., L) positions -> (..., L, L) bucket ids, with the [CLS] reset when untied."""
+        buckets = t5_bucket(
+            relative_distance(positions), not self.causal, self.num_buckets, self.max_distance
+        )
+        if self.untie_cls:
+            row0, col0 = self.cls_masks(positions.shape[-1], positions.device)
+            buckets = torch.where(row0, self.cls_buckets[0], torch.where(col0, self.cls_buckets[1], buckets))
+        return buckets
+
+    def relative_bias(self, positions: Tensor) -> Tensor:
+        """The relative part alone, (..., H, L, L)."""
+        return self.relative_table(self.relative_buckets(positions)).movedim(-1, -3)
+
+    def bias(self, positions: Tensor) -> Tensor:
+        return self.untied(positions) + self.relative_bias(positions)

@@ -1,0 +1,141 @@
+"""Encoder / decoder stack that calls the encoding hooks; one attention path through SDPA.
+
+Shape legend: B batch, H heads, L length, D head dim, C model width.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lightning_modules.encodings import PositionalEncoding, build_encoding
+
+
+def merge_mask(logits: Tensor | None, allowed: Tensor | None) -> Tensor | None:
+    """Fold an additive logit term and a boolean "may attend" mask into one SDPA mask.
+
+    Returns None (SDPA's own causal path, or no mask), the boolean mask (fused kernels stay usable),
+    or one float mask with -inf where attention is not allowed.
+    """
+    if logits is None:
+        return allowed
+    if allowed is None:
+        return logits
+    return logits.masked_fill(~allowed, float("-inf"))
+
+
+def allowed_mask(length: int, causal: bool, padding_mask: Tensor | None, device) -> Tensor | None:
+    """(B or 1, 1, L, L) boolean mask: True where query i may attend key j; None if all may."""
+    allowed = None
+    if causal:
+        allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+    if padding_mask is not None:
+        keys = padding_mask[:, None, None, :].bool()  # (B, 1, 1, L)
+        allowed = keys if allowed is None else allowed & keys
+    return allowed
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention; position enters only through the encoding's hooks."""
+
+    def __init__(self, dim: int, num_heads: int, dropout: float):
+        super().__init__()
+        self.num_heads, self.dropout = num_heads, dropout
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x, encoding: PositionalEncoding, positions, mask, allowed, causal) -> Tensor:
+        B, L, C = x.shape
+        qkv = self.qkv(x).view(B, L, 3, self.num_heads, C // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, D)
+        q, k = encoding.rotate(q, k, positions)
+        extra = encoding.content_bias(q, k, positions)  # (B, H, L, L) or None
+        if extra is not None:
+            mask = merge_mask(extra if mask is None or mask.dtype == torch.bool else mask + extra, allowed)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(q.dtype)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal and mask is None,
+            dropout_p=self.dropout if self.training else 0.0, scale=encoding.attention_scale(),
+        )  # fmt: skip
+        return self.out(y.transpose(1, 2).reshape(B, L, C))  # (B, L, C)
+
+
+class Block(nn.Module):
+    """One Transformer layer, pre-LN (GPT-2, default) or post-LN (BERT / TUPE's setting)."""
+
+    def __init__(self, dim: int, num_heads: int, ffn_mult: int, dropout: float, post_norm: bool):
+        super().__init__()
+        self.post_norm = post_norm
+        self.attn = Attention(dim, num_heads, dropout)
+        self.ffn = nn.Sequential(
+            nn.Linear(dim, ffn_mult * dim), nn.GELU(), nn.Linear(ffn_mult * dim, dim), nn.Dropout(dropout)
+        )
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, encoding, positions, mask, allowed, causal) -> Tensor:
+        if self.post_norm:
+            x = self.norm1(x + self.drop(self.attn(x, encoding, positions, mask, allowed, causal)))
+            return self.norm2(x + self.ffn(x))
+        x = x + self.drop(self.attn(self.norm1(x), encoding, positions, mask, allowed, causal))
+        return x + self.ffn(self.norm2(x))
+
+
+class Transformer(nn.Module):
+    """Token embedding + `depth` blocks + final norm, parameterised by a registered encoding.
+
+    Causal (decoder-only) or bidirectional (encoder). The encoding's shared bias and the masks are
+    computed once per forward and passed to every layer. Returns hidden states (B, L, C).
+    """
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        encoding: str = "rope",
+        encoding_options: dict | None = None,
+        dim: int = 128,
+        depth: int = 2,
+        num_heads: int = 4,
+        ffn_mult: int = 4,
+        dropout: float = 0.0,
+        max_length: int = 512,
+        causal: bool = True,
+        post_norm: bool = False,
+    ):
+        super().__init__()
+        self.causal = causal
+        self.encoding = build_encoding(
+            encoding, dim=dim, num_heads=num_heads, max_length=max_length, causal=causal,
+            **(encoding_options or {}),
+        )  # fmt: skip
+        self.token_emb = nn.Embedding(vocab_size, dim)
+        self.emb_drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(dim, num_heads, ffn_mult, dropout, post_norm) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim)  # final norm (pre-LN) or embedding norm (post-LN, as BERT)
+        self.post_norm = post_norm
+        for module in [self.token_emb, *self.blocks]:
+            module.apply(_init_weights)
+
+    def forward(
+        self, tokens: Tensor, positions: Tensor | None = None, padding_mask: Tensor | None = None
+    ) -> Tensor:
+        """tokens (B, L); positions (L,) or (B, L), default 0..L-1; padding_mask (B, L), True = real."""
+        L = tokens.shape[1]
+        if positions is None:
+            positions = torch.arange(L, device=tokens.device)
+        x = self.encoding.embed(self.token_emb(tokens), positions)  # (B, L, C)
+        x = self.emb_drop(self.norm(x) if self.post_norm else x)
+        allowed = allowed_mask(L, self.causal, padding_mask, tokens.device)
+        mask = merge_mask(self.encoding.bias(positions), allowed)  # once for all layers
+        for block in self.blocks:
+            x = block(x, self.encoding, positions, mask, allowed, self.causal)
+        return x if self.post_norm else self.norm(x)
+
+
+def _init_weights(module: nn.Module) -> None:
+    """GPT-2 / BERT initialisation: N(0, 0.02) weights, zero biases."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
