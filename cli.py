@@ -1,0 +1,98 @@
+"""Train, sweep and compare Transformers parameterised by their positional encoding.
+
+To run:
+    python cli.py fit --config configs/synthetic.yaml --data.task=copy --model.encoding=rope
+    python cli.py fit --config configs/synthetic.yaml --model.encoding=tupe_r --model.causal=false
+    python cli.py fit ... --model.encoding_options='{base: 500}'   # an encoding's own options
+
+`fit | validate | test | predict` are LightningCLI's; every run logs to W&B (offline without an API
+key) and leaves a record under `<run.out_dir>/runs/<name>-<time>/`.
+"""
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.cli import LightningCLI
+
+from lightning_modules.errors import ConfigError
+from tracking.records import RunRecord
+from tracking.wandb_setup import make_wandb_logger, run_group, run_name
+
+RUN_DIR_ENV = "PE_RUN_DIR"  # shared by the DDP ranks Lightning launches as child processes
+
+
+@dataclass
+class RunOptions:
+    """Where a run is recorded and how it is named."""
+
+    out_dir: str = "out"  # records, checkpoints and W&B files go under <out_dir>/runs/
+    wandb: bool = True  # W&B logger (offline without an API key; WANDB_MODE is respected)
+    project: str = "pe-sweeps"
+    entity: str | None = None
+    sweep: str | None = None  # sweep or study this run belongs to (set by `cli.py sweep`)
+    name: str | None = None  # default <task>-<encoding>-s<seed>
+
+
+class PECLI(LightningCLI):
+    """LightningCLI wiring: shared sizes linked, run naming, W&B logger and the local run record."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_class_arguments(RunOptions, "run")
+        parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
+        parser.link_arguments("data.max_seq_len", "model.init_args.max_length", apply_on="instantiate")
+        parser.link_arguments("model.init_args.causal", "data.init_args.causal", apply_on="parse")
+
+    def _run_dir(self, out_dir: str, name: str) -> Path:
+        if os.environ.get("LOCAL_RANK", "0") != "0" and RUN_DIR_ENV in os.environ:
+            return Path(os.environ[RUN_DIR_ENV])
+        run_dir = Path(out_dir) / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        os.environ[RUN_DIR_ENV] = str(run_dir)
+        return run_dir
+
+    def instantiate_trainer(self, **kwargs):
+        config = self.config[self.subcommand]
+        run: RunOptions = self.config_init[self.subcommand].run
+        task = getattr(self.datamodule, "task", type(self.datamodule).__name__)
+        encoding = self.model.hparams.get("encoding", "none")
+        seed = config.seed_everything
+        name = run.name or run_name(task, encoding, seed)
+        run_dir = self._run_dir(run.out_dir, name)
+        identity = {
+            "name": name, "group": run_group(task, encoding), "task": task, "encoding": encoding,
+            "seed": seed, "sweep": run.sweep or os.environ.get("WANDB_SWEEP_ID"), "subcommand": self.subcommand,
+        }  # fmt: skip
+        resolved = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_link_targets=False))
+        callbacks = [RunRecord(run_dir, identity, resolved)]
+        if config.trainer.enable_checkpointing is not False:
+            callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True))
+        configured = self.config_init[self.subcommand].trainer.callbacks or []
+        kwargs["callbacks"] = callbacks + (configured if isinstance(configured, list) else [configured])
+        if run.wandb and config.trainer.logger in (None, True):
+            tags = [task, encoding] + ([identity["sweep"]] if identity["sweep"] else [])
+            kwargs["logger"] = make_wandb_logger(
+                run_dir, name, identity["group"], run.project, run.entity, tags
+            )
+        kwargs.setdefault("default_root_dir", str(run_dir))
+        return super().instantiate_trainer(**kwargs)
+
+
+def cli_main(args: list[str] | None = None) -> PECLI | None:
+    """Entry point; a ConfigError (bad name, size, option or file) is one line on stderr, exit 2."""
+    try:
+        return PECLI(
+            seed_everything_default=0,
+            save_config_kwargs={"overwrite": True},
+            args=args,
+        )
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    cli_main()

@@ -1,0 +1,78 @@
+"""Metric names (defined once, used by modules, records, sweeps and compare) and per-length accuracy."""
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+TRAIN_LOSS = "train/loss"
+LOSS, ACC, ACC_OOD, TOK_ACC, TOK_ACC_OOD = "loss", "acc", "acc_ood", "tok_acc", "tok_acc_ood"
+ACC_BEST = "val/acc_best"
+
+
+def name(stage: str, metric: str) -> str:
+    """`name("val", "acc")` -> "val/acc"; all logged names go through here."""
+    return f"{stage}/{metric}"
+
+
+def length_name(stage: str, length: int, metric: str = ACC) -> str:
+    """Per-length metric name, e.g. "val/acc_len_32" (exact match) or "val/tok_acc_len_32"."""
+    return f"{stage}/{metric}_len_{length}"
+
+
+def goal(metric: str) -> str:
+    """ "max" for accuracies, correlations, BLEU; "min" for losses and perplexities."""
+    return (
+        "min" if any(key in metric.rsplit("/", 1)[-1] for key in ("loss", "ppl", "mae", "error")) else "max"
+    )
+
+
+class PerLengthAccuracy(Metric):
+    """Exact-match and token accuracy per task length, summed across devices (DDP-safe).
+
+    update(preds (B, L), targets (B, L) with -100 where unsupervised, lengths (B,)). An example is an
+    exact match when every supervised token is right (teacher-forced, which for argmax equals greedy
+    decoding's exact match).
+    """
+
+    full_state_update = False
+
+    def __init__(self, max_length: int):
+        super().__init__()
+        for state in ("exact", "examples", "tokens_right", "tokens"):
+            self.add_state(state, default=torch.zeros(max_length + 1, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, preds: Tensor, targets: Tensor, lengths: Tensor) -> None:
+        supervised = targets != -100
+        right = (preds == targets) & supervised  # (B, L)
+        exact = (right.sum(1) == supervised.sum(1)).long()  # (B,)
+        self.exact.index_add_(0, lengths, exact)
+        self.examples.index_add_(0, lengths, torch.ones_like(exact))
+        self.tokens_right.index_add_(0, lengths, right.sum(1))
+        self.tokens.index_add_(0, lengths, supervised.sum(1))
+
+    def compute(self) -> dict[int, tuple[float, float]]:
+        """{length: (exact-match accuracy, token accuracy)} for every length seen."""
+        seen = self.examples.nonzero().flatten().tolist()
+        return {
+            n: (
+                self.exact[n].item() / self.examples[n].item(),
+                self.tokens_right[n].item() / self.tokens[n].item(),
+            )
+            for n in seen
+        }
+
+
+def summarise(per_length: dict[int, tuple[float, float]], stage: str, train_max_len: int) -> dict[str, float]:
+    """Per-length values plus in-distribution (<= train_max_len) and beyond-length means, by name."""
+    out = {}
+    for n, (exact, token) in per_length.items():
+        out[length_name(stage, n)] = exact
+        out[length_name(stage, n, TOK_ACC)] = token
+    for metric, column in ((ACC, 0), (TOK_ACC, 1)):
+        inside = [v[column] for n, v in per_length.items() if n <= train_max_len]
+        beyond = [v[column] for n, v in per_length.items() if n > train_max_len]
+        if inside:
+            out[name(stage, metric)] = sum(inside) / len(inside)
+        if beyond:
+            out[name(stage, metric + "_ood")] = sum(beyond) / len(beyond)
+    return out

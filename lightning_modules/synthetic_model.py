@@ -1,0 +1,123 @@
+"""LightningModule for the synthetic length-generalisation tasks (copy, reverse, sort, addition, lookup)."""
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MaxMetric, MeanMetric
+
+from lightning_modules import metrics as M
+from lightning_modules.errors import DivergedError
+from lightning_modules.transformer import Transformer
+
+
+class SyntheticTaskModel(pl.LightningModule):
+    """Predict a task's answer tokens: decoder-only causal LM or bidirectional encoder.
+
+    Causal (`causal=True`, Kazemnejad et al. 2023's protocol): the sequence is `prompt SEP answer`,
+    next-token loss on the answer only. Bidirectional: the input is `prompt SEP MASK...` and the
+    answer is predicted at every MASK slot at once, so encoder-side methods (TUPE) are compared too.
+    Logs exact match and token accuracy per length, in distribution (`val/acc`) and beyond the
+    training lengths (`val/acc_ood`). `vocab_size`, `max_length` and `causal` are linked with the
+    data by `cli.py`; the in-distribution boundary is read from the datamodule.
+    """
+
+    def __init__(
+        self,
+        encoding: str = "rope",
+        encoding_options: dict | None = None,
+        causal: bool = True,
+        dim: int = 128,
+        depth: int = 2,
+        num_heads: int = 4,
+        ffn_mult: int = 4,
+        dropout: float = 0.0,
+        post_norm: bool = False,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        vocab_size: int = 64,  # linked from data.vocab_size
+        max_length: int = 256,  # linked from data.max_seq_len: longest sequence any split feeds
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.transformer = Transformer(
+            vocab_size=vocab_size, encoding=encoding, encoding_options=encoding_options, dim=dim,
+            depth=depth, num_heads=num_heads, ffn_mult=ffn_mult, dropout=dropout,
+            max_length=max_length, causal=causal, post_norm=post_norm,
+        )  # fmt: skip
+        self.head = nn.Linear(dim, vocab_size)
+        self.per_length = nn.ModuleDict({s: M.PerLengthAccuracy(max_length) for s in ("val", "test")})
+        self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
+        self.best_acc = MaxMetric()
+
+    @property
+    def encoding(self):
+        return self.transformer.encoding
+
+    @property
+    def train_max_len(self) -> int:
+        """In-distribution boundary, from the data (lengths above it count as beyond-length)."""
+        return self.trainer.datamodule.train_max_len
+
+    def forward(self, batch: dict) -> Tensor:
+        hidden = self.transformer(batch["tokens"], padding_mask=batch["padding_mask"])  # (B, L, C)
+        return self.head(hidden)  # (B, L, V)
+
+    def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        loss = self.loss(self(batch), batch["targets"])
+        if not torch.isfinite(loss):
+            raise DivergedError(
+                f"train/loss is {loss.item()} at step {self.global_step}; lower --model.lr "
+                f"(now {self.hparams.lr:g}) or set --trainer.gradient_clip_val"
+            )
+        self.log(M.TRAIN_LOSS, loss, prog_bar=True)
+        return loss
+
+    def _eval_step(self, batch: dict, stage: str) -> None:
+        logits = self(batch)
+        inside = batch["length"] <= self.train_max_len
+        if inside.any():  # loss in distribution only: beyond-length losses would swamp it
+            self.losses[stage].update(self.loss(logits[inside], batch["targets"][inside]))
+        self.per_length[stage].update(logits.argmax(-1), batch["targets"], batch["length"])
+
+    def _eval_epoch_end(self, stage: str) -> dict[str, float]:
+        values = M.summarise(self.per_length[stage].compute(), stage, self.train_max_len)
+        values[M.name(stage, M.LOSS)] = self.losses[stage].compute().item()
+        self.per_length[stage].reset()
+        self.losses[stage].reset()
+        self.log_dict(values, sync_dist=False)  # already reduced across devices by torchmetrics
+        return values
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        values = self._eval_epoch_end("val")
+        if not self.trainer.sanity_checking and M.name("val", M.ACC) in values:
+            self.best_acc.update(values[M.name("val", M.ACC)])
+            self.log(M.ACC_BEST, self.best_acc.compute())
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def configure_optimizers(self):
+        decay = [p for p in self.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.parameters() if p.dim() < 2]
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": self.hparams.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=self.hparams.lr,
+            betas=(0.9, 0.98),
+        )
+        warmup = max(1, self.hparams.warmup_steps)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -1,0 +1,440 @@
+"""Tests for lightning_modules/encodings: the hook contract over the whole ENCODINGS registry, closed forms
+(sinusoid, ALiBi slopes, T5 buckets, TUPE's [CLS] scheme) and numerical parity with x-transformers."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from x_transformers.x_transformers import (
+    AlibiPositionalBias,
+    RelativePositionBias,
+    RotaryEmbedding,
+    apply_rotary_pos_emb,
+)
+
+from lightning_modules.encodings import ENCODINGS, build_encoding, encoding_options
+from lightning_modules.encodings.alibi import alibi_slopes
+from lightning_modules.encodings.sinusoidal import sinusoid_table
+from lightning_modules.encodings.t5_bias import t5_bucket
+from lightning_modules.encodings.tupe import TupeA
+from lightning_modules.errors import ConfigError
+
+DIM, HEADS, MAX_LEN = 32, 4, 64
+HEAD_DIM = DIM // HEADS
+NAMES = list(ENCODINGS)
+CAUSAL = [True, False]
+
+
+def randomize_(module: nn.Module, seed: int = 0) -> nn.Module:
+    """Give every parameter a non-trivial value (LayerNorm near identity, others N(0, 0.3^2))."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for sub in module.modules():
+            for pname, p in sub.named_parameters(recurse=False):
+                noise = torch.randn(p.shape, generator=gen)
+                if isinstance(sub, nn.LayerNorm):
+                    p.copy_((1.0 if pname == "weight" else 0.0) + 0.1 * noise)
+                else:
+                    p.copy_(0.3 * noise)
+    return module
+
+
+def make(name: str, causal: bool, max_length: int = MAX_LEN, heads: int = HEADS, dim: int = DIM, **options):
+    if ENCODINGS[name].causal_only and not causal:
+        pytest.skip(f"{name} is causal-only")
+    enc = build_encoding(name, dim=dim, num_heads=heads, max_length=max_length, causal=causal, **options)
+    return randomize_(enc).eval()
+
+
+def hook_logits(enc, q, k, positions):
+    """The attention logits the Transformer builds from the hooks (before masking)."""
+    q, k = enc.rotate(q, k, positions)
+    logits = q @ k.transpose(-1, -2) * enc.attention_scale()  # (B, H, L, L)
+    for term in (enc.bias(positions), enc.content_bias(q, k, positions)):
+        if term is not None:
+            logits = logits + term
+    return logits
+
+
+# ----------------------------------------------------------------------------- the contract, every encoding
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_positional_logits_is_the_bias(name, causal):
+    L = 9
+    enc = make(name, causal)
+    logits = enc.positional_logits(L)
+    bias = enc.bias(torch.arange(L))
+    if bias is None:
+        assert logits is None
+        return
+    assert logits.shape == (HEADS, L, L)
+    assert torch.equal(logits, bias.expand(HEADS, L, L))
+    assert not logits.requires_grad
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_batched_positions_bias_matches_per_row(name, causal):
+    """bias/rotate with (B, L) positions equal the (L,) computation of each row."""
+    torch.manual_seed(0)
+    L, offsets = 7, [0, 3, 20]
+    enc = make(name, causal)
+    positions = torch.arange(L) + torch.tensor(offsets)[:, None]  # (B, L)
+    q, k = torch.randn(2, len(offsets), HEADS, L, HEAD_DIM).unbind(0)
+    batched = hook_logits(enc, q, k, positions)
+    for b in range(len(offsets)):
+        single = hook_logits(enc, q[b : b + 1], k[b : b + 1], positions[b])
+        torch.testing.assert_close(batched[b], single[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_shift_invariance_of_hooks(name, causal):
+    """shift_invariant encodings: embed and the hook logits ignore a constant shift of every position.
+    The others must change in one of the two."""
+    torch.manual_seed(0)
+    L, shift = 8, 7
+    enc = make(name, causal, max_length=128)
+    positions = torch.arange(L)
+    x = torch.randn(2, L, DIM)
+    q, k = torch.randn(2, 2, HEADS, L, HEAD_DIM).unbind(0)
+    logits, logits_shifted = hook_logits(enc, q, k, positions), hook_logits(enc, q, k, positions + shift)
+    same_logits = torch.allclose(logits, logits_shifted, atol=1e-5, rtol=1e-5)
+    same_embed = torch.allclose(enc.embed(x, positions), enc.embed(x, positions + shift), atol=1e-6)
+    if ENCODINGS[name].shift_invariant:
+        torch.testing.assert_close(logits_shifted, logits, atol=1e-5, rtol=1e-5)
+        assert same_embed
+    else:
+        assert not (same_logits and same_embed)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_attention_scale(name):
+    enc = make(name, causal=True)
+    expected = (2 * HEAD_DIM) ** -0.5 if isinstance(enc, TupeA) else HEAD_DIM**-0.5
+    assert enc.attention_scale() == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_max_positions_refused_with_config_error(name, causal):
+    """Past `max_positions` an encoding raises ConfigError (never IndexError); without a limit it serves
+    positions far beyond max_length."""
+    enc = make(name, causal, max_length=16)
+    L = 4
+    x = torch.randn(1, L, DIM)
+    q, k = torch.randn(2, 1, HEADS, L, HEAD_DIM).unbind(0)
+
+    def run(positions):
+        return enc.embed(x, positions), hook_logits(enc, q, k, positions)
+
+    if enc.max_positions is None:
+        out = run(torch.arange(L) + 1000)
+        assert all(t.isfinite().all() for t in out)
+        return
+    assert enc.max_positions == 16
+    run(torch.arange(L) + enc.max_positions - L)  # the last servable positions are fine
+    for positions in (
+        torch.arange(L) + enc.max_positions - L + 1,
+        torch.tensor([[0, 1, 2, 3], [0, 1, 2, 99]]),
+    ):
+        with pytest.raises(ConfigError, match=rf"serves positions < {enc.max_positions}.*max_length"):
+            run(positions)
+
+
+# ----------------------------------------------------------------------------- registry and option errors
+
+
+def test_unknown_encoding_names_the_choices():
+    with pytest.raises(ConfigError, match="unknown encoding 'nope'") as err:
+        build_encoding("nope", dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=True)
+    for name in ENCODINGS:
+        assert name in str(err.value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unknown_option_names_the_valid_ones(name):
+    with pytest.raises(ConfigError, match=f"encoding '{name}' has no option 'bogus'") as err:
+        build_encoding(name, dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=True, bogus=1)
+    for option in encoding_options(name):
+        assert option in str(err.value)
+    if not encoding_options(name):
+        assert "none" in str(err.value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_causal_only_and_head_split_checked_at_build(name):
+    if ENCODINGS[name].causal_only:
+        with pytest.raises(ConfigError, match="causal-only"):
+            build_encoding(name, dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=False)
+    else:
+        build_encoding(name, dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=False)
+    with pytest.raises(ConfigError, match="not divisible"):
+        build_encoding(name, dim=30, num_heads=4, max_length=MAX_LEN, causal=True)
+
+
+def test_every_option_is_accepted():
+    """Each option `encoding_options` reports is a real constructor keyword (defaults pass through)."""
+    import inspect
+
+    for name in NAMES:
+        for option in encoding_options(name):
+            for cls in ENCODINGS[name].__mro__:
+                param = inspect.signature(cls.__init__).parameters.get(option)
+                if param is not None:
+                    break
+            enc = build_encoding(
+                name, dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=True, **{option: param.default}
+            )
+            assert isinstance(enc, ENCODINGS[name])
+
+
+# ----------------------------------------------------------------------------- sinusoid closed form
+
+
+def test_sinusoid_hand_computed_entries():
+    table = sinusoid_table(torch.arange(3), dim=4)  # w_0 = 1, w_1 = 10000^(-2/4) = 0.01
+    expected = torch.tensor(
+        [
+            [0.0, 1.0, 0.0, 1.0],
+            [0.8414709848, 0.5403023059, 0.0099998333, 0.9999500004],  # sin 1, cos 1, sin .01, cos .01
+            [0.9092974268, -0.4161468365, 0.0199986667, 0.9998000067],  # sin 2, cos 2, sin .02, cos .02
+        ]
+    )
+    torch.testing.assert_close(table, expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+def test_sinusoid_formula(causal):
+    d, P = 16, 50
+    enc = make("sinusoidal", causal, dim=d, heads=2, max_length=P)
+    expected = torch.tensor(
+        [
+            [(math.sin if c % 2 == 0 else math.cos)(p * 10000 ** (-(c - c % 2) / d)) for c in range(d)]
+            for p in range(P)
+        ],
+        dtype=torch.float32,
+    )
+    x = torch.randn(2, P, d)
+    torch.testing.assert_close(enc.embed(x, torch.arange(P)), x + expected, atol=2e-5, rtol=0)
+    torch.testing.assert_close(enc.weight, expected, atol=2e-5, rtol=0)  # the probes' table
+
+
+# ----------------------------------------------------------------------------- ALiBi closed form and parity
+
+
+def test_alibi_slopes_closed_form():
+    assert alibi_slopes(8) == [2.0**-k for k in range(1, 9)]
+    assert alibi_slopes(4) == [2.0**-k for k in (2, 4, 6, 8)]
+    # 6 heads: the 4-head slopes, then every other slope of the 8-head ones (paper's recipe)
+    assert alibi_slopes(6) == [2.0**-k for k in (2, 4, 6, 8, 1, 3)]
+    assert alibi_slopes(12)[8:] == [2.0 ** (-k / 2) for k in (1, 3, 5, 7)]
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("heads", [8, 6])
+def test_alibi_bias_closed_form(heads, causal):
+    L = 12
+    enc = make("alibi", causal, heads=heads, dim=8 * heads)
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    slopes = torch.tensor(alibi_slopes(heads))
+    expected = -slopes[:, None, None] * (i - j).abs().float()
+    assert torch.equal(enc.positional_logits(L), expected)
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("heads", [8, 6, 4])
+def test_alibi_matches_x_transformers(heads, causal):
+    L = 20
+    enc = make("alibi", causal, heads=heads, dim=8 * heads)
+    ref = AlibiPositionalBias(heads=heads)
+    torch.testing.assert_close(enc.positional_logits(L), ref(L, L), atol=1e-5, rtol=0)
+    positions = torch.sort(torch.randint(0, 200, (3, L)), dim=-1).values  # (B, L) custom positions
+    torch.testing.assert_close(enc.bias(positions), ref.forward_custom_pos(positions), atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------- T5 buckets
+
+
+def t5_bucket_closed_form(
+    rel: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
+) -> int:
+    """PAPERS.md section 2, in float64: n = i - j; per side |n| < max_exact exact, then logarithmic."""
+    n, ret = -rel, 0
+    if bidirectional:
+        num_buckets //= 2
+        ret = num_buckets if n < 0 else 0
+        n = abs(n)
+    else:
+        n = max(n, 0)
+    max_exact = num_buckets // 2
+    if n < max_exact:
+        return ret + n
+    large = max_exact + math.floor(
+        math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    )
+    return ret + min(large, num_buckets - 1)
+
+
+def test_t5_bucket_table_bidirectional():
+    rel = torch.arange(-300, 301)  # j - i
+    got = dict(zip(rel.tolist(), t5_bucket(rel, bidirectional=True).tolist()))
+    assert got[0] == 0
+    assert [got[-d] for d in range(1, 8)] == list(range(1, 8))
+    assert {got[-d] for d in range(8, 12)} == {8}
+    assert got[-12] == 9
+    assert got[-90] == 14 and got[-91] == 15
+    assert {got[-d] for d in range(91, 301)} == {15}
+    for d in range(1, 301):  # j > i: the same bucket + 16
+        assert got[d] == got[-d] + 16
+    assert 16 not in got.values()
+    assert set(got.values()) == set(range(32)) - {16}
+    assert all(got[r] == t5_bucket_closed_form(r, True) for r in got)
+
+
+def test_t5_bucket_table_causal():
+    rel = torch.arange(-300, 301)
+    got = dict(zip(rel.tolist(), t5_bucket(rel, bidirectional=False).tolist()))
+    assert {got[r] for r in range(0, 301)} == {0}  # j >= i
+    assert [got[-d] for d in range(1, 16)] == list(range(1, 16))  # 16 exact buckets on the one side
+    assert got[-300] == 31 and set(got.values()) == set(range(32))
+    assert all(got[r] == t5_bucket_closed_form(r, False) for r in got)
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+def test_t5_bias_is_table_lookup_of_bucket(causal):
+    L = 150
+    enc = make("t5_bias", causal)
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    buckets = t5_bucket(j - i, bidirectional=not causal)
+    assert torch.equal(enc.buckets(torch.arange(L)), buckets)
+    assert torch.equal(enc.positional_logits(L), enc.table.weight[buckets].permute(2, 0, 1))
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+def test_t5_bias_matches_x_transformers(causal):
+    L = 300
+    enc = make("t5_bias", causal)
+    ref = RelativePositionBias(scale=1, causal=causal, heads=HEADS)  # their causal = unidirectional buckets
+    ref.relative_attention_bias.weight.data.copy_(enc.table.weight)
+    torch.testing.assert_close(enc.positional_logits(L), ref(L, L), atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------- RoPE parity
+
+
+@pytest.mark.parametrize("base", [10000.0, 500.0])
+def test_rope_matches_x_transformers(base):
+    torch.manual_seed(0)
+    B, L = 2, 24
+    enc = make("rope", causal=True, base=base)
+    ref = RotaryEmbedding(HEAD_DIM, base=base)
+    q, k = torch.randn(2, B, HEADS, L, HEAD_DIM).unbind(0)
+    for positions in (torch.arange(L), torch.arange(L) + torch.tensor([[0], [13]])):
+        freqs, scale = ref(positions)
+        rq, rk = enc.rotate(q, k, positions)
+        torch.testing.assert_close(rq, apply_rotary_pos_emb(q, freqs, scale), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(rk, apply_rotary_pos_emb(k, freqs, scale), atol=1e-5, rtol=1e-5)
+
+
+def test_rope_logits_depend_on_distance_only():
+    """q_i . k_j after rotation equals q . R(j - i) k for positions far apart: the closed form."""
+    torch.manual_seed(0)
+    enc = make("rope", causal=True)
+    q, k = torch.randn(2, 1, 1, 1, HEAD_DIM).unbind(0)
+    for i, j in [(3, 3), (5, 2), (40, 45)]:
+        rq, _ = enc.rotate(q, q, torch.tensor([i]))
+        _, rk = enc.rotate(k, k, torch.tensor([j]))
+        _, rel = enc.rotate(k, k, torch.tensor([j - i]))  # rotate k alone by j - i
+        torch.testing.assert_close((rq * rk).sum(), (q * rel).sum(), atol=1e-5, rtol=1e-5)
+    assert torch.equal(enc.rotate(q, k, torch.tensor([0]))[0], q)  # position 0 is the identity
+
+
+# ----------------------------------------------------------------------------- TUPE
+
+
+def tupe_reference_untied(enc: TupeA, L: int, untie_cls: bool) -> torch.Tensor:
+    """The official TUPE code: full (L+1)x(L+1) logits over table rows 0..L, then the [CLS] reset."""
+    p = F.layer_norm(enc.table.weight[: L + 1], (DIM,), enc.norm.weight, enc.norm.bias, enc.norm.eps)
+    q, k = F.linear(p, enc.proj_q.weight, enc.proj_q.bias), F.linear(p, enc.proj_k.weight, enc.proj_k.bias)
+    q, k = q.view(L + 1, HEADS, HEAD_DIM), k.view(L + 1, HEADS, HEAD_DIM)
+    A = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(2 * HEAD_DIM)  # (H, L+1, L+1)
+    if not untie_cls:
+        return A[:, 1:, 1:]
+    theta_1, theta_2 = A[:, 0, 0], A[:, 1, 1]
+    A = A[:, 1:, 1:].clone()
+    A[:, :, 0] = theta_2[:, None]
+    A[:, 0, :] = theta_1[:, None]
+    return A
+
+
+def tupe_reference_buckets(L: int, causal: bool, untie_cls: bool) -> torch.Tensor:
+    buckets = torch.tensor([[t5_bucket_closed_form(j - i, not causal) for j in range(L)] for i in range(L)])
+    if untie_cls:
+        row, col = (32, 33) if causal else (16, 32)  # bidirectional: PAPERS.md; causal: tupe.py docstring
+        buckets[1:, 0] = col
+        buckets[0, :] = row
+    return buckets
+
+
+@pytest.mark.parametrize("proj_bias", [False, True])
+@pytest.mark.parametrize("untie_cls", [True, False])
+@pytest.mark.parametrize("name", ["tupe_a", "tupe_r"])
+def test_tupe_cls_scheme_matches_official(name, untie_cls, proj_bias):
+    L = 10
+    enc = make(name, causal=False, untie_cls=untie_cls, proj_bias=proj_bias)
+    untied = tupe_reference_untied(enc, L, untie_cls)
+    logits = enc.positional_logits(L)
+    if name == "tupe_r":
+        buckets = tupe_reference_buckets(L, causal=False, untie_cls=untie_cls)
+        assert torch.equal(enc.relative_buckets(torch.arange(L)), buckets)
+        relative = enc.relative_table.weight[buckets].permute(2, 0, 1)  # added unscaled
+        assert torch.equal(enc.relative_bias(torch.arange(L)), relative)
+        assert enc.relative_table.num_embeddings == (33 if untie_cls else 32)
+        logits = logits - relative
+    torch.testing.assert_close(logits, untied, atol=1e-5, rtol=1e-5)
+    if untie_cls:  # [CLS] row/column are constants per head, distinct from the tied term
+        assert (logits[:, 0, :] == logits[:, 0, :1]).all() and (logits[:, 1:, 0] == logits[:, 1:2, 0:1]).all()
+        plain = tupe_reference_untied(enc, L, untie_cls=False)
+        assert not torch.allclose(logits[:, 0], plain[:, 0])
+
+
+def test_tupe_r_causal_cls_buckets():
+    L = 20
+    enc = make("tupe_r", causal=True)
+    buckets = tupe_reference_buckets(L, causal=True, untie_cls=True)
+    assert torch.equal(enc.relative_buckets(torch.arange(L)), buckets)
+    assert enc.relative_table.num_embeddings == 34
+    torch.testing.assert_close(
+        enc.positional_logits(L) - enc.relative_table.weight[buckets].permute(2, 0, 1),
+        tupe_reference_untied(enc, L, untie_cls=True),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+def test_tupe_r_relative_part_matches_t5_when_tied(causal):
+    L = 160
+    enc = make("tupe_r", causal, max_length=200, untie_cls=False)
+    ref = RelativePositionBias(scale=1, causal=causal, heads=HEADS)
+    ref.relative_attention_bias.weight.data.copy_(enc.relative_table.weight)
+    torch.testing.assert_close(enc.relative_bias(torch.arange(L)), ref(L, L), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("untie_cls", [True, False])
+def test_tupe_r_relative_bias_is_shift_invariant(untie_cls, causal):
+    """The [CLS] reset sits at sequence index 0, so shifting all positions leaves the relative part alone;
+    the absolute (untied) part moves."""
+    L, shift = 12, 7
+    enc = make("tupe_r", causal, untie_cls=untie_cls)
+    positions = torch.arange(L)
+    assert torch.equal(enc.relative_bias(positions + shift), enc.relative_bias(positions))
+    batched = positions + torch.tensor([[0], [shift], [40]])  # (B, L), a different shift per row
+    assert torch.equal(enc.relative_bias(batched), enc.relative_bias(positions).expand(3, -1, -1, -1))
+    assert not torch.allclose(enc.untied(positions + shift), enc.untied(positions))

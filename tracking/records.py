@@ -1,0 +1,98 @@
+"""Local run records: one `record.json` per run that `cli.py compare` reads (and W&B mirrors).
+
+A record holds the resolved config, identity (task, encoding, seed, sweep), status
+(running / finished / failed / diverged / interrupted), the final and best value of every metric,
+and the history of validation metrics. It is rewritten atomically at every validation, so a run
+killed mid-way still leaves what it had measured.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import Callback
+
+from lightning_modules.errors import DivergedError
+from lightning_modules.metrics import goal
+
+RECORD_FILE = "record.json"
+
+
+def _scalars(metrics: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
+
+
+class RunRecord(Callback):
+    """Write and keep up to date `<run_dir>/record.json` (rank 0 only)."""
+
+    def __init__(self, run_dir: Path, identity: dict, config: dict):
+        self.path = Path(run_dir) / RECORD_FILE
+        self.record = {
+            **identity,
+            "status": "running",
+            "config": config,
+            "final": {},
+            "best": {},
+            "history": [],
+        }
+
+    def write(self) -> None:
+        self.record["updated_at"] = time.time()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.record, indent=1))
+        os.replace(tmp, self.path)
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.record["started_at"] = time.time()
+            self.write()
+
+    def _update(self, trainer: pl.Trainer) -> None:
+        metrics = _scalars(trainer.callback_metrics)
+        self.record["final"].update(metrics)
+        for key, value in metrics.items():
+            best = self.record["best"].get(key)
+            better = max if goal(key) == "max" else min
+            self.record["best"][key] = value if best is None else better(best, value)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        self._update(trainer)
+        evals = {k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val/")}
+        self.record["history"].append({"step": trainer.global_step, **evals})
+        self.write()
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self._update(trainer)
+            self.record["status"] = "interrupted" if trainer.interrupted else "finished"
+            self.record["global_step"] = trainer.global_step
+            self.write()
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self._update(trainer)
+            self.write()
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        if trainer.is_global_zero:
+            self.record["status"] = "diverged" if isinstance(exception, DivergedError) else "failed"
+            self.record["error"] = f"{type(exception).__name__}: {exception}"
+            self.record["global_step"] = trainer.global_step
+            self.write()
+
+
+def load_records(root: Path) -> list[dict]:
+    """Every record under root (recursively), each with its `run_dir`."""
+    records = []
+    for path in sorted(Path(root).rglob(RECORD_FILE)):
+        record = json.loads(path.read_text())
+        record["run_dir"] = str(path.parent)
+        records.append(record)
+    return records
