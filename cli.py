@@ -14,11 +14,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from pydoc import locate
 
 import yaml
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI
 
+from lightning_modules.encodings import check_encoding
 from lightning_modules.errors import ConfigError
 from tracking.records import RunRecord
 from tracking.wandb_setup import make_wandb_logger, run_group, run_name
@@ -47,6 +49,19 @@ class PECLI(LightningCLI):
         parser.link_arguments("data.max_seq_len", "model.init_args.max_length", apply_on="instantiate")
         parser.link_arguments("model.init_args.causal", "data.init_args.causal", apply_on="parse")
 
+    def parse_arguments(self, parser, args) -> None:
+        """Parse, then check registry names before anything is seeded, logged or instantiated."""
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand) if subcommand else self.config
+        model_args = config.get("model.init_args") or {}
+        if "encoding" in model_args:
+            check_encoding(model_args["encoding"], model_args.get("encoding_options") or {})
+        data_class = config.get("data.class_path")
+        check_args = getattr(locate(data_class), "check_args", None) if data_class else None
+        if check_args:
+            check_args(**vars(config.data.init_args))
+
     def _run_dir(self, out_dir: str, name: str) -> Path:
         if os.environ.get("LOCAL_RANK", "0") != "0" and RUN_DIR_ENV in os.environ:
             return Path(os.environ[RUN_DIR_ENV])
@@ -62,9 +77,10 @@ class PECLI(LightningCLI):
         seed = config.seed_everything
         name = run.name or run_name(task, encoding, seed)
         run_dir = self._run_dir(run.out_dir, name)
+        sweep = run.sweep or os.environ.get("WANDB_SWEEP_ID")
         identity = {
             "name": name, "group": run_group(task, encoding), "task": task, "encoding": encoding,
-            "seed": seed, "sweep": run.sweep or os.environ.get("WANDB_SWEEP_ID"), "subcommand": self.subcommand,
+            "seed": seed, "sweep": sweep, "subcommand": self.subcommand,
         }  # fmt: skip
         resolved = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_link_targets=False))
         callbacks = [RunRecord(run_dir, identity, resolved)]
@@ -73,7 +89,7 @@ class PECLI(LightningCLI):
         configured = self.config_init[self.subcommand].trainer.callbacks or []
         kwargs["callbacks"] = callbacks + (configured if isinstance(configured, list) else [configured])
         if run.wandb and config.trainer.logger in (None, True):
-            tags = [task, encoding] + ([identity["sweep"]] if identity["sweep"] else [])
+            tags = [task, encoding] + ([sweep] if sweep else [])
             kwargs["logger"] = make_wandb_logger(
                 run_dir, name, identity["group"], run.project, run.entity, tags
             )
@@ -89,9 +105,19 @@ def cli_main(args: list[str] | None = None) -> PECLI | None:
             save_config_kwargs={"overwrite": True},
             args=args,
         )
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+    except Exception as error:
+        cause = config_error(error)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def config_error(error: BaseException | None) -> ConfigError | None:
+    """The ConfigError behind an exception (jsonargparse wraps the ones raised while instantiating)."""
+    while error is not None and not isinstance(error, ConfigError):
+        error = error.__cause__ or error.__context__
+    return error
 
 
 if __name__ == "__main__":

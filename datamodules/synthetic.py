@@ -196,6 +196,11 @@ class SyntheticDataModule(pl.LightningDataModule):
     `vocab_size`, `max_seq_len` and `eval_lengths` are known after `__init__` (for argument linking).
     """
 
+    @staticmethod
+    def check_args(task: str = "copy", **_) -> None:
+        """Cheap check of registry names, run by cli.py before anything is instantiated."""
+        get_task(task)
+
     def __init__(
         self,
         task: str = "copy",

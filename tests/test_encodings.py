@@ -1,6 +1,7 @@
 """Tests for lightning_modules/encodings: the hook contract over the whole ENCODINGS registry, closed forms
 (sinusoid, ALiBi slopes, T5 buckets, TUPE's [CLS] scheme) and numerical parity with x-transformers."""
 
+import inspect
 import math
 
 import pytest
@@ -25,6 +26,15 @@ DIM, HEADS, MAX_LEN = 32, 4, 64
 HEAD_DIM = DIM // HEADS
 NAMES = list(ENCODINGS)
 CAUSAL = [True, False]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """The tensors are tiny: one intra-op thread is several times faster than many on a busy CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def randomize_(module: nn.Module, seed: int = 0) -> nn.Module:
@@ -179,8 +189,6 @@ def test_causal_only_and_head_split_checked_at_build(name):
 
 def test_every_option_is_accepted():
     """Each option `encoding_options` reports is a real constructor keyword (defaults pass through)."""
-    import inspect
-
     for name in NAMES:
         for option in encoding_options(name):
             for cls in ENCODINGS[name].__mro__:
@@ -398,7 +406,7 @@ def test_tupe_cls_scheme_matches_official(name, untie_cls, proj_bias):
         logits = logits - relative
     torch.testing.assert_close(logits, untied, atol=1e-5, rtol=1e-5)
     if untie_cls:  # [CLS] row/column are constants per head, distinct from the tied term
-        assert (logits[:, 0, :] == logits[:, 0, :1]).all() and (logits[:, 1:, 0] == logits[:, 1:2, 0:1]).all()
+        assert (logits[:, 0, :] == logits[:, 0, :1]).all() and (logits[:, 1:, 0] == logits[:, 1:2, 0]).all()
         plain = tupe_reference_untied(enc, L, untie_cls=False)
         assert not torch.allclose(logits[:, 0], plain[:, 0])
 
@@ -438,3 +446,41 @@ def test_tupe_r_relative_bias_is_shift_invariant(untie_cls, causal):
     batched = positions + torch.tensor([[0], [shift], [40]])  # (B, L), a different shift per row
     assert torch.equal(enc.relative_bias(batched), enc.relative_bias(positions).expand(3, -1, -1, -1))
     assert not torch.allclose(enc.untied(positions + shift), enc.untied(positions))
+
+
+# ----------------------------------------------------------------------------- device placement
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_positional_logits_follow_the_module_device(name):
+    """positional_logits builds its positions on the module's device, buffers included (ALiBi has only a
+    buffer). The meta device checks this without a GPU; encodings with a position limit read the largest
+    position back (`.item()`), which meta tensors cannot, so they are left to the GPU test."""
+    enc = make(name, causal=True)
+    if enc.max_positions is not None:
+        pytest.skip("check_positions reads a value; covered by test_encodings_on_cuda")
+    logits = enc.to("meta").positional_logits(8)
+    assert logits is None or logits.device.type == "meta"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_encodings_on_cuda(name, causal):
+    """Every hook runs on CUDA and agrees with the CPU computation."""
+    torch.manual_seed(0)
+    L = 12
+    enc = make(name, causal)
+    x, positions = torch.randn(2, L, DIM), torch.arange(L) + torch.tensor([[0], [5]])
+    q, k = torch.randn(2, 2, HEADS, L, HEAD_DIM).unbind(0)
+    cpu = (enc.positional_logits(L), enc.embed(x, positions), hook_logits(enc, q, k, positions))
+    enc = enc.cuda()
+    gpu = (enc.positional_logits(L), enc.embed(x.cuda(), positions.cuda()))
+    gpu += (hook_logits(enc, q.cuda(), k.cuda(), positions.cuda()),)
+    for a, b in zip(cpu, gpu):
+        if a is None:
+            assert b is None
+        else:
+            assert b.device.type == "cuda"
+            torch.testing.assert_close(b.cpu(), a, atol=1e-4, rtol=1e-4)

@@ -82,10 +82,19 @@ class RunRecord(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
         if trainer.is_global_zero:
-            self.record["status"] = "diverged" if isinstance(exception, DivergedError) else "failed"
+            self.record["status"] = status_of(exception)
             self.record["error"] = f"{type(exception).__name__}: {exception}"
             self.record["global_step"] = trainer.global_step
             self.write()
+
+
+def status_of(exception: BaseException) -> str:
+    """ "diverged" for a non-finite loss, "interrupted" for Ctrl-C / SIGTERM, else "failed"."""
+    if isinstance(exception, DivergedError):
+        return "diverged"
+    if isinstance(exception, KeyboardInterrupt) or type(exception).__name__ == "SIGTERMException":
+        return "interrupted"
+    return "failed"
 
 
 def load_records(root: Path) -> list[dict]:

@@ -36,16 +36,28 @@ def check_encoding_name(name: str) -> None:
         raise ConfigError(f"unknown encoding {name!r}; choose one of: {', '.join(ENCODINGS)}")
 
 
-def build_encoding(
-    name: str, *, dim: int, num_heads: int, max_length: int, causal: bool, **options
-) -> PositionalEncoding:
-    """Build the registered encoding `name`; unknown names and options are one-line errors."""
+def check_encoding(name: str, options: dict) -> None:
+    """Raise a one-line ConfigError for an unknown encoding name or option."""
     check_encoding_name(name)
     unknown = sorted(set(options) - set(encoding_options(name)))
     if unknown:
         valid = ", ".join(encoding_options(name)) or "none"
         raise ConfigError(f"encoding {name!r} has no option {unknown[0]!r}; its options: {valid}")
+
+
+def build_encoding(
+    name: str, *, dim: int, num_heads: int, max_length: int, causal: bool, **options
+) -> PositionalEncoding:
+    """Build the registered encoding `name`; unknown names and options are one-line errors."""
+    check_encoding(name, options)
     return ENCODINGS[name](dim=dim, num_heads=num_heads, max_length=max_length, causal=causal, **options)
 
 
-__all__ = ["ENCODINGS", "PositionalEncoding", "build_encoding", "check_encoding_name", "encoding_options"]
+__all__ = [
+    "ENCODINGS",
+    "PositionalEncoding",
+    "build_encoding",
+    "check_encoding",
+    "check_encoding_name",
+    "encoding_options",
+]

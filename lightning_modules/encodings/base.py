@@ -4,6 +4,7 @@ Shape legend: B batch, H heads, L length, D head dim, C model width.
 Positions are an explicit LongTensor of shape (L,) shared by the batch, or (B, L).
 """
 
+import itertools
 from typing import ClassVar
 
 import torch
@@ -41,6 +42,8 @@ class PositionalEncoding(nn.Module):
 
     def check_positions(self, positions: Tensor) -> None:
         """Raise a clear error when a position is beyond what this encoding can serve."""
+        if int(positions.min()) < 0:
+            raise ConfigError(f"encoding {self.name!r} got a negative position {int(positions.min())}")
         if self.max_positions is not None and int(positions.max()) >= self.max_positions:
             raise ConfigError(
                 f"encoding {self.name!r} serves positions < {self.max_positions} but got "
@@ -71,6 +74,6 @@ class PositionalEncoding(nn.Module):
     @torch.no_grad()
     def positional_logits(self, length: int) -> Tensor | None:
         """Exactly the content-independent term added to the logits at positions 0..length-1."""
-        device = next(self.parameters(), torch.empty(0)).device
+        device = next(itertools.chain(self.parameters(), self.buffers()), torch.empty(0)).device
         bias = self.bias(torch.arange(length, device=device))
         return None if bias is None else bias.expand(self.num_heads, length, length)

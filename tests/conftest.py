@@ -1,0 +1,29 @@
+"""Shared fixtures: a tiny CPU config that trains in seconds and writes under tmp_path."""
+
+import pytest
+
+TINY = [
+    "--config=configs/synthetic.yaml",
+    "--model.dim=32",
+    "--model.depth=1",
+    "--model.num_heads=4",
+    "--data.train_max_len=4",
+    "--data.eval_max_len=8",
+    "--data.eval_length_stride=1",
+    "--data.train_size=256",
+    "--data.eval_per_length=8",
+    "--data.batch_size=32",
+    "--trainer.max_steps=4",
+    "--trainer.val_check_interval=2",
+    "--trainer.log_every_n_steps=1",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+]
+
+
+@pytest.fixture
+def tiny_fit_args(tmp_path, monkeypatch):
+    """`fit` arguments for a seconds-long run under tmp_path, W&B disabled unless a test re-enables it."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.delenv("PE_RUN_DIR", raising=False)
+    return ["fit", *TINY, f"--run.out_dir={tmp_path}"]

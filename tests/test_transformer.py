@@ -1,0 +1,300 @@
+"""Tests for lightning_modules/transformer.py, every one run over the ENCODINGS registry, causal and
+bidirectional: shapes, SDPA == a plain reference attention, causal no-leak, padding, explicit positions,
+shift invariance of the whole model."""
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from lightning_modules.encodings import ENCODINGS, PositionalEncoding
+from lightning_modules.encodings.alibi import ALiBi
+from lightning_modules.errors import ConfigError
+from lightning_modules.transformer import Attention, Transformer, allowed_mask, merge_mask
+
+VOCAB, DIM, HEADS, DEPTH, MAX_LEN = 50, 32, 4, 2, 64
+HEAD_DIM = DIM // HEADS
+NAMES = list(ENCODINGS)
+CAUSAL = [True, False]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """The tensors are tiny: one intra-op thread is several times faster than many on a busy CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def randomize_(module: nn.Module, seed: int = 0) -> nn.Module:
+    """Give every parameter a non-trivial value (LayerNorm near identity, others N(0, 0.3^2)), so that
+    attention is far from uniform and a masking error shows."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for sub in module.modules():
+            for pname, p in sub.named_parameters(recurse=False):
+                noise = torch.randn(p.shape, generator=gen)
+                if isinstance(sub, nn.LayerNorm):
+                    p.copy_((1.0 if pname == "weight" else 0.0) + 0.1 * noise)
+                else:
+                    p.copy_(0.3 * noise)
+    return module
+
+
+def make_model(name: str, causal: bool, post_norm: bool = False, max_length: int = MAX_LEN) -> Transformer:
+    if ENCODINGS[name].causal_only and not causal:
+        pytest.skip(f"{name} is causal-only")
+    model = Transformer(
+        vocab_size=VOCAB, encoding=name, dim=DIM, depth=DEPTH, num_heads=HEADS, dropout=0.0,
+        max_length=max_length, causal=causal, post_norm=post_norm,
+    )  # fmt: skip
+    return randomize_(model).eval()
+
+
+def tokens(*shape: int, seed: int = 0) -> Tensor:
+    return torch.randint(0, VOCAB, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def reference_attention(q, k, v, scale: float, logits_terms, allowed: Tensor) -> Tensor:
+    """softmax(q k^T * scale + bias + mask) v, written out; allowed: bool (..., L, L)."""
+    logits = q @ k.transpose(-1, -2) * scale  # (B, H, L, L)
+    for term in logits_terms:
+        if term is not None:
+            logits = logits + term
+    logits = logits.masked_fill(~allowed, float("-inf"))
+    return logits.softmax(dim=-1) @ v  # (B, H, L, D)
+
+
+def reference_attention_module(attn: Attention, x, encoding, positions, causal, padding_mask) -> Tensor:
+    """What `Attention` must compute, from its weights and the encoding's hooks, with an independent mask."""
+    B, L, C = x.shape
+    q, k, v = attn.qkv(x).view(B, L, 3, HEADS, C // HEADS).permute(2, 0, 3, 1, 4)  # each (B, H, L, D)
+    q, k = encoding.rotate(q, k, positions)
+    allowed = torch.ones(B, 1, L, L, dtype=torch.bool)
+    if causal:
+        allowed &= torch.ones(L, L).tril().bool()
+    if padding_mask is not None:
+        allowed &= padding_mask[:, None, None, :]
+    terms = (encoding.bias(positions), encoding.content_bias(q, k, positions))
+    y = reference_attention(q, k, v, encoding.attention_scale(), terms, allowed)
+    return attn.out(y.transpose(1, 2).reshape(B, L, C))
+
+
+def run_attention(attn: Attention, x, encoding, positions, causal, padding_mask) -> Tensor:
+    """The Transformer's own path: masks built once, then the Attention module."""
+    allowed = allowed_mask(x.shape[1], causal, padding_mask, x.device)
+    mask = merge_mask(encoding.bias(positions), allowed)
+    return attn(x, encoding, positions, mask, allowed, causal)
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+@pytest.mark.parametrize("post_norm", [False, True])
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_output_shape_and_positional_logits(name, causal, post_norm):
+    B, L = 3, 11
+    model = make_model(name, causal, post_norm)
+    out = model(tokens(B, L))
+    assert out.shape == (B, L, DIM) and out.isfinite().all()
+    logits = model.encoding.positional_logits(L)
+    bias = model.encoding.bias(torch.arange(L))
+    assert (logits is None) == (bias is None)
+    if logits is not None:
+        assert logits.shape == (HEADS, L, L)
+        assert torch.equal(logits, bias.expand(HEADS, L, L))
+
+
+# ----------------------------------------------------------------------------- SDPA == reference
+
+
+@pytest.mark.parametrize("padded", [True, False])
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_attention_matches_reference(name, causal, padded):
+    torch.manual_seed(0)
+    B, L = 3, 10
+    model = make_model(name, causal)
+    attn, enc = model.blocks[0].attn, model.encoding
+    x = torch.randn(B, L, DIM)
+    padding_mask = None
+    if padded:
+        padding_mask = torch.arange(L)[None, :] < torch.tensor([L, 7, 3])[:, None]  # right padding
+    for positions in (torch.arange(L), torch.arange(L) + torch.tensor([[0], [5], [2]])):
+        got = run_attention(attn, x, enc, positions, causal, padding_mask)
+        want = reference_attention_module(attn, x, enc, positions, causal, padding_mask)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+class _BiasAndContent(ALiBi):
+    """A probe encoding using both the shared bias and the content-relative hook (no registry entry)."""
+
+    def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor:
+        return 0.5 * q.sum(-1, keepdim=True) * k.sum(-1)[..., None, :]  # (B, H, L, L)
+
+
+class _ContentOnly(PositionalEncoding):
+    def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor:
+        return 0.5 * q.sum(-1, keepdim=True) * k.sum(-1)[..., None, :]
+
+
+@pytest.mark.parametrize("padded", [True, False])
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("probe", [_BiasAndContent, _ContentOnly])
+def test_attention_content_bias_hook_matches_reference(probe, causal, padded):
+    """The `content_bias` hook is folded into the same mask as the shared bias and the masks."""
+    torch.manual_seed(0)
+    B, L = 2, 9
+    enc = probe(dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=causal)
+    attn = randomize_(Attention(DIM, HEADS, dropout=0.0))
+    x, positions = torch.randn(B, L, DIM), torch.arange(L)
+    padding_mask = (torch.arange(L)[None, :] < torch.tensor([L, 4])[:, None]) if padded else None
+    got = run_attention(attn, x, enc, positions, causal, padding_mask)
+    want = reference_attention_module(attn, x, enc, positions, causal, padding_mask)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- causal no-leak
+
+
+@pytest.mark.parametrize("post_norm", [False, True])
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_no_leak_from_future_tokens(name, causal, post_norm):
+    """Causal: d out[t] / d emb[s] is exactly 0 for every s > t (and non-zero for s <= t).
+    Bidirectional: the same probe does see the future, so the hook really measures dependence."""
+    B, L = 2, 8
+    model = make_model(name, causal, post_norm)
+    captured = {}
+
+    def leaf_embeddings(module, inputs, output):
+        captured["emb"] = output.detach().requires_grad_(True)
+        return captured["emb"]
+
+    handle = model.token_emb.register_forward_hook(leaf_embeddings)
+    try:
+        out = model(tokens(B, L))
+    finally:
+        handle.remove()
+    emb = captured["emb"]
+    for t in range(L):
+        (grad,) = torch.autograd.grad(out[:, t].sum(), emb, retain_graph=True)  # (B, L, C)
+        per_position = grad.abs().sum(dim=(0, 2))  # (L,)
+        assert (per_position[: t + 1] > 0).all()
+        if causal:
+            assert (grad[:, t + 1 :] == 0).all(), f"position {t} sees the future"
+        elif t < L - 1:
+            assert (per_position[t + 1 :] > 0).all()
+
+
+# ----------------------------------------------------------------------------- padding
+
+
+@pytest.mark.parametrize("post_norm", [False, True])
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_right_padding_does_not_change_real_tokens(name, causal, post_norm):
+    model = make_model(name, causal, post_norm)
+    lengths, L = [6, 4], 9
+    seqs = [tokens(n, seed=i) for i, n in enumerate(lengths)]
+    batch = tokens(len(lengths), L, seed=99)  # pads are arbitrary tokens
+    for b, seq in enumerate(seqs):
+        batch[b, : len(seq)] = seq
+    padding_mask = torch.arange(L)[None, :] < torch.tensor(lengths)[:, None]
+    out = model(batch, padding_mask=padding_mask)
+    for b, seq in enumerate(seqs):
+        alone = model(seq[None])[0]
+        torch.testing.assert_close(out[b, : len(seq)], alone, atol=1e-5, rtol=1e-5)
+    if not causal:  # bidirectionally the pads do matter without the mask, so the mask is what helps
+        unmasked = model(batch)
+        assert not torch.allclose(unmasked[1, : lengths[1]], out[1, : lengths[1]], atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- explicit positions
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_explicit_positions_equal_default(name, causal):
+    B, L = 3, 10
+    model = make_model(name, causal)
+    x = tokens(B, L)
+    default = model(x)
+    assert torch.equal(model(x, positions=torch.arange(L)), default)
+    batched = model(x, positions=torch.arange(L).expand(B, L))
+    torch.testing.assert_close(batched, default, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_per_row_positions_equal_separate_runs(name, causal):
+    """(B, L) positions with a different offset per row equal running each row alone with its (L,)."""
+    B, L = 3, 8
+    model = make_model(name, causal)
+    x = tokens(B, L)
+    positions = torch.arange(L) + torch.tensor([[0], [9], [30]])
+    out = model(x, positions=positions)
+    for b in range(B):
+        alone = model(x[b : b + 1], positions=positions[b])
+        torch.testing.assert_close(out[b], alone[0], atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- shift invariance
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_shift_invariance_of_the_model(name, causal):
+    """Shifting every position by 7 leaves a shift-invariant model's outputs alone, moves an absolute one."""
+    B, L, shift = 2, 10, 7
+    model = make_model(name, causal)
+    x = tokens(B, L)
+    out, shifted = model(x), model(x, positions=torch.arange(L) + shift)
+    if ENCODINGS[name].shift_invariant:
+        torch.testing.assert_close(shifted, out, atol=1e-5, rtol=1e-5)
+    else:
+        assert (shifted - out).abs().max() > 1e-3
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_too_long_input(name, causal):
+    """Encodings with a position limit refuse longer inputs with ConfigError; the others serve them."""
+    model = make_model(name, causal, max_length=16)
+    limit = model.encoding.max_positions
+    if limit is None:
+        assert model(tokens(1, 40)).isfinite().all()
+        return
+    model(tokens(1, limit))
+    with pytest.raises(ConfigError, match=f"serves positions < {limit}"):
+        model(tokens(1, limit + 1))
+    with pytest.raises(ConfigError, match=f"serves positions < {limit}"):
+        model(tokens(1, 4), positions=torch.arange(4) + limit - 3)
+
+
+def test_unknown_encoding_in_transformer():
+    with pytest.raises(ConfigError, match="unknown encoding 'nope'; choose one of: " + ", ".join(ENCODINGS)):
+        Transformer(vocab_size=VOCAB, encoding="nope", dim=DIM, num_heads=HEADS)
+    with pytest.raises(ConfigError, match="has no option 'bogus'"):
+        Transformer(
+            vocab_size=VOCAB, encoding=NAMES[0], encoding_options={"bogus": 1}, dim=DIM, num_heads=HEADS
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_transformer_on_cuda_matches_cpu(name, causal):
+    """The fused CUDA SDPA path (with padding) agrees with the CPU forward."""
+    model = make_model(name, causal)
+    x = tokens(2, 10)
+    padding_mask = torch.arange(10)[None, :] < torch.tensor([10, 6])[:, None]
+    cpu = model(x, padding_mask=padding_mask)
+    with torch.no_grad():
+        gpu = model.cuda()(x.cuda(), padding_mask=padding_mask.cuda())
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-4)
