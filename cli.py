@@ -5,6 +5,8 @@ To run:
     python cli.py fit --config configs/synthetic.yaml --model.encoding=tupe_r --model.causal=false
     python cli.py fit ... --model.encoding_options='{base: 500}'   # an encoding's own options
 
+    python cli.py sweep sweeps/quickstart.yaml --workers 2
+
 `fit | validate | test | predict` are LightningCLI's; every run logs to W&B (offline without an API
 key) and leaves a record under `<run.out_dir>/runs/<name>-<time>/`.
 """
@@ -12,7 +14,7 @@ key) and leaves a record under `<run.out_dir>/runs/<name>-<time>/`.
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from pydoc import locate
 
@@ -32,11 +34,13 @@ RUN_DIR_ENV = "PE_RUN_DIR"  # shared by the DDP ranks Lightning launches as chil
 class RunOptions:
     """Where a run is recorded and how it is named."""
 
-    out_dir: str = "out"  # records, checkpoints and W&B files go under <out_dir>/runs/
+    # records, checkpoints and W&B files go under <out_dir>/runs/ (`cli.py sweep` sets PE_OUT_DIR)
+    out_dir: str = field(default_factory=lambda: os.environ.get("PE_OUT_DIR", "out"))
     wandb: bool = True  # W&B logger (offline without an API key; WANDB_MODE is respected)
     project: str = "pe-sweeps"
     entity: str | None = None
-    sweep: str | None = None  # sweep or study this run belongs to (set by `cli.py sweep`)
+    # sweep or study this run belongs to (`cli.py sweep` sets PE_SWEEP; W&B agents WANDB_SWEEP_ID)
+    sweep: str | None = field(default_factory=lambda: os.environ.get("PE_SWEEP"))
     name: str | None = None  # default <task>-<encoding>-s<seed>
 
 
@@ -90,16 +94,29 @@ class PECLI(LightningCLI):
         kwargs["callbacks"] = callbacks + (configured if isinstance(configured, list) else [configured])
         if run.wandb and config.trainer.logger in (None, True):
             tags = [task, encoding] + ([sweep] if sweep else [])
-            kwargs["logger"] = make_wandb_logger(
-                run_dir, name, identity["group"], run.project, run.entity, tags
-            )
+            kwargs["logger"] = make_wandb_logger(run_dir, name, identity["group"], run.project, run.entity, tags)
         kwargs.setdefault("default_root_dir", str(run_dir))
         return super().instantiate_trainer(**kwargs)
 
 
-def cli_main(args: list[str] | None = None) -> PECLI | None:
+def sweep_main(args: list[str]):
+    """`cli.py sweep FILE [--workers N] [--storage URL] [--study_name NAME] ...`"""
+    from jsonargparse import CLI
+
+    from tracking.sweep import SweepOptions, run_sweep
+
+    return run_sweep(CLI(SweepOptions, args=args))
+
+
+EXTRA_COMMANDS = {"sweep": sweep_main}
+
+
+def cli_main(args: list[str] | None = None):
     """Entry point; a ConfigError (bad name, size, option or file) is one line on stderr, exit 2."""
+    argv = sys.argv[1:] if args is None else args
     try:
+        if argv and argv[0] in EXTRA_COMMANDS:
+            return EXTRA_COMMANDS[argv[0]](argv[1:])
         return PECLI(
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},

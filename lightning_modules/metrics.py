@@ -21,9 +21,7 @@ def length_name(stage: str, length: int, metric: str = ACC) -> str:
 
 def goal(metric: str) -> str:
     """ "max" for accuracies, correlations, BLEU; "min" for losses and perplexities."""
-    return (
-        "min" if any(key in metric.rsplit("/", 1)[-1] for key in ("loss", "ppl", "mae", "error")) else "max"
-    )
+    return "min" if any(key in metric.rsplit("/", 1)[-1] for key in ("loss", "ppl", "mae", "error")) else "max"
 
 
 class PerLengthAccuracy(Metric):

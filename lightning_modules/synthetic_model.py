@@ -8,6 +8,7 @@ from torchmetrics import MaxMetric, MeanMetric
 
 from lightning_modules import metrics as M
 from lightning_modules.errors import DivergedError
+from lightning_modules.optim import adamw_with_schedule, check_lr_decay
 from lightning_modules.transformer import Transformer
 
 
@@ -36,11 +37,13 @@ class SyntheticTaskModel(pl.LightningModule):
         lr: float = 1e-3,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
+        lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
         vocab_size: int = 64,  # linked from data.vocab_size
         max_length: int = 256,  # linked from data.max_seq_len: longest sequence any split feeds
     ):
         super().__init__()
         self.save_hyperparameters()
+        check_lr_decay(lr_decay)
         self.transformer = Transformer(
             vocab_size=vocab_size, encoding=encoding, encoding_options=encoding_options, dim=dim,
             depth=depth, num_heads=num_heads, ffn_mult=ffn_mult, dropout=dropout,
@@ -108,16 +111,12 @@ class SyntheticTaskModel(pl.LightningModule):
         self._eval_epoch_end("test")
 
     def configure_optimizers(self):
-        decay = [p for p in self.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.parameters() if p.dim() < 2]
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": self.hparams.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=self.hparams.lr,
-            betas=(0.9, 0.98),
+        hp = self.hparams
+        return adamw_with_schedule(
+            self,
+            hp.lr,
+            hp.weight_decay,
+            hp.warmup_steps,
+            hp.lr_decay,
+            self.trainer.estimated_stepping_batches,
         )
-        warmup = max(1, self.hparams.warmup_steps)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

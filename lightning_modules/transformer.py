@@ -117,9 +117,7 @@ class Transformer(nn.Module):
         for module in [self.token_emb, *self.blocks]:
             module.apply(_init_weights)
 
-    def forward(
-        self, tokens: Tensor, positions: Tensor | None = None, padding_mask: Tensor | None = None
-    ) -> Tensor:
+    def forward(self, tokens: Tensor, positions: Tensor | None = None, padding_mask: Tensor | None = None) -> Tensor:
         """tokens (B, L); positions (L,) or (B, L), default 0..L-1; padding_mask (B, L), True = real."""
         L = tokens.shape[1]
         if positions is None:

@@ -58,9 +58,7 @@ def test_same_seed_same_metrics(tiny_fit_args, tmp_path):
 
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT), **env}
-    return subprocess.run(
-        [sys.executable, "cli.py", *args], cwd=ROOT, env=env, capture_output=True, text=True
-    )
+    return subprocess.run([sys.executable, "cli.py", *args], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
 def test_wandb_offline_without_key(tiny_fit_args, tmp_path):

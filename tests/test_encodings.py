@@ -221,10 +221,7 @@ def test_sinusoid_formula(causal):
     d, P = 16, 50
     enc = make("sinusoidal", causal, dim=d, heads=2, max_length=P)
     expected = torch.tensor(
-        [
-            [(math.sin if c % 2 == 0 else math.cos)(p * 10000 ** (-(c - c % 2) / d)) for c in range(d)]
-            for p in range(P)
-        ],
+        [[(math.sin if c % 2 == 0 else math.cos)(p * 10000 ** (-(c - c % 2) / d)) for c in range(d)] for p in range(P)],
         dtype=torch.float32,
     )
     x = torch.randn(2, P, d)
@@ -268,9 +265,7 @@ def test_alibi_matches_x_transformers(heads, causal):
 # ----------------------------------------------------------------------------- T5 buckets
 
 
-def t5_bucket_closed_form(
-    rel: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
-) -> int:
+def t5_bucket_closed_form(rel: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> int:
     """PAPERS.md section 2, in float64: n = i - j; per side |n| < max_exact exact, then logarithmic."""
     n, ret = -rel, 0
     if bidirectional:

@@ -280,9 +280,7 @@ def test_unknown_encoding_in_transformer():
     with pytest.raises(ConfigError, match="unknown encoding 'nope'; choose one of: " + ", ".join(ENCODINGS)):
         Transformer(vocab_size=VOCAB, encoding="nope", dim=DIM, num_heads=HEADS)
     with pytest.raises(ConfigError, match="has no option 'bogus'"):
-        Transformer(
-            vocab_size=VOCAB, encoding=NAMES[0], encoding_options={"bogus": 1}, dim=DIM, num_heads=HEADS
-        )
+        Transformer(vocab_size=VOCAB, encoding=NAMES[0], encoding_options={"bogus": 1}, dim=DIM, num_heads=HEADS)
 
 
 @pytest.mark.gpu

@@ -78,9 +78,7 @@ class RunRecord(Callback):
             self._update(trainer)
             self.write()
 
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if trainer.is_global_zero:
             self.record["status"] = status_of(exception)
             self.record["error"] = f"{type(exception).__name__}: {exception}"

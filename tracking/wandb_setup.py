@@ -30,9 +30,7 @@ def run_group(task: str, encoding: str) -> str:
     return f"{task}/{encoding}"
 
 
-def make_wandb_logger(
-    run_dir: Path, name: str, group: str, project: str, entity: str | None, tags: list[str]
-):
+def make_wandb_logger(run_dir: Path, name: str, group: str, project: str, entity: str | None, tags: list[str]):
     """A Lightning WandbLogger writing under run_dir; never needs network when offline."""
     from pytorch_lightning.loggers import WandbLogger
 

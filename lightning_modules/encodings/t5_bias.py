@@ -11,9 +11,7 @@ def relative_distance(positions: Tensor) -> Tensor:
     return positions[..., None, :] - positions[..., :, None]
 
 
-def t5_bucket(
-    relative_position: Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
-) -> Tensor:
+def t5_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
     """T5's `_relative_position_bucket` (Raffel et al. 2020), relative_position = j - i.
 
     Bidirectional: half the buckets per side (+num_buckets/2 when j > i); exact buckets for
@@ -40,15 +38,18 @@ class T5Bias(PositionalEncoding):
     Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
     Transformer"; bucket function as in PAPERS.md section 2. Added to the logits unscaled.
     Checked against x-transformers' `RelativePositionBias` (scale 1) with the same table.
+    `init_std`: the table starts N(0, init_std^2), small so that no distance dominates at first.
     """
 
     name = "t5_bias"
     shift_invariant = True
 
-    def __init__(self, *, dim, num_heads, max_length, causal, num_buckets: int = 32, max_distance: int = 128):
+    def __init__(self, *, dim, num_heads, max_length, causal, num_buckets: int = 32, max_distance: int = 128,
+                 init_std: float = 0.02):  # fmt: skip
         super().__init__(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, num_heads)
+        nn.init.normal_(self.table.weight, std=init_std)
 
     def buckets(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, L) bucket ids."""

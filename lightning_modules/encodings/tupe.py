@@ -74,17 +74,13 @@ class TupeR(TupeA):
     def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, **kwargs):
         super().__init__(**kwargs)
         self.num_buckets, self.max_distance = num_buckets, max_distance
-        self.cls_buckets = (
-            (num_buckets // 2, num_buckets) if not self.causal else (num_buckets, num_buckets + 1)
-        )
+        self.cls_buckets = (num_buckets // 2, num_buckets) if not self.causal else (num_buckets, num_buckets + 1)
         extra = (1 if not self.causal else 2) if self.untie_cls else 0
         self.relative_table = nn.Embedding(num_buckets + extra, self.num_heads)
 
     def relative_buckets(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, L) bucket ids, with the [CLS] reset when untied."""
-        buckets = t5_bucket(
-            relative_distance(positions), not self.causal, self.num_buckets, self.max_distance
-        )
+        buckets = t5_bucket(relative_distance(positions), not self.causal, self.num_buckets, self.max_distance)
         if self.untie_cls:
             row0, col0 = self.cls_masks(positions.shape[-1], positions.device)
             buckets = torch.where(row0, self.cls_buckets[0], torch.where(col0, self.cls_buckets[1], buckets))

@@ -1,0 +1,46 @@
+"""AdamW with linear warm-up and a decay schedule, shared by every task module."""
+
+import math
+
+import torch
+from torch import nn
+
+from lightning_modules.errors import ConfigError
+
+LR_DECAYS = ("constant", "linear", "cosine")
+
+
+def check_lr_decay(decay: str) -> None:
+    if decay not in LR_DECAYS:
+        raise ConfigError(f"unknown lr_decay {decay!r}; choose one of: {', '.join(LR_DECAYS)}")
+
+
+def lr_factor(decay: str, warmup_steps: int, total_steps: float):
+    """step -> multiplier: linear warm-up over warmup_steps, then constant, linear or cosine decay to 0."""
+    check_lr_decay(decay)
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1.0, total_steps - warmup_steps))
+        if decay == "linear":
+            return 1.0 - progress
+        if decay == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
+
+    return factor
+
+
+def adamw_with_schedule(
+    module: nn.Module, lr: float, weight_decay: float, warmup_steps: int, decay: str, total_steps: float
+) -> dict:
+    """Lightning optimizer config: AdamW (no decay on biases, norms and 1-d scales), stepped per batch."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(decay, warmup_steps, total_steps))
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -1,0 +1,314 @@
+"""`cli.py sweep FILE`: run a W&B sweep file with Optuna, offline, resumable and in parallel.
+
+Each trial runs the file's `command` as a child process, expanded exactly as `wandb agent` expands it
+(W&B's own `create_sweep_command*` helpers), so the child is the same `cli.py fit` an agent starts
+and may itself use DDP. The child writes its run record (tracking/records.py) at every validation;
+this process reads it, reports each value of the sweep metric to the trial (step = validation index,
+W&B's hyperband "iteration") and stops the child when the pruner says so.
+
+Resuming: the study lives in SQLite under the output directory (or `--storage postgresql://...`).
+Finished trials are never repeated. A trial whose sweep process died is found either at once (same
+host, its pid is gone) or by Optuna's heartbeat (any host), marked failed and re-queued with
+`RetryFailedTrialCallback`; the retry resumes from the dead trial's last checkpoint.
+"""
+
+import ctypes
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.storages import RetryFailedTrialCallback
+from optuna.trial import TrialState
+from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
+
+from lightning_modules.errors import ConfigError
+from tracking import sweep_file as sf
+from tracking.records import RECORD_FILE
+
+STATES = {"finished": TrialState.COMPLETE}
+
+
+@dataclass
+class SweepOptions:
+    """Options of `cli.py sweep`."""
+
+    file: str
+    study_name: str | None = None  # default: the sweep file's name
+    storage: str | None = None  # default: sqlite:///<out_dir>/sweeps/<study>/optuna.db
+    workers: int = 1  # trials run in parallel by this process
+    devices_per_trial: int = 0  # GPUs given to each trial (CUDA_VISIBLE_DEVICES); 0 = CPU threads
+    out_dir: str = "out"
+    seed: int = 0  # sampler seed
+    heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this is dead
+    max_retry: int = 2  # times a dead trial is re-queued
+
+
+def open_storage(opts: SweepOptions, study_name: str) -> optuna.storages.RDBStorage:
+    url = opts.storage
+    if url is None:
+        path = Path(opts.out_dir) / "sweeps" / study_name / "optuna.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{path.resolve()}"
+    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    return optuna.storages.RDBStorage(
+        url, engine_kwargs=engine, heartbeat_interval=opts.heartbeat, grace_period=3 * opts.heartbeat,
+        failed_trial_callback=RetryFailedTrialCallback(max_retry=opts.max_retry),
+    )  # fmt: skip
+
+
+def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str) -> optuna.Study:
+    """Create the study (queueing every grid point once) or load it, checking it is the same sweep."""
+    digest = hashlib.sha256(json.dumps(sweep, sort_keys=True).encode()).hexdigest()[:16]
+    kwargs = {"study_name": study_name, "storage": storage, "sampler": sf.sampler(sweep, opts.seed)}
+    try:
+        study = optuna.create_study(direction=sf.direction(sweep), pruner=sf.pruner(sweep), **kwargs)
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(pruner=sf.pruner(sweep), **kwargs)
+        if study.user_attrs.get("sweep_digest") != digest:
+            raise ConfigError(
+                f"study {study_name!r} was made from a different sweep file; pass --study_name to start a new one"
+            ) from None
+        return study
+    study.set_user_attr("sweep_digest", digest)
+    study.set_user_attr("sweep", sweep)
+    for point in sf.grid_points(sweep) if sweep["method"] == "grid" else []:
+        study.enqueue_trial(point)
+    return study
+
+
+def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
+    """The child's argv, expanded as `wandb agent` does (the interpreter is this one, not `python`)."""
+    command = create_sweep_command(list(sweep.get("command", sf.DEFAULT_COMMAND)))
+    macros = create_sweep_command_args({"args": {k: {"value": v} for k, v in params.items()}})
+    json_file = trial_dir / "args.json"
+    json_file.write_text(macros["args_json"][0])
+    macros.update(env=["/usr/bin/env"], interpreter=[sys.executable], program=[sweep.get("program", "cli.py")],
+                  args_json_file=[str(json_file)])  # fmt: skip
+    argv = []
+    for chunk in map(str, command):
+        argv += macros.get(chunk[2:-1]) or [] if chunk.startswith("${") and chunk.endswith("}") else [chunk]
+    return argv
+
+
+def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -> dict:
+    env = {**os.environ, "PE_OUT_DIR": str(trial_dir), "PE_SWEEP": study_name}
+    if opts.devices_per_trial:
+        first = slot * opts.devices_per_trial
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(opts.devices_per_trial))
+    else:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // opts.workers))
+    return env
+
+
+def _die_with_parent() -> None:
+    """Child side: get SIGTERM when the sweep process dies (even by kill -9), so no orphan trains on."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def latest_record(trial_dir: Path) -> dict | None:
+    paths = sorted(trial_dir.glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime)
+    try:
+        return json.loads(paths[-1].read_text()) if paths else None
+    except json.JSONDecodeError:  # caught mid-replace on a file system without atomic rename
+        return None
+
+
+def resume_checkpoint(study: optuna.Study, trial: optuna.Trial) -> Path | None:
+    """The last checkpoint of the dead trial this one retries, if any."""
+    number = RetryFailedTrialCallback.retried_trial_number(study._storage.get_trial(trial._trial_id))
+    if number is None:
+        return None
+    dead_dir = study.trials[number].user_attrs.get("trial_dir")
+    checkpoints = sorted(Path(dead_dir).glob("runs/*/checkpoints/last.ckpt")) if dead_dir else []
+    return checkpoints[-1] if checkpoints else None
+
+
+class TrialRun:
+    """One trial: start the child, stream its metric into the trial, prune, and tell the result."""
+
+    def __init__(self, study: optuna.Study, sweep: dict, opts: SweepOptions, slot: int):
+        self.study, self.sweep, self.opts, self.slot = study, sweep, opts, slot
+        self.metric = sweep["metric"]["name"]
+
+    def run(self, trial: optuna.Trial) -> None:
+        params = {n: sf.suggest(trial, n, s, self.sweep["method"]) for n, s in self.sweep["parameters"].items()}
+        trial_dir = Path(self.opts.out_dir).resolve() / "sweeps" / self.study.study_name / f"trial-{trial.number}"
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        for key, value in {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "trial_dir": str(trial_dir),
+        }.items():
+            trial.set_user_attr(key, value)
+        argv = build_command(self.sweep, params, trial_dir)
+        checkpoint = resume_checkpoint(self.study, trial)
+        if checkpoint:
+            argv.append(f"--ckpt_path={checkpoint}")
+            trial.set_user_attr("resumed_from", str(checkpoint))
+        trial.set_user_attr("command", " ".join(argv))
+        env = child_env(self.study.study_name, trial_dir, self.slot, self.opts)
+        with open(trial_dir / "output.log", "ab") as log:
+            child = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            pruned = self.follow(trial, child, trial_dir)
+        self.tell(trial, child.returncode, pruned, latest_record(trial_dir), trial_dir)
+
+    def follow(self, trial: optuna.Trial, child: subprocess.Popen, trial_dir: Path) -> bool:
+        """Wait for the child; report each new value of the metric; True if it was pruned."""
+        reported, beat = 0, 0.0
+        try:
+            while child.poll() is None:
+                if time.monotonic() - beat > self.opts.heartbeat:
+                    self.study._storage.record_heartbeat(trial._trial_id)
+                    beat = time.monotonic()
+                record = latest_record(trial_dir) or {"history": []}
+                values = [h[self.metric] for h in record["history"] if self.metric in h]
+                for step in range(reported, len(values)):
+                    trial.report(values[step], step + 1)
+                reported = len(values)
+                if values and trial.should_prune():
+                    child.terminate()
+                    child.wait()
+                    return True
+                time.sleep(1.0)
+        except BaseException:
+            child.terminate()
+            child.wait()
+            raise
+        return False
+
+    def tell(self, trial, returncode: int, pruned: bool, record: dict | None, trial_dir: Path) -> None:
+        final = (record or {}).get("final", {})
+        if pruned:
+            trial.set_user_attr("reason", f"pruned at validation {len(trial.intermediate_values)}")
+            self.study.tell(trial, state=TrialState.PRUNED)
+        elif returncode == 0 and self.metric in final and final[self.metric] == final[self.metric]:
+            self.study.tell(trial, final[self.metric])
+        else:
+            trial.set_user_attr("reason", failure_reason(returncode, record, self.metric, trial_dir))
+            self.study.tell(trial, state=TrialState.FAIL)
+
+
+def failure_reason(returncode: int, record: dict | None, metric: str, trial_dir: Path) -> str:
+    """One line: why a trial failed (diverged, raised, or never logged the sweep metric)."""
+    if record and record.get("error"):
+        return f"{record['status']}: {record['error']}"[:300]
+    if returncode == 0:
+        logged = sorted((record or {}).get("final", {}))
+        return f"metric {metric!r} was not logged (or is NaN); logged: {', '.join(logged[:12]) or 'nothing'}"
+    lines = (trial_dir / "output.log").read_text(errors="replace").strip().splitlines()
+    return f"exit code {returncode}: {lines[-1] if lines else 'no output'}"[:300]
+
+
+def recover_dead_trials(study: optuna.Study, max_retry: int) -> None:
+    """Fail and re-queue RUNNING trials whose sweep process is gone: at once on this host (pid check),
+    and on any host once their heartbeat is stale (Optuna's own check)."""
+    host = socket.gethostname()
+    retry = RetryFailedTrialCallback(max_retry=max_retry)
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if trial.user_attrs.get("host") == host and not _alive(trial.user_attrs.get("pid", -1)):
+            if study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
+                study._storage.set_trial_user_attr(trial._trial_id, "reason", "sweep process died; re-queued")
+                retry(study, study._storage.get_trial(trial._trial_id))
+    optuna.storages.fail_stale_trials(study)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def budget_left(study: optuna.Study, sweep: dict) -> bool:
+    """Grid: queued points remain. Random/bayes: fewer than run_cap trials counted (a dead trial
+    that was re-queued counts once, through its retry)."""
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == TrialState.WAITING for t in trials):
+        return True
+    if sweep["method"] == "grid":
+        return False
+    cap = sweep.get("run_cap")
+    retried = {RetryFailedTrialCallback.retried_trial_number(t) for t in trials}
+    counted = [t for t in trials if t.number not in retried]
+    return cap is None or len(counted) < cap
+
+
+class Sweep:
+    """Workers that ask the study for trials and run them until the budget is spent."""
+
+    def __init__(self, sweep: dict, opts: SweepOptions):
+        self.sweep, self.opts = sweep, opts
+        self.study_name = opts.study_name or Path(opts.file).stem
+        self.storage = open_storage(opts, self.study_name)
+        self.study = open_study(sweep, opts, self.storage, self.study_name)
+        self.lock = threading.Lock()  # asks are serialised within this process
+        self.errors: list[BaseException] = []
+
+    def next_trial(self, study: optuna.Study) -> optuna.Trial | None:
+        with self.lock:
+            recover_dead_trials(study, self.opts.max_retry)
+            if not budget_left(study, self.sweep):
+                return None
+            trial = study.ask()
+            if self.sweep["method"] == "grid" and "fixed_params" not in trial.system_attrs:
+                trial.set_user_attr("reason", "grid already covered by other workers")
+                study.tell(trial, state=TrialState.FAIL)  # lost a race for the last queued point
+                return None
+            return trial
+
+    def worker(self, slot: int) -> None:
+        try:
+            study = optuna.load_study(
+                study_name=self.study_name, storage=self.storage, sampler=sf.sampler(self.sweep, self.opts.seed + slot),
+                pruner=sf.pruner(self.sweep),
+            )  # fmt: skip
+            while (trial := self.next_trial(study)) is not None:
+                TrialRun(study, self.sweep, self.opts, slot).run(trial)
+        except BaseException as error:  # reported by the main thread
+            self.errors.append(error)
+
+    def run(self, on_tick=None) -> None:
+        threads = [threading.Thread(target=self.worker, args=(slot,), daemon=True) for slot in range(self.opts.workers)]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.2)  # stagger the first asks
+        while any(thread.is_alive() for thread in threads):
+            if on_tick:
+                on_tick(self.study)
+            time.sleep(1.0)
+        if on_tick:
+            on_tick(self.study)
+        if self.errors:
+            raise self.errors[0]
+
+
+def run_sweep(opts: SweepOptions) -> optuna.Study:
+    """Run (or resume) the sweep with a live status line, then print the trial table."""
+    from rich.console import Console
+
+    from tracking.sweep_display import LiveStatus, trial_table
+
+    sweep = sf.load_sweep(opts.file)
+    if opts.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {opts.workers}")
+    runner = Sweep(sweep, opts)
+    console = Console()
+    with LiveStatus(console) as live:
+        runner.run(on_tick=live.tick)
+    console.print(trial_table(runner.study, sweep["metric"]["name"]))
+    return runner.study
