@@ -23,7 +23,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI
 
 from lightning_modules.encodings import check_encoding
-from lightning_modules.errors import ConfigError
+from lightning_modules.errors import ConfigError, DivergedError
 from tracking.records import RunRecord
 from tracking.wandb_setup import make_wandb_logger, run_group, run_name
 
@@ -112,7 +112,8 @@ EXTRA_COMMANDS = {"sweep": sweep_main}
 
 
 def cli_main(args: list[str] | None = None):
-    """Entry point; a ConfigError (bad name, size, option or file) is one line on stderr, exit 2."""
+    """Entry point. A ConfigError (bad name, size, option or file) is one line on stderr and exit 2;
+    a diverged loss one line and exit 3 (its run record says `diverged`)."""
     argv = sys.argv[1:] if args is None else args
     try:
         if argv and argv[0] in EXTRA_COMMANDS:
@@ -123,16 +124,17 @@ def cli_main(args: list[str] | None = None):
             args=args,
         )
     except Exception as error:
-        cause = config_error(error)
+        cause = user_error(error)
         if cause is None:
             raise
         print(f"error: {cause}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(2 if isinstance(cause, ConfigError) else 3) from None
 
 
-def config_error(error: BaseException | None) -> ConfigError | None:
-    """The ConfigError behind an exception (jsonargparse wraps the ones raised while instantiating)."""
-    while error is not None and not isinstance(error, ConfigError):
+def user_error(error: BaseException | None) -> ConfigError | DivergedError | None:
+    """The ConfigError or DivergedError behind an exception (jsonargparse wraps the ones raised while
+    instantiating); None for anything else, which keeps its traceback."""
+    while error is not None and not isinstance(error, (ConfigError, DivergedError)):
         error = error.__cause__ or error.__context__
     return error
 

@@ -315,14 +315,15 @@ def test_t5_bias_is_table_lookup_of_bucket(causal):
     i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
     buckets = t5_bucket(j - i, bidirectional=not causal)
     assert torch.equal(enc.buckets(torch.arange(L)), buckets)
-    assert torch.equal(enc.positional_logits(L), enc.table.weight[buckets].permute(2, 0, 1))
+    assert torch.equal(enc.positional_logits(L), enc.table.weight[buckets].permute(2, 0, 1) * enc.scale)
+    assert enc.scale == HEAD_DIM**0.5  # x-transformers' default scale
 
 
 @pytest.mark.parametrize("causal", CAUSAL)
 def test_t5_bias_matches_x_transformers(causal):
     L = 300
     enc = make("t5_bias", causal)
-    ref = RelativePositionBias(scale=1, causal=causal, heads=HEADS)  # their causal = unidirectional buckets
+    ref = RelativePositionBias(scale=HEAD_DIM**0.5, causal=causal, heads=HEADS)  # causal = one-sided buckets
     ref.relative_attention_bias.weight.data.copy_(enc.table.weight)
     torch.testing.assert_close(enc.positional_logits(L), ref(L, L), atol=1e-5, rtol=0)
 

@@ -9,7 +9,7 @@ W&B's hyperband "iteration") and stops the child when the pruner says so.
 Resuming: the study lives in SQLite under the output directory (or `--storage postgresql://...`).
 Finished trials are never repeated. A trial whose sweep process died is found either at once (same
 host, its pid is gone) or by Optuna's heartbeat (any host), marked failed and re-queued with
-`RetryFailedTrialCallback`; the retry resumes from the dead trial's last checkpoint.
+`RetryHeartbeatStaleTrialCallback`; the retry resumes from the dead trial's last checkpoint.
 """
 
 import ctypes
@@ -22,11 +22,12 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-from optuna.storages import RetryFailedTrialCallback
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
 
@@ -34,7 +35,9 @@ from lightning_modules.errors import ConfigError
 from tracking import sweep_file as sf
 from tracking.records import RECORD_FILE
 
-STATES = {"finished": TrialState.COMPLETE}
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 
 @dataclass
@@ -61,7 +64,7 @@ def open_storage(opts: SweepOptions, study_name: str) -> optuna.storages.RDBStor
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     return optuna.storages.RDBStorage(
         url, engine_kwargs=engine, heartbeat_interval=opts.heartbeat, grace_period=3 * opts.heartbeat,
-        failed_trial_callback=RetryFailedTrialCallback(max_retry=opts.max_retry),
+        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=opts.max_retry),
     )  # fmt: skip
 
 
@@ -125,7 +128,7 @@ def latest_record(trial_dir: Path) -> dict | None:
 
 def resume_checkpoint(study: optuna.Study, trial: optuna.Trial) -> Path | None:
     """The last checkpoint of the dead trial this one retries, if any."""
-    number = RetryFailedTrialCallback.retried_trial_number(study._storage.get_trial(trial._trial_id))
+    number = RetryHeartbeatStaleTrialCallback.retried_trial_number(study._storage.get_trial(trial._trial_id))
     if number is None:
         return None
     dead_dir = study.trials[number].user_attrs.get("trial_dir")
@@ -151,6 +154,9 @@ class TrialRun:
         }.items():
             trial.set_user_attr(key, value)
         argv = build_command(self.sweep, params, trial_dir)
+        retried = RetryHeartbeatStaleTrialCallback.retried_trial_number(self.study._storage.get_trial(trial._trial_id))
+        if retried is not None:
+            trial.set_user_attr("reason", f"retry of trial {retried}")
         checkpoint = resume_checkpoint(self.study, trial)
         if checkpoint:
             argv.append(f"--ckpt_path={checkpoint}")
@@ -213,11 +219,11 @@ def recover_dead_trials(study: optuna.Study, max_retry: int) -> None:
     """Fail and re-queue RUNNING trials whose sweep process is gone: at once on this host (pid check),
     and on any host once their heartbeat is stale (Optuna's own check)."""
     host = socket.gethostname()
-    retry = RetryFailedTrialCallback(max_retry=max_retry)
+    retry = RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if trial.user_attrs.get("host") == host and not _alive(trial.user_attrs.get("pid", -1)):
+            study._storage.set_trial_user_attr(trial._trial_id, "reason", "sweep process died; re-queued")
             if study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
-                study._storage.set_trial_user_attr(trial._trial_id, "reason", "sweep process died; re-queued")
                 retry(study, study._storage.get_trial(trial._trial_id))
     optuna.storages.fail_stale_trials(study)
 
@@ -243,7 +249,7 @@ def budget_left(study: optuna.Study, sweep: dict) -> bool:
     if sweep["method"] == "grid":
         return False
     cap = sweep.get("run_cap")
-    retried = {RetryFailedTrialCallback.retried_trial_number(t) for t in trials}
+    retried = {RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials}
     counted = [t for t in trials if t.number not in retried]
     return cap is None or len(counted) < cap
 
@@ -265,7 +271,8 @@ class Sweep:
             if not budget_left(study, self.sweep):
                 return None
             trial = study.ask()
-            if self.sweep["method"] == "grid" and "fixed_params" not in trial.system_attrs:
+            queued = "fixed_params" in study._storage.get_trial(trial._trial_id).system_attrs
+            if self.sweep["method"] == "grid" and not queued:
                 trial.set_user_attr("reason", "grid already covered by other workers")
                 study.tell(trial, state=TrialState.FAIL)  # lost a race for the last queued point
                 return None
@@ -310,5 +317,6 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
     console = Console()
     with LiveStatus(console) as live:
         runner.run(on_tick=live.tick)
+    console.print()
     console.print(trial_table(runner.study, sweep["metric"]["name"]))
     return runner.study

@@ -1,0 +1,134 @@
+"""`cli.py sweep` end to end on seconds-long trials: resume, kill -9, failures, NaN, parallel workers."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from conftest import TINY
+from tracking import sweep_file as sf
+from tracking.sweep import build_command
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def tiny_sweep(tmp_path, parameters: dict, name="s", **extra) -> Path:
+    sweep = {
+        "program": str(ROOT / "cli.py"), "method": "grid", "metric": {"name": "val/acc", "goal": "maximize"},
+        "parameters": parameters, "command": ["${env}", "${interpreter}", "${program}", "fit", *TINY, "${args}"],
+        **extra,
+    }  # fmt: skip
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+def sweep_cmd(path: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "cli.py"), "sweep", str(path), f"--out_dir={out}", *extra]
+
+
+def run_sweep(path, out, *extra, check=True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    result = subprocess.run(sweep_cmd(path, out, *extra), cwd=ROOT, env=env, capture_output=True, text=True)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def trials(out: Path, name="s") -> list[optuna.trial.FrozenTrial]:
+    storage = f"sqlite:///{out / 'sweeps' / name / 'optuna.db'}"
+    return optuna.load_study(study_name=name, storage=storage).trials
+
+
+def complete_points(ts) -> list[tuple]:
+    return sorted(tuple(sorted(t.params.items())) for t in ts if t.state == TrialState.COMPLETE)
+
+
+def test_sweep_runs_and_resumes_without_repeating(tmp_path):
+    path = tiny_sweep(tmp_path, {"model.encoding": {"values": ["rope", "alibi"]}, "seed_everything": {"values": [0]}})
+    result = run_sweep(path, tmp_path)
+    assert "sweep s: val/acc" in result.stdout and "encoding=alibi" in result.stdout
+    first = trials(tmp_path)
+    assert [t.state for t in first] == [TrialState.COMPLETE] * 2
+    assert all(len(t.intermediate_values) == 2 for t in first)  # one report per validation
+    run_sweep(path, tmp_path)
+    assert len(trials(tmp_path)) == 2  # nothing new started
+
+
+def test_kill_9_then_rerun_completes_each_point_once(tmp_path):
+    grid = {"model.encoding": {"values": ["rope", "alibi", "none"]}}
+    path = tiny_sweep(tmp_path, grid)
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    sweep = subprocess.Popen(sweep_cmd(path, tmp_path), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 120
+    while not list((tmp_path / "sweeps" / "s").glob("trial-*/runs/*/checkpoints/last.ckpt")):
+        assert time.time() < deadline and sweep.poll() is None, "no trial reached a checkpoint"
+        time.sleep(0.2)
+    sweep.send_signal(signal.SIGKILL)
+    sweep.wait()
+    run_sweep(path, tmp_path)
+    ts = trials(tmp_path)
+    assert complete_points(ts) == sorted({(("model.encoding", e),) for e in ["rope", "alibi", "none"]})
+    dead = [t for t in ts if t.state == TrialState.FAIL]
+    assert len(dead) == 1 and "died" in dead[0].user_attrs["reason"]
+    retry = [t for t in ts if t.state == TrialState.COMPLETE and t.params == dead[0].params]
+    assert len(retry) == 1 and retry[0].user_attrs.get("resumed_from", "").endswith("last.ckpt")
+
+
+def test_failing_and_diverging_trials_are_recorded_and_the_sweep_goes_on(tmp_path):
+    grid = {"model.dim": {"values": [30, 32]}, "model.lr": {"values": [0.001, 1e30]}}  # dim 30: 4 heads
+    path = tiny_sweep(tmp_path, grid)
+    run_sweep(path, tmp_path)
+    by_point = {(t.params["model.dim"], t.params["model.lr"]): t for t in trials(tmp_path)}
+    assert by_point[(32, 0.001)].state == TrialState.COMPLETE
+    assert by_point[(30, 0.001)].state == TrialState.FAIL
+    assert "not divisible by num_heads" in by_point[(30, 0.001)].user_attrs["reason"]
+    diverged = by_point[(32, 1e30)]
+    assert diverged.state == TrialState.FAIL and diverged.user_attrs["reason"].startswith("diverged: ")
+
+
+def test_two_workers_never_repeat_a_grid_point(tmp_path):
+    grid = {"model.encoding": {"values": ["rope", "alibi", "none", "learned"]}}
+    path = tiny_sweep(tmp_path, grid)
+    run_sweep(path, tmp_path, "--workers=2")
+    ts = trials(tmp_path)
+    points = complete_points(ts)
+    assert len(points) == 4 == len(set(points))
+    assert all(t.state == TrialState.COMPLETE for t in ts)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "sweeps").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_sweep_command_parses_with_cli(path, tmp_path):
+    sweep = sf.load_sweep(path)
+    study = optuna.create_study(sampler=sf.sampler(sweep))
+    for point in sf.grid_points(sweep)[:50] if sweep["method"] == "grid" else [{}]:
+        study.enqueue_trial(point)
+    trial = study.ask()
+    params = {n: sf.suggest(trial, n, s, sweep["method"]) for n, s in sweep["parameters"].items()}
+    argv = build_command(sweep, params, tmp_path)
+    assert argv[:2] == ["/usr/bin/env", sys.executable]
+    result = subprocess.run([*argv[1:], "--print_config"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    config = yaml.safe_load(result.stdout)
+    for key, value in params.items():
+        node = config
+        for part in key.split("."):
+            node = node[part] if part in node else node["init_args"][part]
+        assert node == value, key
+
+
+def test_bad_sweep_file_is_one_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("method: evolution\nmetric: {name: val/acc}\nparameters: {x: {values: [1]}}\n")
+    result = run_sweep(path, tmp_path, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: sweep file " + str(path) + ": method 'evolution'; choose one of: grid, random, bayes"
