@@ -11,21 +11,24 @@ To run:
 key) and leaves a record under `<run.out_dir>/runs/<name>-<time>/`.
 """
 
-import os
-import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from pydoc import locate
 
-import yaml
-from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.cli import LightningCLI
+PROCESS_START = time.time()  # before the heavy imports: start-up cost is recorded with each run
 
-from lightning_modules.encodings import check_encoding
-from lightning_modules.errors import ConfigError, DivergedError
-from tracking.records import RunRecord
-from tracking.wandb_setup import make_wandb_logger, run_group, run_name
+import os  # noqa: E402
+import sys  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from pydoc import locate  # noqa: E402
+
+import yaml  # noqa: E402
+from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
+from pytorch_lightning.cli import LightningCLI  # noqa: E402
+
+from lightning_modules.encodings import check_encoding  # noqa: E402
+from lightning_modules.errors import ConfigError, DivergedError  # noqa: E402
+from tracking.records import RunRecord  # noqa: E402
+from tracking.wandb_setup import make_wandb_logger, run_group, run_name  # noqa: E402
 
 RUN_DIR_ENV = "PE_RUN_DIR"  # shared by the DDP ranks Lightning launches as child processes
 
@@ -84,7 +87,7 @@ class PECLI(LightningCLI):
         sweep = run.sweep or os.environ.get("WANDB_SWEEP_ID")
         identity = {
             "name": name, "group": run_group(task, encoding), "task": task, "encoding": encoding,
-            "seed": seed, "sweep": sweep, "subcommand": self.subcommand,
+            "seed": seed, "sweep": sweep, "subcommand": self.subcommand, "process_start": PROCESS_START,
         }  # fmt: skip
         resolved = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_link_targets=False))
         callbacks = [RunRecord(run_dir, identity, resolved)]
@@ -105,7 +108,15 @@ def sweep_main(args: list[str]):
 
     from tracking.sweep import SweepOptions, run_sweep
 
+    args = [dashes_to_underscores(a) for a in args]  # --study-name and --study_name both work
     return run_sweep(CLI(SweepOptions, args=args))
+
+
+def dashes_to_underscores(arg: str) -> str:
+    if not arg.startswith("--"):
+        return arg
+    key, sep, value = arg[2:].partition("=")
+    return "--" + key.replace("-", "_") + sep + value
 
 
 EXTRA_COMMANDS = {"sweep": sweep_main}

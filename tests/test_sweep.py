@@ -10,9 +10,9 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from conftest import TINY
 from optuna.trial import TrialState
 
-from conftest import TINY
 from tracking import sweep_file as sf
 from tracking.sweep import build_command
 
@@ -131,4 +131,72 @@ def test_bad_sweep_file_is_one_line(tmp_path):
     path.write_text("method: evolution\nmetric: {name: val/acc}\nparameters: {x: {values: [1]}}\n")
     result = run_sweep(path, tmp_path, check=False)
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: sweep file " + str(path) + ": method 'evolution'; choose one of: grid, random, bayes"
+    assert (
+        result.stderr.strip()
+        == "error: sweep file " + str(path) + ": method 'evolution'; choose one of: grid, random, bayes"
+    )
+
+
+def postgres_url() -> str:
+    url = os.environ.get("PE_TEST_POSTGRES")
+    if not url and os.environ.get("CI"):
+        pytest.fail("CI must provide PE_TEST_POSTGRES (scripts/start_postgres.sh)")
+    if not url:
+        pytest.skip("no PostgreSQL: run scripts/start_postgres.sh and set PE_TEST_POSTGRES")
+    return url
+
+
+def test_two_processes_share_a_postgres_study(tmp_path):
+    url, name = postgres_url(), f"pg-{os.getpid()}-{time.time_ns()}"
+    path = tiny_sweep(tmp_path, {"model.encoding": {"values": ["rope", "alibi", "none", "learned"]}})
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    cmd = sweep_cmd(path, tmp_path, f"--storage={url}", f"--study_name={name}")
+    workers = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]  # fmt: skip
+    outputs = [w.communicate(timeout=600) for w in workers]
+    assert all(w.returncode == 0 for w in workers), [o[1][-2000:] for o in outputs]
+    ts = optuna.load_study(study_name=name, storage=url).trials
+    assert len(complete_points(ts)) == 4 == len(set(complete_points(ts)))
+    hosts_pids = {t.user_attrs["pid"] for t in ts if t.state == TrialState.COMPLETE}
+    assert len(hosts_pids) == 2, "both processes should have run trials"
+    optuna.delete_study(study_name=name, storage=url)
+
+
+def test_optuna_dashboard_lists_the_trials(tmp_path):
+    import json
+    import socket
+    import urllib.request
+
+    path = tiny_sweep(tmp_path, {"model.encoding": {"values": ["rope"]}})
+    run_sweep(path, tmp_path)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    storage = f"sqlite:///{tmp_path / 'sweeps' / 's' / 'optuna.db'}"
+    dashboard = subprocess.Popen([sys.executable, "-m", "optuna_dashboard", storage, "--host", "127.0.0.1",
+                                  "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline, studies = time.time() + 60, None
+        while studies is None and time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2) as response:
+                    studies = json.load(response)["studies"]
+            except OSError:
+                time.sleep(0.5)
+        (study,) = [s for s in studies if s["study_name"] == "s"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{study['study_id']}", timeout=5) as r:
+            detail = json.load(r)
+        assert len(detail["trials"]) == 1 and detail["trials"][0]["state"] == "Complete"
+    finally:
+        dashboard.terminate()
+        dashboard.wait()
+
+
+def test_ddp_trial_in_a_sweep(tmp_path):
+    """A trial whose command uses 2 CPU processes (gloo DDP): one record, one result."""
+    path = tiny_sweep(tmp_path, {"model.encoding": {"values": ["alibi"]}, "trainer.devices": {"value": 2},
+                                 "trainer.strategy": {"value": "ddp"}})  # fmt: skip
+    run_sweep(path, tmp_path)
+    (trial,) = trials(tmp_path)
+    assert trial.state == TrialState.COMPLETE and len(trial.intermediate_values) == 2
+    assert len(list((tmp_path / "sweeps" / "s").glob("trial-0/runs/*/record.json"))) == 1

@@ -50,6 +50,10 @@ class RunRecord(Callback):
             self.record["started_at"] = time.time()
             self.write()
 
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
+        if "startup_seconds" not in self.record and trainer.is_global_zero and "process_start" in self.record:
+            self.record["startup_seconds"] = time.time() - self.record["process_start"]  # process start -> step 1
+
     def _update(self, trainer: pl.Trainer) -> None:
         metrics = _scalars(trainer.callback_metrics)
         self.record["final"].update(metrics)

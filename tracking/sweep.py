@@ -76,7 +76,8 @@ def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str) -> opt
         study = optuna.create_study(direction=sf.direction(sweep), pruner=sf.pruner(sweep), **kwargs)
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(pruner=sf.pruner(sweep), **kwargs)
-        if study.user_attrs.get("sweep_digest") != digest:
+        attrs = wait_until_ready(study)
+        if attrs.get("sweep_digest") != digest:
             raise ConfigError(
                 f"study {study_name!r} was made from a different sweep file; pass --study_name to start a new one"
             ) from None
@@ -85,7 +86,16 @@ def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str) -> opt
     study.set_user_attr("sweep", sweep)
     for point in sf.grid_points(sweep) if sweep["method"] == "grid" else []:
         study.enqueue_trial(point)
+    study.set_user_attr("ready", True)  # another process may now join
     return study
+
+
+def wait_until_ready(study: optuna.Study, timeout: float = 60.0) -> dict:
+    """A process joining a study that another one is still creating waits for its grid to be queued."""
+    deadline = time.monotonic() + timeout
+    while not (attrs := study.user_attrs).get("ready") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return attrs
 
 
 def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
