@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
@@ -53,6 +54,20 @@ class SweepOptions:
     seed: int = 0  # sampler seed
     heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this is dead
     max_retry: int = 2  # times a dead trial is re-queued
+    set: str | None = None  # KEY=VALUE[,KEY=VALUE]: fix parameters (one study per value, e.g. per encoding)
+
+
+def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
+    """Fix parameters to constants; returns the new sweep and a study-name suffix."""
+    suffix = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or key not in sweep["parameters"]:
+            known = ", ".join(sweep["parameters"])
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with KEY one of the sweep's parameters: {known}")
+        sweep["parameters"][key] = {"value": yaml.safe_load(value)}
+        suffix.append(value)
+    return sweep, "-".join(suffix)
 
 
 def open_storage(opts: SweepOptions, study_name: str) -> optuna.storages.RDBStorage:
@@ -320,7 +335,9 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
 
     from tracking.sweep_display import LiveStatus, trial_table
 
-    sweep = sf.load_sweep(opts.file)
+    sweep, suffix = apply_overrides(sf.load_sweep(opts.file), opts.set.split(",") if opts.set else [])
+    if suffix and not opts.study_name:
+        opts.study_name = f"{Path(opts.file).stem}-{suffix}"
     if opts.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {opts.workers}")
     runner = Sweep(sweep, opts)
