@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+import sqlalchemy
 import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
@@ -77,10 +78,15 @@ def open_storage(opts: SweepOptions, study_name: str) -> optuna.storages.RDBStor
         path.parent.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{path.resolve()}"
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    return optuna.storages.RDBStorage(
-        url, engine_kwargs=engine, heartbeat_interval=opts.heartbeat, grace_period=3 * opts.heartbeat,
-        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=opts.max_retry),
-    )  # fmt: skip
+    try:
+        return optuna.storages.RDBStorage(
+            url, engine_kwargs=engine, heartbeat_interval=opts.heartbeat, grace_period=3 * opts.heartbeat,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=opts.max_retry),
+        )  # fmt: skip
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError) as error:
+        shown = sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)  # never print a password
+        reason = str(error).strip().splitlines()[0][:200]
+        raise ConfigError(f"cannot open sweep storage {shown}: {reason}") from None
 
 
 def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str) -> optuna.Study:
