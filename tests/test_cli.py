@@ -106,3 +106,13 @@ def test_config_saved_with_record(tiny_fit_args):
     record = fit(tiny_fit_args)
     saved = json.loads((Path(record["run_dir"]) / "record.json").read_text())
     assert saved["config"]["seed_everything"] == 0
+
+
+@pytest.mark.slow
+def test_ddp_fit_on_two_cpu_processes(tiny_fit_args, tmp_path):
+    """gloo DDP with 2 processes: one run directory, one record, metrics reduced across ranks."""
+    result = run_cli(*tiny_fit_args, "--trainer.devices=2", "--trainer.strategy=ddp", "--model.encoding=alibi")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (record,) = load_records(tmp_path)
+    assert record["status"] == "finished" and str(record["config"]["trainer"]["devices"]) == "2"
+    assert len(record["history"]) == 2 and 0.0 <= record["final"]["val/acc"] <= 1.0

@@ -1,0 +1,370 @@
+"""PE-Study probes: what do position embeddings learn? (Wang & Chen, EMNLP 2020, arXiv 2010.04903).
+
+Two linear probes on a matrix E of position vectors (PAPERS.md section 1) and the paper's figures:
+- absolute position regression: rows of E -> position index, least squares, 5-fold CV, mean absolute
+  error of the rounded prediction (the sinusoid scores 0.0);
+- relative position classification: concat(E[i], E[j]) -> (j > i), logistic regression, 5-fold CV,
+  error rate over `pairs` sampled pairs, repeated over seeds (the official 512 pairs move with the seed);
+- cosine-similarity heatmap of E, 2-D PCA of E, and the encoding's positional logits per head.
+E is the encoding's table (`.weight`) when it has one, else the first-layer hidden states of a constant
+input, which is how table-free encodings (rope, t5_bias, alibi, tupe_*, none) are probed here.
+
+To run:
+    python cli.py probe --encoding sinusoidal --max-length 512 --dim 768 --report out/probe-sinusoidal
+    python cli.py probe --ckpt out/runs/<run>/checkpoints/last.ckpt --report out/probe-run
+
+Shape legend: N positions, C model width, H heads, L length.
+"""
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.linear_model import LinearRegression, LogisticRegression
+from sklearn.model_selection import KFold
+
+from lightning_modules.encodings import ENCODINGS, check_encoding_name
+from lightning_modules.errors import ConfigError
+from lightning_modules.transformer import Transformer
+
+TABLE = "embedding table"
+HIDDEN = "first-layer hidden states of a constant input"
+ABS_MAE, REL_ERR = "probe/abs_mae", "probe/rel_err"  # W&B names; REL_ERR gets _mean/_std/_min/_max
+MIN_LENGTH, MIN_PAIRS, FOLDS = 10, 20, 5
+
+
+@dataclass
+class ProbeOptions:
+    """Options of `cli.py probe` (the PE-Study probes of Wang & Chen 2020)."""
+
+    encoding: str | None = None  # registry name: probe a freshly built (untrained) encoding
+    ckpt: str | None = None  # SyntheticTaskModel checkpoint: probe its trained encoding
+    max_length: int | None = None  # positions probed; default 512, or the checkpoint's max_length
+    dim: int = 768  # bare encoding only (the paper's 768-d embeddings)
+    num_heads: int = 12  # bare encoding only
+    causal: bool = True  # bare encoding only: the 1-layer Transformer used for hidden states
+    hidden: bool = False  # probe first-layer hidden states even when the encoding has a table
+    token: int = 0  # the constant input token of hidden-state probes
+    pairs: int = 512  # pairs of the relative probe (the official code samples 512)
+    seed: int = 0  # shuffling, folds, pair sampling and the bare encoding's initialisation
+    seeds: int = 5  # relative probe repeated with seed, seed+1, ...
+    report: str | None = None  # directory for the PNG figures, index.html and probe.json
+
+
+@dataclass
+class ProbeResult:
+    """Both probes on one matrix of position vectors; `source` is TABLE or HIDDEN."""
+
+    encoding: str
+    source: str
+    positions: int
+    width: int
+    absolute_mae: float
+    relative_errors: list[float]  # one per seed: seed, seed+1, ...
+    notes: list[str] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)
+
+    @property
+    def relative(self) -> dict[str, float]:
+        """Mean, std (ddof=0), min and max of the relative error over seeds."""
+        e = np.asarray(self.relative_errors)
+        return {"mean": float(e.mean()), "std": float(e.std()), "min": float(e.min()), "max": float(e.max())}
+
+
+# ---- probes ---------------------------------------------------------------------------------------
+
+
+def absolute_position_mae(E: np.ndarray, seed: int = 0) -> float:
+    """PE-Study absolute probe: rows of E (N, C), shuffled, -> position; OLS, 5-fold CV; mean over folds
+    of the mean absolute error of the rounded prediction."""
+    order = np.random.default_rng(seed).permutation(len(E))
+    X, y = E[order], order.astype(np.float64)
+    errors = []
+    for train, test in KFold(FOLDS, shuffle=True, random_state=seed).split(X):
+        prediction = LinearRegression().fit(X[train], y[train]).predict(X[test])
+        errors.append(np.abs(np.rint(prediction) - y[test]).mean())
+    return float(np.mean(errors))
+
+
+def sample_pairs(n: int, pairs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """`pairs` position pairs (i, j), i != j, each uniform over the n (n - 1) ordered pairs."""
+    rng = np.random.default_rng(seed)
+    i = rng.integers(0, n, pairs)
+    return i, (i + rng.integers(1, n, pairs)) % n
+
+
+def relative_position_error(E: np.ndarray, pairs: int = 512, seed: int = 0) -> float:
+    """PE-Study relative probe: concat(E[i], E[j]) (pairs, 2C) -> (j > i); logistic regression,
+    5-fold CV; mean error rate over folds."""
+    i, j = sample_pairs(len(E), pairs, seed)
+    X, y = np.concatenate([E[i], E[j]], axis=1), (j > i).astype(int)
+    errors = []
+    for train, test in KFold(FOLDS, shuffle=True, random_state=seed).split(X):
+        model = LogisticRegression(max_iter=5000).fit(X[train], y[train])
+        errors.append((model.predict(X[test]) != y[test]).mean())
+    return float(np.mean(errors))
+
+
+# ---- position vectors -----------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def first_layer_hidden_states(transformer: Transformer, length: int, token: int = 0) -> torch.Tensor:
+    """Output (L, C) of the first block for the constant input `token` repeated `length` times."""
+    captured = {}
+    hook = transformer.blocks[0].register_forward_hook(lambda m, i, out: captured.setdefault("x", out))
+    was_training = transformer.training
+    try:
+        transformer.eval()
+        transformer(torch.full((1, length), token, dtype=torch.long))
+    finally:
+        hook.remove()
+        transformer.train(was_training)
+    return captured["x"][0]  # (L, C)
+
+
+def position_vectors(transformer: Transformer, length: int, token: int, hidden: bool) -> tuple[np.ndarray, str]:
+    """E (N, C) in float64 and its source: the encoding's table, else first-layer hidden states."""
+    table = getattr(transformer.encoding, "weight", None)
+    if table is None or hidden:
+        return first_layer_hidden_states(transformer, length, token).double().numpy(), HIDDEN
+    if length > table.shape[0]:
+        raise ConfigError(f"max_length={length} exceeds the {table.shape[0]} rows of the encoding's table")
+    return table[:length].detach().double().cpu().numpy(), TABLE
+
+
+def build_bare(opts: ProbeOptions, length: int) -> Transformer:
+    """A freshly initialised (seeded) 1-layer Transformer around the registry encoding `opts.encoding`."""
+    torch.manual_seed(opts.seed)
+    return Transformer(
+        vocab_size=opts.token + 1, encoding=opts.encoding, dim=opts.dim, depth=1, num_heads=opts.num_heads,
+        max_length=length, causal=opts.causal,
+    )  # fmt: skip
+
+
+def bare_notes(transformer: Transformer, hidden: bool, seed: int) -> list[str]:
+    """What a probe of an untrained encoding means."""
+    encoding = transformer.encoding
+    notes = [f"bare {encoding.name!r} freshly built from the registry (seed {seed}), untrained"]
+    if hidden or getattr(encoding, "weight", None) is None:
+        notes.append("hidden states come from a randomly initialised, untrained 1-layer Transformer")
+    elif encoding.weight.requires_grad:
+        notes.append("an untrained learned table is random (its init): the scores are a baseline, not learning")
+    return notes
+
+
+def load_checkpoint(path: str) -> Transformer:
+    """The trained Transformer of a SyntheticTaskModel checkpoint, on the CPU."""
+    from lightning_modules.synthetic_model import SyntheticTaskModel
+
+    try:
+        return SyntheticTaskModel.load_from_checkpoint(path, map_location="cpu").transformer
+    except Exception as error:  # a file that is no SyntheticTaskModel checkpoint
+        raise ConfigError(f"cannot load {path!r} as a SyntheticTaskModel checkpoint: {error}") from error
+
+
+def check_length(length: int) -> None:
+    if length < MIN_LENGTH:
+        raise ConfigError(f"max_length={length} is too short for {FOLDS}-fold probes; need >= {MIN_LENGTH}")
+
+
+def check_options(opts: ProbeOptions) -> None:
+    """One-line ConfigErrors for bad options, before anything is built or loaded."""
+    if (opts.encoding is None) == (opts.ckpt is None):
+        raise ConfigError(f"give exactly one of --encoding ({', '.join(ENCODINGS)}) or --ckpt PATH")
+    if opts.encoding is not None:
+        check_encoding_name(opts.encoding)
+    if opts.ckpt is not None and not Path(opts.ckpt).is_file():
+        raise ConfigError(f"checkpoint {opts.ckpt!r} not found")
+    if opts.max_length is not None:
+        check_length(opts.max_length)
+    if opts.pairs < MIN_PAIRS or opts.seeds < 1:
+        raise ConfigError(f"need --pairs >= {MIN_PAIRS} and --seeds >= 1, got {opts.pairs} and {opts.seeds}")
+
+
+def resolve(opts: ProbeOptions) -> tuple[Transformer, int, list[str]]:
+    """The transformer to probe, the number of positions and notes on what its scores mean."""
+    check_options(opts)
+    if opts.ckpt is None:
+        length = opts.max_length or 512
+        transformer = build_bare(opts, length)
+        return transformer, length, bare_notes(transformer, opts.hidden, opts.seed)
+    transformer = load_checkpoint(opts.ckpt)
+    length = opts.max_length or transformer.encoding.max_length
+    check_length(length)
+    return transformer, length, [f"trained checkpoint {opts.ckpt}"]
+
+
+# ---- figures --------------------------------------------------------------------------------------
+
+
+def cosine_similarity_matrix(E: np.ndarray) -> np.ndarray:
+    """Position-wise cosine similarity (N, N) of the rows of E (the paper's heatmaps)."""
+    unit = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+    return unit @ unit.T
+
+
+def pca_2d(E: np.ndarray) -> np.ndarray:
+    """Projection (N, 2) of the centred rows of E on their first two principal directions."""
+    centred = E - E.mean(axis=0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    return centred @ vt[:2].T
+
+
+def figure_arrays(E: np.ndarray, transformer: Transformer, length: int) -> dict[str, np.ndarray]:
+    """The arrays behind the figures: cosine (N, N), pca (N, 2) and, when the encoding has them,
+    logits (H, L, L) from `positional_logits`."""
+    arrays = {"cosine": cosine_similarity_matrix(E), "pca": pca_2d(E)}
+    logits = transformer.encoding.positional_logits(length)
+    if logits is not None:
+        arrays["logits"] = logits.float().cpu().numpy()
+    return arrays
+
+
+def save_figures(arrays: dict[str, np.ndarray], title: str, out_dir: Path) -> list[Path]:
+    """Write one PNG per array (Agg canvas, no pyplot state); returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = {"cosine": plot_cosine, "pca": plot_pca, "logits": plot_logits}
+    paths = []
+    for key, array in arrays.items():
+        figure = plots[key](array, title)
+        paths.append(out_dir / f"{key}.png")
+        figure.savefig(paths[-1], dpi=100)
+    return paths
+
+
+def plot_cosine(cosine: np.ndarray, title: str):
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6, 5), layout="constrained")
+    ax = figure.add_subplot()
+    image = ax.imshow(cosine, cmap="viridis", vmin=-1, vmax=1)
+    ax.set(title=f"cosine similarity: {title}", xlabel="position", ylabel="position")
+    figure.colorbar(image, ax=ax)
+    return figure
+
+
+def plot_pca(points: np.ndarray, title: str):
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6, 5), layout="constrained")
+    ax = figure.add_subplot()
+    scatter = ax.scatter(points[:, 0], points[:, 1], c=np.arange(len(points)), cmap="viridis", s=6)
+    ax.set(title=f"PCA: {title}", xlabel="PC 1", ylabel="PC 2")
+    figure.colorbar(scatter, ax=ax, label="position")
+    return figure
+
+
+def plot_logits(logits: np.ndarray, title: str):
+    from matplotlib.figure import Figure
+
+    heads = logits.shape[0]
+    cols = min(4, heads)
+    rows = math.ceil(heads / cols)
+    figure = Figure(figsize=(3 * cols, 2.8 * rows + 0.4), layout="constrained")
+    figure.suptitle(f"positional logits per head (query x key): {title}")
+    for h, ax in enumerate(figure.subplots(rows, cols, squeeze=False).flat):
+        if h >= heads:
+            ax.axis("off")
+            continue
+        image = ax.imshow(np.where(np.isfinite(logits[h]), logits[h], np.nan), cmap="viridis")
+        ax.set_title(f"head {h}", fontsize=9)
+        figure.colorbar(image, ax=ax)
+    return figure
+
+
+def write_index(result: ProbeResult, paths: list[Path], out_dir: Path) -> None:
+    """index.html listing the figures, and probe.json with the numbers."""
+    rel = result.relative
+    lines = [
+        f"<h1>PE-Study probes: {result.encoding}</h1>",
+        f"<p>source: {result.source}; {result.positions} positions x {result.width}</p>",
+        f"<p>absolute MAE {result.absolute_mae:.3f}; relative error {100 * rel['mean']:.2f} % "
+        f"&plusmn; {100 * rel['std']:.2f} ({100 * rel['min']:.2f}-{100 * rel['max']:.2f} %) "
+        f"over {len(result.relative_errors)} seeds</p>",
+        *(f"<p>{note}</p>" for note in result.notes),
+        *(f'<h2>{p.stem}</h2><img src="{p.name}">' for p in paths),
+    ]
+    (out_dir / "index.html").write_text("<html><body>\n" + "\n".join(lines) + "\n</body></html>\n")
+    payload = {**asdict(result), "relative": rel}
+    (out_dir / "probe.json").write_text(json.dumps(payload, indent=2))
+
+
+def log_to_wandb(result: ProbeResult, paths: list[Path]) -> None:
+    """Log the numbers and figures to the active W&B run, if there is one."""
+    import wandb
+
+    if wandb.run is None:
+        return
+    values = {ABS_MAE: result.absolute_mae, **{f"{REL_ERR}_{k}": v for k, v in result.relative.items()}}
+    values.update({f"probe/{p.stem}": wandb.Image(str(p)) for p in paths})
+    wandb.log(values)
+
+
+# ---- entry points ---------------------------------------------------------------------------------
+
+
+def results_table(result: ProbeResult):
+    """A rich table of the absolute MAE and the relative error over seeds."""
+    from rich.table import Table
+
+    rel = result.relative
+    table = Table(title=f"PE-Study probes (Wang & Chen 2020): {result.encoding}")
+    for column in ("source", "positions x width", "absolute MAE", "relative error: mean ± std (min-max)"):
+        table.add_column(column)
+    table.add_row(
+        result.source, f"{result.positions} x {result.width}", f"{result.absolute_mae:.3f}",
+        f"{100 * rel['mean']:.2f} % ± {100 * rel['std']:.2f} ({100 * rel['min']:.2f}-{100 * rel['max']:.2f} %) "
+        f"over {len(result.relative_errors)} seeds",
+    )  # fmt: skip
+    return table
+
+
+def run_probe(opts: ProbeOptions) -> ProbeResult:
+    """Both PE-Study probes (Wang & Chen 2020) on a bare encoding or a checkpoint, plus the report."""
+    transformer, length, notes = resolve(opts)
+    name = transformer.encoding.name
+    E, source = position_vectors(transformer, length, opts.token, opts.hidden)
+    if source == HIDDEN:
+        notes.append(f"probed: {HIDDEN} (token {opts.token}), not an embedding table")
+    seeds = range(opts.seed, opts.seed + opts.seeds)
+    result = ProbeResult(
+        encoding=name, source=source, positions=E.shape[0], width=E.shape[1],
+        absolute_mae=absolute_position_mae(E, opts.seed),
+        relative_errors=[relative_position_error(E, opts.pairs, s) for s in seeds], notes=notes,
+    )  # fmt: skip
+    paths = []
+    if opts.report:
+        title = f"{name}, {source}"
+        paths = save_figures(figure_arrays(E, transformer, length), title, Path(opts.report))
+        result.figures = [str(p) for p in paths]
+        write_index(result, paths, Path(opts.report))
+    log_to_wandb(result, paths)
+    return result
+
+
+def dashes_to_underscores(arg: str) -> str:
+    """`--max-length=9` -> `--max_length=9` (as cli.py does; importing cli.py here would run it twice)."""
+    if not arg.startswith("--"):
+        return arg
+    key, sep, value = arg[2:].partition("=")
+    return "--" + key.replace("-", "_") + sep + value
+
+
+def probe_main(args: list[str]) -> ProbeResult:
+    """`cli.py probe (--encoding NAME | --ckpt PATH) [--max-length N] [--pairs 512] [--seeds 5] ...`"""
+    from jsonargparse import CLI
+    from rich.console import Console
+
+    opts = CLI(ProbeOptions, args=[dashes_to_underscores(a) for a in args])
+    result = run_probe(opts)
+    console = Console()
+    console.print(results_table(result))
+    for note in result.notes:
+        console.print(f"note: {note}")
+    if result.figures:
+        console.print(f"figures: {Path(opts.report) / 'index.html'}")
+    return result
