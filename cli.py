@@ -90,6 +90,8 @@ class PECLI(LightningCLI):
             "seed": seed, "sweep": sweep, "subcommand": self.subcommand, "process_start": PROCESS_START,
         }  # fmt: skip
         resolved = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_link_targets=False))
+        model_args = resolved["model"]["init_args"]  # values linked at instantiation are not in `config`
+        model_args.update({k: v for k, v in self.model.hparams.items() if k in model_args})
         callbacks = [RunRecord(run_dir, identity, resolved)]
         if config.trainer.enable_checkpointing is not False:
             callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True))
@@ -103,23 +105,21 @@ class PECLI(LightningCLI):
 
 
 def sweep_main(args: list[str]):
-    """`cli.py sweep FILE [--workers N] [--storage URL] [--study_name NAME] ...`"""
-    from jsonargparse import CLI
-
+    """`cli.py sweep FILE [--workers N] [--storage URL] [--study-name NAME] ...`"""
+    from tracking.options import parse_options
     from tracking.sweep import SweepOptions, run_sweep
 
-    args = [dashes_to_underscores(a) for a in args]  # --study-name and --study_name both work
-    return run_sweep(CLI(SweepOptions, args=args))
+    return run_sweep(parse_options(SweepOptions, args))
 
 
-def dashes_to_underscores(arg: str) -> str:
-    if not arg.startswith("--"):
-        return arg
-    key, sep, value = arg[2:].partition("=")
-    return "--" + key.replace("-", "_") + sep + value
+def probe_main(args: list[str]):
+    """`cli.py probe --encoding NAME --max-length N --dim D | --ckpt PATH [--report DIR]`"""
+    from lightning_modules.probes import probe_main as main
+
+    return main(args)
 
 
-EXTRA_COMMANDS = {"sweep": sweep_main}
+EXTRA_COMMANDS = {"sweep": sweep_main, "probe": probe_main}
 
 
 def cli_main(args: list[str] | None = None):

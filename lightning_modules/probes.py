@@ -7,7 +7,10 @@ Two linear probes on a matrix E of position vectors (PAPERS.md section 1) and th
   error rate over `pairs` sampled pairs, repeated over seeds (the official 512 pairs move with the seed);
 - cosine-similarity heatmap of E, 2-D PCA of E, and the encoding's positional logits per head.
 E is the encoding's table (`.weight`) when it has one, else the first-layer hidden states of a constant
-input, which is how table-free encodings (rope, t5_bias, alibi, tupe_*, none) are probed here.
+input, which is how table-free encodings (rope, t5_bias, alibi, tupe_*, none) are probed here. Caveat:
+those encodings act only on attention weights, and attention over a constant input averages identical
+values, so their hidden states carry no position: the rows come out identical, which is flagged
+(`identical_rows`) and scored at chance instead of fitting float rounding noise.
 
 To run:
     python cli.py probe --encoding sinusoidal --max-length 512 --dim 768 --report out/probe-sinusoidal
@@ -29,11 +32,13 @@ from sklearn.model_selection import KFold
 from lightning_modules.encodings import ENCODINGS, check_encoding_name
 from lightning_modules.errors import ConfigError
 from lightning_modules.transformer import Transformer
+from tracking.options import parse_options
 
 TABLE = "embedding table"
 HIDDEN = "first-layer hidden states of a constant input"
 ABS_MAE, REL_ERR = "probe/abs_mae", "probe/rel_err"  # W&B names; REL_ERR gets _mean/_std/_min/_max
 MIN_LENGTH, MIN_PAIRS, FOLDS = 10, 20, 5
+IDENTICAL_RTOL = 1e-4  # rows closer than this (relative to max |E|) differ by float rounding only
 
 
 @dataclass
@@ -64,6 +69,7 @@ class ProbeResult:
     width: int
     absolute_mae: float
     relative_errors: list[float]  # one per seed: seed, seed+1, ...
+    identical_rows: bool = False  # E carried no position signal (see `collapse_rounding_noise`)
     notes: list[str] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)
 
@@ -130,10 +136,27 @@ def position_vectors(transformer: Transformer, length: int, token: int, hidden: 
     """E (N, C) in float64 and its source: the encoding's table, else first-layer hidden states."""
     table = getattr(transformer.encoding, "weight", None)
     if table is None or hidden:
+        vocab = transformer.token_emb.num_embeddings
+        if not 0 <= token < vocab:
+            raise ConfigError(f"--token {token} is outside the vocabulary 0..{vocab - 1}")
         return first_layer_hidden_states(transformer, length, token).double().numpy(), HIDDEN
     if length > table.shape[0]:
         raise ConfigError(f"max_length={length} exceeds the {table.shape[0]} rows of the encoding's table")
     return table[:length].detach().double().cpu().numpy(), TABLE
+
+
+def collapse_rounding_noise(E: np.ndarray, rtol: float = IDENTICAL_RTOL) -> tuple[np.ndarray, bool]:
+    """(E, False), or (the mean row repeated, True) when all rows agree up to float rounding.
+
+    For a constant input, encodings that act only on attention weights (rope, t5_bias, alibi, tupe_*,
+    none) average identical value vectors, so every first-layer hidden state is the same vector up to
+    ~1e-7; least squares would fit that rounding noise (a NoPE model would "decode" position). Exactly
+    constant rows score chance level instead: MAE of predicting the mean, majority-class error.
+    """
+    mean = E.mean(axis=0, keepdims=True)  # (1, C)
+    if np.abs(E - mean).max() > rtol * max(float(np.abs(E).max()), 1e-30):
+        return E, False
+    return np.repeat(mean, len(E), axis=0), True
 
 
 def build_bare(opts: ProbeOptions, length: int) -> Transformer:
@@ -148,7 +171,7 @@ def build_bare(opts: ProbeOptions, length: int) -> Transformer:
 def bare_notes(transformer: Transformer, hidden: bool, seed: int) -> list[str]:
     """What a probe of an untrained encoding means."""
     encoding = transformer.encoding
-    notes = [f"bare {encoding.name!r} freshly built from the registry (seed {seed}), untrained"]
+    notes = [f"bare {encoding.name!r} freshly built from the registry (seed {seed})"]
     if hidden or getattr(encoding, "weight", None) is None:
         notes.append("hidden states come from a randomly initialised, untrained 1-layer Transformer")
     elif encoding.weight.requires_grad:
@@ -163,7 +186,8 @@ def load_checkpoint(path: str) -> Transformer:
     try:
         return SyntheticTaskModel.load_from_checkpoint(path, map_location="cpu").transformer
     except Exception as error:  # a file that is no SyntheticTaskModel checkpoint
-        raise ConfigError(f"cannot load {path!r} as a SyntheticTaskModel checkpoint: {error}") from error
+        reason = type(error).__name__ + ": " + (str(error).strip().splitlines() or [""])[0]
+        raise ConfigError(f"cannot load {path!r} as a SyntheticTaskModel checkpoint: {reason}") from error
 
 
 def check_length(length: int) -> None:
@@ -224,13 +248,13 @@ def figure_arrays(E: np.ndarray, transformer: Transformer, length: int) -> dict[
     return arrays
 
 
-def save_figures(arrays: dict[str, np.ndarray], title: str, out_dir: Path) -> list[Path]:
+def save_figures(arrays: dict[str, np.ndarray], name: str, source: str, out_dir: Path) -> list[Path]:
     """Write one PNG per array (Agg canvas, no pyplot state); returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = {"cosine": plot_cosine, "pca": plot_pca, "logits": plot_logits}
     paths = []
     for key, array in arrays.items():
-        figure = plots[key](array, title)
+        figure = plots[key](array, name if key == "logits" else f"{name}, {source}")
         paths.append(out_dir / f"{key}.png")
         figure.savefig(paths[-1], dpi=100)
     return paths
@@ -278,18 +302,16 @@ def plot_logits(logits: np.ndarray, title: str):
 
 def write_index(result: ProbeResult, paths: list[Path], out_dir: Path) -> None:
     """index.html listing the figures, and probe.json with the numbers."""
-    rel = result.relative
     lines = [
         f"<h1>PE-Study probes: {result.encoding}</h1>",
         f"<p>source: {result.source}; {result.positions} positions x {result.width}</p>",
-        f"<p>absolute MAE {result.absolute_mae:.3f}; relative error {100 * rel['mean']:.2f} % "
-        f"&plusmn; {100 * rel['std']:.2f} ({100 * rel['min']:.2f}-{100 * rel['max']:.2f} %) "
-        f"over {len(result.relative_errors)} seeds</p>",
+        f"<p>absolute MAE {result.absolute_mae:.3f}; relative error {relative_summary(result)}</p>",
         *(f"<p>{note}</p>" for note in result.notes),
         *(f'<h2>{p.stem}</h2><img src="{p.name}">' for p in paths),
     ]
-    (out_dir / "index.html").write_text("<html><body>\n" + "\n".join(lines) + "\n</body></html>\n")
-    payload = {**asdict(result), "relative": rel}
+    head = '<html><head><meta charset="utf-8"></head><body>\n'
+    (out_dir / "index.html").write_text(head + "\n".join(lines) + "\n</body></html>\n")
+    payload = {**asdict(result), "relative": result.relative}
     (out_dir / "probe.json").write_text(json.dumps(payload, indent=2))
 
 
@@ -307,19 +329,23 @@ def log_to_wandb(result: ProbeResult, paths: list[Path]) -> None:
 # ---- entry points ---------------------------------------------------------------------------------
 
 
+def relative_summary(result: ProbeResult) -> str:
+    """`5.67 % ± 1.07 (3.91-7.03 %) over 5 seeds`."""
+    r = {k: 100 * v for k, v in result.relative.items()}
+    seeds = len(result.relative_errors)
+    return f"{r['mean']:.2f} % ± {r['std']:.2f} ({r['min']:.2f}-{r['max']:.2f} %) over {seeds} seeds"
+
+
 def results_table(result: ProbeResult):
-    """A rich table of the absolute MAE and the relative error over seeds."""
+    """A rich table of the absolute MAE and the relative error over seeds, with the source probed."""
     from rich.table import Table
 
-    rel = result.relative
     table = Table(title=f"PE-Study probes (Wang & Chen 2020): {result.encoding}")
     for column in ("source", "positions x width", "absolute MAE", "relative error: mean ± std (min-max)"):
         table.add_column(column)
-    table.add_row(
-        result.source, f"{result.positions} x {result.width}", f"{result.absolute_mae:.3f}",
-        f"{100 * rel['mean']:.2f} % ± {100 * rel['std']:.2f} ({100 * rel['min']:.2f}-{100 * rel['max']:.2f} %) "
-        f"over {len(result.relative_errors)} seeds",
-    )  # fmt: skip
+    source = result.source + (" (identical rows)" if result.identical_rows else "")
+    size = f"{result.positions} x {result.width}"
+    table.add_row(source, size, f"{result.absolute_mae:.3f}", relative_summary(result))
     return table
 
 
@@ -328,38 +354,32 @@ def run_probe(opts: ProbeOptions) -> ProbeResult:
     transformer, length, notes = resolve(opts)
     name = transformer.encoding.name
     E, source = position_vectors(transformer, length, opts.token, opts.hidden)
+    E, identical = collapse_rounding_noise(E)
     if source == HIDDEN:
         notes.append(f"probed: {HIDDEN} (token {opts.token}), not an embedding table")
+    if identical:
+        notes.append("all rows are identical up to float rounding: no position signal, chance-level scores")
     seeds = range(opts.seed, opts.seed + opts.seeds)
     result = ProbeResult(
         encoding=name, source=source, positions=E.shape[0], width=E.shape[1],
         absolute_mae=absolute_position_mae(E, opts.seed),
-        relative_errors=[relative_position_error(E, opts.pairs, s) for s in seeds], notes=notes,
+        relative_errors=[relative_position_error(E, opts.pairs, s) for s in seeds], identical_rows=identical,
+        notes=notes,
     )  # fmt: skip
     paths = []
     if opts.report:
-        title = f"{name}, {source}"
-        paths = save_figures(figure_arrays(E, transformer, length), title, Path(opts.report))
+        paths = save_figures(figure_arrays(E, transformer, length), name, source, Path(opts.report))
         result.figures = [str(p) for p in paths]
         write_index(result, paths, Path(opts.report))
     log_to_wandb(result, paths)
     return result
 
 
-def dashes_to_underscores(arg: str) -> str:
-    """`--max-length=9` -> `--max_length=9` (as cli.py does; importing cli.py here would run it twice)."""
-    if not arg.startswith("--"):
-        return arg
-    key, sep, value = arg[2:].partition("=")
-    return "--" + key.replace("-", "_") + sep + value
-
-
 def probe_main(args: list[str]) -> ProbeResult:
     """`cli.py probe (--encoding NAME | --ckpt PATH) [--max-length N] [--pairs 512] [--seeds 5] ...`"""
-    from jsonargparse import CLI
     from rich.console import Console
 
-    opts = CLI(ProbeOptions, args=[dashes_to_underscores(a) for a in args])
+    opts = parse_options(ProbeOptions, args)
     result = run_probe(opts)
     console = Console()
     console.print(results_table(result))

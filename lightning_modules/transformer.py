@@ -4,10 +4,10 @@ Shape legend: B batch, H heads, L length, D head dim, C model width.
 """
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lightning_modules.encodings import PositionalEncoding, build_encoding
+from lightning_modules.errors import ConfigError
 
 
 def merge_mask(logits: Tensor | None, allowed: Tensor | None) -> Tensor | None:
@@ -34,6 +34,15 @@ def allowed_mask(length: int, causal: bool, padding_mask: Tensor | None, device)
     return allowed
 
 
+def sample_positions(batch: int, length: int, max_position: int, device=None) -> Tensor:
+    """(B, L) sorted distinct positions drawn uniformly from [0, max_position), one draw per row: the
+    randomized positions of Ruoss et al. 2023 (an ordered random subset of a longer range)."""
+    if length > max_position:
+        raise ConfigError(f"randomize_positions={max_position} cannot hold {length} distinct positions; raise it")
+    scores = torch.rand(batch, max_position, device=device)  # (B, N)
+    return scores.topk(length, dim=-1, sorted=False).indices.sort(dim=-1).values  # (B, L)
+
+
 class Attention(nn.Module):
     """Multi-head self-attention; position enters only through the encoding's hooks."""
 
@@ -53,9 +62,9 @@ class Attention(nn.Module):
             mask = merge_mask(extra if mask is None or mask.dtype == torch.bool else mask + extra, allowed)
         if mask is not None and mask.is_floating_point():
             mask = mask.to(q.dtype)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal and mask is None,
-            dropout_p=self.dropout if self.training else 0.0, scale=encoding.attention_scale(),
+        y = encoding.attend(
+            q, k, v, mask, is_causal=causal and mask is None, dropout_p=self.dropout if self.training else 0.0,
+            scale=encoding.attention_scale(), positions=positions,
         )  # fmt: skip
         return self.out(y.transpose(1, 2).reshape(B, L, C))  # (B, L, C)
 
@@ -86,6 +95,8 @@ class Transformer(nn.Module):
 
     Causal (decoder-only) or bidirectional (encoder). The encoding's shared bias and the masks are
     computed once per forward and passed to every layer. Returns hidden states (B, L, C).
+    Default positions are 0..L-1; in training mode with the encoding's `randomize_positions` N, sorted
+    distinct positions sampled from [0, N) per row instead (Ruoss et al. 2023); explicit positions win.
     """
 
     def __init__(
@@ -119,9 +130,9 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: Tensor, positions: Tensor | None = None, padding_mask: Tensor | None = None) -> Tensor:
         """tokens (B, L); positions (L,) or (B, L), default 0..L-1; padding_mask (B, L), True = real."""
-        L = tokens.shape[1]
+        B, L = tokens.shape
         if positions is None:
-            positions = torch.arange(L, device=tokens.device)
+            positions = self.default_positions(B, L, tokens.device)
         x = self.encoding.embed(self.token_emb(tokens), positions)  # (B, L, C)
         x = self.emb_drop(self.norm(x) if self.post_norm else x)
         allowed = allowed_mask(L, self.causal, padding_mask, tokens.device)
@@ -129,6 +140,13 @@ class Transformer(nn.Module):
         for block in self.blocks:
             x = block(x, self.encoding, positions, mask, allowed, self.causal)
         return x if self.post_norm else self.norm(x)
+
+    def default_positions(self, batch: int, length: int, device) -> Tensor:
+        """(L,) 0..L-1, or (B, L) randomized positions at training time (see the class docstring)."""
+        max_position = self.encoding.randomize_positions
+        if self.training and max_position is not None:
+            return sample_positions(batch, length, max_position, device)
+        return torch.arange(length, device=device)
 
 
 def _init_weights(module: nn.Module) -> None:

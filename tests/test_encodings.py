@@ -122,10 +122,13 @@ def test_shift_invariance_of_hooks(name, causal):
         assert not (same_logits and same_embed)
 
 
+LOGIT_TERMS = {"tupe_a": 2, "tupe_r": 2, "deberta": 3}  # the papers' 1/sqrt(n D), n = number of logit terms
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_attention_scale(name):
     enc = make(name, causal=True)
-    expected = (2 * HEAD_DIM) ** -0.5 if isinstance(enc, TupeA) else HEAD_DIM**-0.5
+    expected = (LOGIT_TERMS.get(name, 1) * HEAD_DIM) ** -0.5
     assert enc.attention_scale() == pytest.approx(expected, rel=1e-12)
 
 

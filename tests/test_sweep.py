@@ -173,8 +173,8 @@ def test_optuna_dashboard_lists_the_trials(tmp_path):
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
     storage = f"sqlite:///{tmp_path / 'sweeps' / 's' / 'optuna.db'}"
-    dashboard = subprocess.Popen([sys.executable, "-m", "optuna_dashboard", storage, "--host", "127.0.0.1",
-                                  "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    command = [sys.executable, "-m", "optuna_dashboard", storage, "--host", "127.0.0.1", "--port", str(port)]
+    dashboard = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline, studies = time.time() + 60, None
         while studies is None and time.time() < deadline:

@@ -16,6 +16,7 @@ from pytorch_lightning.callbacks import Callback
 
 from lightning_modules.errors import DivergedError
 from lightning_modules.metrics import goal
+from tracking.wandb_setup import describe_run, log_length_table
 
 RECORD_FILE = "record.json"
 
@@ -49,6 +50,7 @@ class RunRecord(Callback):
         if trainer.is_global_zero:
             self.record["started_at"] = time.time()
             self.write()
+            describe_run(trainer, self.record)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
         if "startup_seconds" not in self.record and trainer.is_global_zero and "process_start" in self.record:
@@ -76,6 +78,7 @@ class RunRecord(Callback):
             self.record["status"] = "interrupted" if trainer.interrupted else "finished"
             self.record["global_step"] = trainer.global_step
             self.write()
+            log_length_table(trainer)
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:

@@ -8,24 +8,36 @@ import inspect
 
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.deberta import DeBERTa
+from lightning_modules.encodings.dynamic_bias import DynamicBias
+from lightning_modules.encodings.fire import FIRE
+from lightning_modules.encodings.kerple import KerpleLog, KerplePower
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.none import NoPE
 from lightning_modules.encodings.rope import RoPE
+from lightning_modules.encodings.scaled_sinusoidal import ScaledSinusoidal
+from lightning_modules.encodings.shaw import Shaw
 from lightning_modules.encodings.sinusoidal import Sinusoidal
+from lightning_modules.encodings.sinusoidal_learnable import SinusoidalLearnable
 from lightning_modules.encodings.t5_bias import T5Bias
 from lightning_modules.encodings.tupe import TupeA, TupeR
+from lightning_modules.encodings.xpos import XPos
 from lightning_modules.errors import ConfigError
 
 ENCODINGS: dict[str, type[PositionalEncoding]] = {
-    cls.name: cls for cls in (NoPE, LearnedAbsolute, Sinusoidal, T5Bias, ALiBi, RoPE, TupeA, TupeR)
+    cls.name: cls
+    for cls in (NoPE, LearnedAbsolute, Sinusoidal, T5Bias, ALiBi, RoPE, TupeA, TupeR)
+    + (ScaledSinusoidal, SinusoidalLearnable, Shaw, DeBERTa, XPos, KerpleLog, KerplePower, FIRE, DynamicBias)
 }
 
 
 def encoding_options(name: str) -> list[str]:
-    """The encoding-specific keyword options of `name` (beyond dim, num_heads, max_length, causal)."""
+    """The keyword options of `name` (beyond dim, num_heads, max_length, causal): its own and its parents',
+    up to the base class's (`randomize_positions`, shared by every encoding)."""
     common = {"self", "dim", "num_heads", "max_length", "causal"}
     names = set()
-    for cls in ENCODINGS[name].__mro__[: ENCODINGS[name].__mro__.index(PositionalEncoding)]:
+    mro = ENCODINGS[name].__mro__
+    for cls in mro[: mro.index(PositionalEncoding) + 1]:
         params = inspect.signature(cls.__init__).parameters.values()
         names |= {p.name for p in params if p.kind == p.KEYWORD_ONLY and p.name not in common}
     return sorted(names)

@@ -31,9 +31,9 @@ class ALiBi(PositionalEncoding):
     name = "alibi"
     shift_invariant = True
 
-    def __init__(self, *, dim, num_heads, max_length, causal):
-        super().__init__(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
-        slopes = torch.tensor(alibi_slopes(num_heads))
+    def __init__(self, **common):
+        super().__init__(**common)
+        slopes = torch.tensor(alibi_slopes(self.num_heads))
         self.register_buffer("slopes", slopes[:, None, None], persistent=False)  # (H, 1, 1)
 
     def bias(self, positions: Tensor) -> Tensor:

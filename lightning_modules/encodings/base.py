@@ -1,4 +1,4 @@
-"""The encoding contract: the four places where position can enter a Transformer.
+"""The encoding contract: the hooks through which position enters a Transformer.
 
 Shape legend: B batch, H heads, L length, D head dim, C model width.
 Positions are an explicit LongTensor of shape (L,) shared by the batch, or (B, L).
@@ -8,6 +8,7 @@ import itertools
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lightning_modules.errors import ConfigError
@@ -21,21 +22,32 @@ class PositionalEncoding(nn.Module):
     - `bias(positions)` once per forward: a content-independent logit term shared by all layers;
     - `rotate(q, k, positions)` in every layer (rotary encodings);
     - `content_bias(q, k, positions)` in every layer: logit terms that need q or k (Shaw, DeBERTa);
-    - `attention_scale(head_dim)`: the content logit scale (1/sqrt(D) unless the paper says otherwise).
+    - `attention_scale()`: the content logit scale (1/sqrt(D) unless the paper says otherwise);
+    - `attend(q, k, v, mask, ...)` in every layer: softmax attention through SDPA; overridden only by an
+      encoding that needs the attention weights themselves (Shaw's relative values).
     Capabilities are class attributes, checked when the model is built.
+    `randomize_positions` (Ruoss et al. 2023, every encoding): at training time the Transformer feeds
+    sorted distinct positions sampled from [0, randomize_positions) instead of 0..L-1; encodings with a
+    table size it by `num_positions = max(max_length, randomize_positions)`.
     """
 
     causal_only: ClassVar[bool] = False  # refuses bidirectional use (e.g. xPos)
     shift_invariant: ClassVar[bool] = False  # logits unchanged when every position moves by a constant
 
-    def __init__(self, *, dim: int, num_heads: int, max_length: int, causal: bool):
+    def __init__(
+        self, *, dim: int, num_heads: int, max_length: int, causal: bool, randomize_positions: int | None = None
+    ):
         super().__init__()
         if dim % num_heads:
             raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
         if self.causal_only and not causal:
             raise ConfigError(f"encoding {self.name!r} is causal-only; set --model.causal=true")
+        if randomize_positions is not None and randomize_positions < 1:
+            raise ConfigError(f"randomize_positions must be a positive maximum position, got {randomize_positions}")
         self.dim, self.num_heads, self.max_length, self.causal = dim, num_heads, max_length, causal
         self.head_dim = dim // num_heads
+        self.randomize_positions = randomize_positions
+        self.num_positions = max(max_length, randomize_positions or 0)  # rows a position table needs
 
     name: ClassVar[str] = "base"
     max_positions: int | None = None  # largest position + 1 the encoding can serve; None = any
@@ -70,6 +82,13 @@ class PositionalEncoding(nn.Module):
     def attention_scale(self) -> float:
         """Scale of the content logits q.k."""
         return self.head_dim**-0.5
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, is_causal: bool, dropout_p: float,
+               scale: float, positions: Tensor) -> Tensor:  # fmt: skip
+        """(B, H, L, D) q, k, v and the merged SDPA mask -> (B, H, L, D) attention output."""
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale
+        )  # fmt: skip
 
     @torch.no_grad()
     def positional_logits(self, length: int) -> Tensor | None:

@@ -1,24 +1,83 @@
+from pathlib import Path
+
+import numpy as np
+import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.errors import ConfigError
+
+INIT_ROWS = ("first", "every_k")
+
+
+def load_table(path: str) -> Tensor:
+    """A saved (max_len, d') position table: a .pt file holding one tensor, or a .npy array; float32."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"init_from: no file {path!r} (a local .pt or .npy table; hub names are not loaded)")
+    if file.suffix not in (".pt", ".npy"):
+        raise ConfigError(f"init_from: {path!r} is neither a .pt nor a .npy file")
+    table = torch.from_numpy(np.load(file)) if file.suffix == ".npy" else torch.load(file, weights_only=True)
+    if not isinstance(table, Tensor) or table.dim() != 2:
+        raise ConfigError(f"init_from: {path!r} must hold one 2-D (positions, width) table")
+    return table.detach().float().cpu()
+
+
+def transfer_table(table: Tensor, rows: int, dim: int, init_rows: str, stride: int, scale: float | None) -> Tensor:
+    """PE-Study transfer (Wang & Chen 2020): (max_len, d') -> (rows, dim).
+
+    PCA to `dim` over all saved rows when d' != dim (sklearn, full SVD), then the first `rows` rows or every
+    `stride`-th row from 0, standardised over the whole (rows, dim) block (one mean, one std, so the PCA
+    geometry is kept), then multiplied by `scale` when given.
+    """
+    if table.shape[1] < dim or (table.shape[1] > dim and table.shape[0] < dim):
+        raise ConfigError(f"init_from: a {tuple(table.shape)} table cannot be reduced by PCA to width {dim}")
+    if table.shape[1] != dim:
+        from sklearn.decomposition import PCA
+
+        table = torch.from_numpy(PCA(dim, svd_solver="full").fit_transform(table.double().numpy())).float()
+    step = stride if init_rows == "every_k" else 1
+    needed = (rows - 1) * step + 1
+    if table.shape[0] < needed:
+        raise ConfigError(f"init_from: {rows} positions with init_rows={init_rows!r} need {needed} saved rows, "
+                          f"the file has {table.shape[0]}")  # fmt: skip
+    table = table[:needed:step]  # (rows, dim)
+    table = (table - table.mean()) / table.std()
+    return table if scale is None else table * scale
 
 
 class LearnedAbsolute(PositionalEncoding):
     """Learned absolute position table added to the token embeddings (BERT, GPT-2).
 
-    Devlin et al. 2019; Radford et al. 2019; studied in Wang & Chen 2020 (PE-Study).
-    Table (max_length, C), initialised N(0, 0.02^2) as in BERT/GPT-2. Positions >= max_length are
-    refused with a clear error (never an index error). Checked against x-transformers'
-    `AbsolutePositionalEmbedding` (with its l2norm/scale options off).
+    Devlin et al. 2019; Radford et al. 2019; studied in Wang & Chen 2020 (PE-Study, PAPERS.md section 1).
+    Table (num_positions, C), initialised N(0, init_std^2) as in BERT/GPT-2; with `randomize_positions` it has
+    that many rows. Positions beyond it are refused with a clear error (never an index error). Checked against
+    x-transformers' `AbsolutePositionalEmbedding` (with its l2norm/scale options off).
+    PE-Study transfer: `init_from` a saved (max_len, d') table, a local .pt (one tensor) or .npy file only -
+    Hugging Face models cannot be loaded offline, so export e.g. `position_embeddings.weight` first; reduced
+    by PCA to C when d' != C, rows `init_rows` "first" or "every_k" (every `init_stride`-th: the paper's skip
+    setting with 4), standardised, times `init_scale` (0.02 in the paper's LM runs); `freeze` stops its
+    gradient. Shapes: x (B, L, C), positions (L,) or (B, L).
     """
 
     name = "learned"
 
-    def __init__(self, *, dim, num_heads, max_length, causal, init_std: float = 0.02):
-        super().__init__(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
-        self.max_positions = max_length
-        self.table = nn.Embedding(max_length, dim)
+    def __init__(self, *, init_std: float = 0.02, init_from: str | None = None, init_rows: str = "first",
+                 init_stride: int = 4, init_scale: float | None = None, freeze: bool = False, **common):  # fmt: skip
+        super().__init__(**common)
+        if init_rows not in INIT_ROWS or init_stride < 1:
+            raise ConfigError(f"init_rows must be one of {INIT_ROWS} and init_stride >= 1, got {init_rows!r}, "
+                              f"{init_stride}")  # fmt: skip
+        self.max_positions = self.num_positions
+        self.table = nn.Embedding(self.num_positions, self.dim)
         nn.init.normal_(self.table.weight, std=init_std)
+        if init_from is not None:
+            table = transfer_table(
+                load_table(init_from), self.num_positions, self.dim, init_rows, init_stride, init_scale
+            )
+            with torch.no_grad():
+                self.table.weight.copy_(table)
+        self.table.weight.requires_grad_(not freeze)
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         self.check_positions(positions)
@@ -26,5 +85,5 @@ class LearnedAbsolute(PositionalEncoding):
 
     @property
     def weight(self) -> Tensor:
-        """The (max_length, C) table, for the PE-Study probes."""
+        """The (num_positions, C) table, for the PE-Study probes."""
         return self.table.weight

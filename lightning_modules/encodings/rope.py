@@ -13,28 +13,49 @@ def rotate_pairs(x: Tensor, angles: Tensor) -> Tensor:
 
 
 class RoPE(PositionalEncoding):
-    """Rotary position embedding: rotate each (q, k) pair 2i, 2i+1 by angle pos * base^(-2i/D).
+    """Rotary position embedding: rotate each (q, k) pair 2i, 2i+1 by angle pos * base^(-2i/R).
 
     Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding". Interleaved pairs as
-    in the paper (and x-transformers' `RotaryEmbedding` + `apply_rotary_pos_emb`, checked against it).
-    q.k then depends only on the distance j - i. Options: `base`.
+    in the paper (and x-transformers' `RotaryEmbedding` + `apply_rotary_pos_emb`, checked against it with
+    the same settings). q.k then depends only on the distance j - i. Options:
+    `base`; `rotary_dim` R (partial rotary, GPT-J: only the first R dims of each head rotate, the
+    frequencies use R; default R = D); `interpolation_factor` s >= 1 (position interpolation, Chen et al.
+    2023: angles of pos / s); `ntk_base_rescale` a (NTK-aware scaling, bloc97 2023: base * a^(R/(R-2)), as
+    x-transformers' `base_rescale_factor`, which also uses the rotated dim R).
+    Shapes: q, k (B, H, L, D); angles (L, R/2) or (B, 1, L, R/2).
     """
 
     name = "rope"
     shift_invariant = True
 
-    def __init__(self, *, dim, num_heads, max_length, causal, base: float = 10000.0):
-        super().__init__(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
-        if self.head_dim % 2:
-            raise ConfigError(f"rope needs an even head dim, got {self.head_dim}")
-        inv_freq = base ** (-torch.arange(0, self.head_dim, 2).float() / self.head_dim)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,)
+    def __init__(self, *, base: float = 10000.0, rotary_dim: int | None = None, interpolation_factor: float = 1.0,
+                 ntk_base_rescale: float = 1.0, **common):  # fmt: skip
+        super().__init__(**common)
+        self.rotary_dim = R = self.head_dim if rotary_dim is None else rotary_dim
+        if R % 2 or not 0 < R <= self.head_dim:
+            raise ConfigError(f"{self.name} needs an even rotary_dim in [2, head dim {self.head_dim}], got {R}")
+        if interpolation_factor < 1:
+            raise ConfigError(f"interpolation_factor must be >= 1, got {interpolation_factor}")
+        if ntk_base_rescale != 1 and R <= 2:
+            raise ConfigError(f"ntk_base_rescale needs rotary_dim > 2, got {R}")
+        if ntk_base_rescale != 1:
+            base = base * ntk_base_rescale ** (R / (R - 2))
+        self.interpolation_factor = interpolation_factor
+        inv_freq = base ** (-torch.arange(0, R, 2).float() / R)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (R/2,)
 
     def angles(self, positions: Tensor) -> Tensor:
-        """(L,) or (B, L) positions -> (L, D/2) or (B, 1, L, D/2) angles."""
-        angles = positions.float()[..., None] * self.inv_freq
+        """(L,) or (B, L) positions -> (L, R/2) or (B, 1, L, R/2) angles."""
+        angles = positions.float()[..., None] * self.inv_freq / self.interpolation_factor
         return angles if positions.dim() == 1 else angles[:, None]
+
+    def rotate_one(self, x: Tensor, angles: Tensor, scale: Tensor | None = None) -> Tensor:
+        """Rotate (and scale, for xPos) the first R dims of x (B, H, L, D); the rest pass through."""
+        rotated = rotate_pairs(x[..., : self.rotary_dim], angles)
+        if scale is not None:
+            rotated = rotated * scale
+        return torch.cat((rotated, x[..., self.rotary_dim :]), dim=-1).type_as(x)
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         angles = self.angles(positions)
-        return rotate_pairs(q, angles).type_as(q), rotate_pairs(k, angles).type_as(k)
+        return self.rotate_one(q, angles), self.rotate_one(k, angles)

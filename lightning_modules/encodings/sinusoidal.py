@@ -21,10 +21,10 @@ class Sinusoidal(PositionalEncoding):
 
     name = "sinusoidal"
 
-    def __init__(self, *, dim, num_heads, max_length, causal, base: float = 10000.0):
-        super().__init__(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
-        if dim % 2:
-            raise ConfigError(f"sinusoidal needs an even dim, got dim={dim}")
+    def __init__(self, *, base: float = 10000.0, **common):
+        super().__init__(**common)
+        if self.dim % 2:
+            raise ConfigError(f"{self.name} needs an even dim, got dim={self.dim}")
         self.base = base
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:

@@ -46,12 +46,12 @@ class T5Bias(PositionalEncoding):
     name = "t5_bias"
     shift_invariant = True
 
-    def __init__(self, *, dim, num_heads, max_length, causal, num_buckets: int = 32, max_distance: int = 128,
-                 init_std: float = 0.02, scale: float | None = None):  # fmt: skip
-        super().__init__(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
+    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, init_std: float = 0.02,
+                 scale: float | None = None, **common):  # fmt: skip
+        super().__init__(**common)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.scale = self.head_dim**0.5 if scale is None else scale
-        self.table = nn.Embedding(num_buckets, num_heads)
+        self.table = nn.Embedding(num_buckets, self.num_heads)
         nn.init.normal_(self.table.weight, std=init_std)
 
     def buckets(self, positions: Tensor) -> Tensor:

@@ -3,6 +3,9 @@ from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.t5_bias import relative_distance, t5_bucket
+from lightning_modules.errors import ConfigError
+
+MODES = ("untied", "bert_ad")
 
 
 class TupeA(PositionalEncoding):
@@ -14,29 +17,47 @@ class TupeA(PositionalEncoding):
     `untie_cls`: row 0 ([CLS] attending) := theta_1, column 0 for rows >= 1 := theta_2, as in the
     official code: table row 0 is p_theta1, row 1 is position 0 and also gives p_theta2.
     `proj_bias`: the official code's bias on U^Q, U^K (off: the paper has none).
+    `mode="bert_ad"`: the paper's BERT-Ad ablation, the cross terms kept with untied projections:
+    ((x W^Q)(x W^K)^T + (x W^Q)(p U^K)^T + (p U^Q)(x W^K)^T + (p U^Q)(p U^K)^T) / sqrt(4D); the cross terms
+    need the content q, k, so they are a `content_bias` (recomputed per layer from the shared p U); the [CLS]
+    reset, when on, touches only the position-position term (BERT-Ad itself: `untie_cls=false`).
+    Shapes: table (num_positions + 1, C); p U (..., H, L, D); logits (..., H, L, L).
     """
 
     name = "tupe_a"
 
-    def __init__(self, *, dim, num_heads, max_length, causal, untie_cls: bool = True,
-                 proj_bias: bool = False):  # fmt: skip
-        super().__init__(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
-        self.max_positions, self.untie_cls = max_length, untie_cls
-        self.table = nn.Embedding(max_length + 1, dim)  # row 0: p_theta1; row p+1: position p
+    def __init__(self, *, untie_cls: bool = True, proj_bias: bool = False, mode: str = "untied", **common):
+        super().__init__(**common)
+        if mode not in MODES:
+            raise ConfigError(f"unknown tupe mode {mode!r}; choose one of: {', '.join(MODES)}")
+        self.max_positions, self.untie_cls, self.mode = self.num_positions, untie_cls, mode
+        self.table = nn.Embedding(self.num_positions + 1, self.dim)  # row 0: p_theta1; row p+1: position p
         nn.init.normal_(self.table.weight, std=0.02)
-        self.norm = nn.LayerNorm(dim)
-        self.proj_q = nn.Linear(dim, dim, bias=proj_bias)
-        self.proj_k = nn.Linear(dim, dim, bias=proj_bias)
+        self.norm = nn.LayerNorm(self.dim)
+        self.proj_q = nn.Linear(self.dim, self.dim, bias=proj_bias)
+        self.proj_k = nn.Linear(self.dim, self.dim, bias=proj_bias)
 
     def attention_scale(self) -> float:
-        return (2 * self.head_dim) ** -0.5
+        return ((4 if self.mode == "bert_ad" else 2) * self.head_dim) ** -0.5
 
-    def _logits(self, rows: Tensor) -> Tensor:
-        """(..., L) table rows -> (..., H, L, L) scaled positional logits."""
+    def projections(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """(..., L) table rows -> p U^Q and p U^K, each (..., H, L, D)."""
         p = self.norm(self.table(rows))  # (..., L, C)
         q = self.proj_q(p).unflatten(-1, (self.num_heads, self.head_dim)).transpose(-2, -3)
         k = self.proj_k(p).unflatten(-1, (self.num_heads, self.head_dim)).transpose(-2, -3)
+        return q, k
+
+    def _logits(self, rows: Tensor) -> Tensor:
+        """(..., L) table rows -> (..., H, L, L) scaled positional logits."""
+        q, k = self.projections(rows)
         return q @ k.transpose(-1, -2) * self.attention_scale()  # (..., H, L, L)
+
+    def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor | None:
+        """BERT-Ad's cross terms (x W^Q)(p U^K)^T + (p U^Q)(x W^K)^T, scaled; None for TUPE."""
+        if self.mode != "bert_ad":
+            return None
+        pos_q, pos_k = self.projections(positions + 1)  # (..., H, L, D)
+        return (q @ pos_k.transpose(-1, -2) + pos_q @ k.transpose(-1, -2)) * self.attention_scale()
 
     def cls_masks(self, length: int, device) -> tuple[Tensor, Tensor]:
         """(L, L) masks of the [CLS] row (row 0) and of the [CLS] column below it."""

@@ -1,0 +1,69 @@
+import torch
+from torch import Tensor, nn
+
+from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.errors import ConfigError
+
+
+def log_bucket_position(relative: Tensor, bucket_size: int, max_position: int) -> Tensor:
+    """DeBERTa-v2's `make_log_bucket_position` (float32 as the original): relative positions with |r| <= mid
+    (mid = bucket_size / 2) kept, larger ones mapped to sign(r) * (mid + ceil(log(|r|/mid) / log((max_position
+    - 1)/mid) * (mid - 1))), so |r| = max_position - 1 lands on bucket_size - 1."""
+    sign = torch.sign(relative)
+    mid = bucket_size // 2
+    abs_pos = torch.where((relative < mid) & (relative > -mid), mid - 1, relative.abs())
+    log_pos = torch.ceil(torch.log(abs_pos / mid) / torch.log(torch.tensor((max_position - 1) / mid)) * (mid - 1))
+    return torch.where(abs_pos <= mid, relative, ((log_pos + mid) * sign).long())
+
+
+class DeBERTa(PositionalEncoding):
+    """DeBERTa disentangled attention: content-to-position and position-to-content logit terms.
+
+    He et al., ICLR 2021, "DeBERTa: Decoding-enhanced BERT with Disentangled Attention", with v2/v3's log
+    buckets (`position_buckets`, `max_relative_positions`; buckets <= 0: v1's plain clip at
+    max_relative_positions). Logits = (q_i.k_j + q_i.Kr_d + k_j.Qr_d) / sqrt(3D), d = bucket(i - j) + S
+    clipped to [0, 2S), S the bucket count: index, gathers and the p2c transpose as the official code (which
+    indexes p2c by i - j too, where the paper writes delta(j, i)). Kr, Qr = projections of LayerNorm(a
+    (2S, C) relative table), as v2/v3; our choice: the encoding owns ONE pair of position projections
+    shared by all layers (DeBERTa has them per layer, v2/v3 reuse each layer's content W^Q, W^K). Relative
+    only (position_biased_input off, as v2/v3; no enhanced mask decoder). BERT init N(0, 0.02). Checked
+    against a written-out copy of the official `disentangled_attention_bias`.
+    Shapes: q, k (B, H, L, D); Kr, Qr (H, 2S, D); content_bias (B, H, L, L).
+    """
+
+    name = "deberta"
+    shift_invariant = True
+
+    def __init__(self, *, position_buckets: int = 256, max_relative_positions: int = 512, **common):
+        super().__init__(**common)
+        if max_relative_positions < 1 or (position_buckets > 0 and max_relative_positions <= position_buckets // 2 + 1):
+            raise ConfigError(f"deberta needs max_relative_positions > position_buckets / 2 + 1, got "
+                              f"{max_relative_positions} and {position_buckets}")  # fmt: skip
+        self.position_buckets, self.max_relative_positions = position_buckets, max_relative_positions
+        self.span = position_buckets if position_buckets > 0 else max_relative_positions  # S
+        self.table = nn.Embedding(2 * self.span, self.dim)  # relative embeddings, (2S, C)
+        self.norm = nn.LayerNorm(self.dim)
+        self.pos_key, self.pos_query = nn.Linear(self.dim, self.dim), nn.Linear(self.dim, self.dim)
+        for module in (self.table, self.pos_key, self.pos_query):
+            nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear):
+                nn.init.zeros_(module.bias)
+
+    def attention_scale(self) -> float:
+        return (3 * self.head_dim) ** -0.5
+
+    def relative_index(self, positions: Tensor) -> Tensor:
+        """(..., L) positions -> (..., L, L) table rows bucket(i - j) + S, clipped to [0, 2S)."""
+        relative = positions[..., :, None] - positions[..., None, :]  # i - j
+        if self.position_buckets > 0:
+            relative = log_bucket_position(relative, self.position_buckets, self.max_relative_positions)
+        return (relative + self.span).clamp(0, 2 * self.span - 1)
+
+    def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor:
+        r = self.norm(self.table.weight)  # (2S, C)
+        pos_k = self.pos_key(r).unflatten(-1, (self.num_heads, self.head_dim)).transpose(0, 1)  # (H, 2S, D)
+        pos_q = self.pos_query(r).unflatten(-1, (self.num_heads, self.head_dim)).transpose(0, 1)  # (H, 2S, D)
+        index = self.relative_index(positions).unsqueeze(-3).expand(*q.shape[:-1], k.shape[-2])  # (B, H, L, L)
+        c2p = (q @ pos_k.transpose(-1, -2)).gather(-1, index)  # q_i . Kr[d(i, j)]
+        p2c = (k @ pos_q.transpose(-1, -2)).gather(-1, index.transpose(-1, -2)).transpose(-1, -2)  # k_j . Qr[d(i, j)]
+        return (c2p + p2c) * self.attention_scale()

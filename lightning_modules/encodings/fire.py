@@ -1,0 +1,43 @@
+import torch
+from torch import Tensor, nn
+
+from lightning_modules.encodings.base import PositionalEncoding
+
+
+class FIRE(PositionalEncoding):
+    """FIRE: logit bias f(psi(i - j) / psi(max(i, L_thr))) with psi(x) = log(c x + 1), f an MLP per head.
+
+    Li et al. 2023 (arXiv 2310.04418), "Functional Interpolation for Relative Positions Improves Long Context
+    Transformers". As the reference PyTorch implementation: f = Linear(1, `mlp_width`) -> ReLU ->
+    Linear(`mlp_width`, H); learned c (init `init_c` 0.1, used as |c x|) and threshold
+    L_thr = |multiplier * `init_threshold`| (a learned multiplier, init 1, times a frozen 512), eps 1e-6
+    added to the normaliser. i is the query's position, so the bias depends on where the query sits
+    (not shift-invariant once i > L_thr). Causal: i - j >= 0 under the mask (the paper); bidirectional: the
+    same formula on |i - j| (our choice). One MLP shared by all layers.
+    Checked against the closed form with a hand-set MLP. Shapes: bias (H, L, L) or (B, H, L, L).
+    """
+
+    name = "fire"
+
+    def __init__(self, *, mlp_width: int = 32, init_c: float = 0.1, init_threshold: float = 512.0,
+                 eps: float = 1e-6, **common):  # fmt: skip
+        super().__init__(**common)
+        self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, self.num_heads))
+        self.c = nn.Parameter(torch.tensor(init_c))
+        self.init_threshold = nn.Parameter(torch.tensor(init_threshold), requires_grad=False)
+        self.threshold_multiplier = nn.Parameter(torch.tensor(1.0))
+        self.eps = eps
+
+    def psi(self, x: Tensor) -> Tensor:
+        return torch.log(torch.abs(self.c * x) + 1)
+
+    def normalized_distance(self, positions: Tensor) -> Tensor:
+        """(..., L) positions -> (..., L, L) psi(|i - j|) / psi(max(i, L_thr)), i the query position."""
+        pos = positions.float()
+        distance = (pos[..., :, None] - pos[..., None, :]).abs()  # (..., L, L)
+        threshold = torch.abs(self.threshold_multiplier * self.init_threshold)
+        normalizer = torch.maximum(pos, threshold)[..., :, None]  # (..., L, 1)
+        return self.psi(distance) / (self.psi(normalizer) + self.eps)
+
+    def bias(self, positions: Tensor) -> Tensor:
+        return self.mlp(self.normalized_distance(positions)[..., None]).movedim(-1, -3)  # (..., H, L, L)

@@ -1,0 +1,48 @@
+import torch
+from torch import Tensor, nn
+
+from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.t5_bias import relative_distance
+
+
+class KerpleLog(PositionalEncoding):
+    """KERPLE, logarithmic kernel: logit bias -r1_h * log(1 + r2_h |i - j|), learned r1, r2 > 0 per head.
+
+    Chi et al., NeurIPS 2022, "KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation".
+    As the official code (GPT-NeoX `ParallelKerple*`): r1 ~ U(0, 2), r2 ~ U(0, 1) at init, kept positive by
+    clamping the parameters themselves to >= 0.01 before every use (in place, as `.data`, like the official
+    code, so an update that overshoots is reset rather than stuck behind a clamp with zero gradient); the
+    power kernel also clamps r2 <= 2, its valid range (0, 2]. Causal: |i - j| = i - j under the mask
+    (the paper); bidirectional: the symmetric |i - j|. Shared by all layers; parameters of shape (H,), so
+    AdamW does not decay them. Checked against the closed form. Shapes: bias (H, L, L) or (B, H, L, L).
+    """
+
+    name = "kerple_log"
+    shift_invariant = True
+    eps = 1e-2
+    r2_max: float | None = None
+
+    def __init__(self, **common):
+        super().__init__(**common)
+        self.r1 = nn.Parameter(2 * torch.rand(self.num_heads))  # (H,)
+        self.r2 = nn.Parameter(torch.rand(self.num_heads))  # (H,)
+
+    def kernel(self, distance: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
+        return -r1 * torch.log1p(r2 * distance)
+
+    def bias(self, positions: Tensor) -> Tensor:
+        self.r1.data.clamp_(min=self.eps)
+        self.r2.data.clamp_(min=self.eps, max=self.r2_max)
+        distance = relative_distance(positions).abs().unsqueeze(-3).float()  # (..., 1, L, L)
+        return self.kernel(distance, self.r1[:, None, None], self.r2[:, None, None])  # (..., H, L, L)
+
+
+class KerplePower(KerpleLog):
+    """KERPLE, power kernel: logit bias -r1_h * |i - j|^r2_h with r1 > 0 and 0 < r2 <= 2 (Chi et al. 2022);
+    everything else as `KerpleLog`."""
+
+    name = "kerple_power"
+    r2_max = 2.0
+
+    def kernel(self, distance: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
+        return -r1 * distance.pow(r2)

@@ -1,0 +1,35 @@
+import torch
+from torch import Tensor
+
+from lightning_modules.encodings.rope import RoPE
+
+
+class XPos(RoPE):
+    """xPos: rotary embedding with an exponential decay, q scaled by zeta^(n/scale_base), k by its inverse.
+
+    Sun et al. 2022, "A Length-Extrapolatable Transformer". zeta_i = (2i/R + 0.4) / 1.4 per rotated pair, so
+    q_n . k_m carries zeta^((n - m)/scale_base): a decay with distance, hence causal-only (bidirectionally
+    the factor grows for keys after the query). Positions are centred at (max position + 1) // 2 before the
+    exponent, as x-transformers (the centre cancels in q.k). Checked against x-transformers'
+    `RotaryEmbedding(use_xpos=True, scale_base=...)` + `apply_rotary_pos_emb` (q by scale, k by 1/scale);
+    inherits every RoPE option. Shapes: q, k (B, H, L, D); scale (L, R) or (B, 1, L, R).
+    """
+
+    name = "xpos"
+    causal_only = True
+
+    def __init__(self, *, scale_base: float = 512.0, **options):
+        super().__init__(**options)
+        self.scale_base = scale_base
+        zeta = (torch.arange(0, self.rotary_dim, 2).float() + 0.4 * self.rotary_dim) / (1.4 * self.rotary_dim)
+        self.register_buffer("zeta", zeta.repeat_interleave(2), persistent=False)  # (R,) one per rotated dim
+
+    def decay(self, positions: Tensor) -> Tensor:
+        """(L,) or (B, L) positions -> (L, R) or (B, 1, L, R) query scales (keys take the inverse)."""
+        power = (positions - (positions.max() + 1) // 2).float() / self.scale_base
+        scale = self.zeta ** power[..., None]
+        return scale if positions.dim() == 1 else scale[:, None]
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        angles, scale = self.angles(positions), self.decay(positions)
+        return self.rotate_one(q, angles, scale), self.rotate_one(k, angles, scale.reciprocal())

@@ -1,0 +1,258 @@
+"""`cli.py compare` on hand-made records: aggregation over seeds, ranks, exclusions with reasons, the
+Welch statement, machine formats, the HTML report, the W&B path (fake Api) and one offline W&B fit."""
+
+import csv
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY
+from rich.console import Console
+
+from lightning_modules.errors import ConfigError
+from tracking import compare as C
+from tracking.compare_report import PLOTS, write_report
+from tracking.records import load_records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rec(encoding="rope", task="copy", seed=0, acc=0.9, status="finished", lr=1e-3, sweep=None, **extra) -> dict:
+    """A record as tracking/records.py writes it, with per-length accuracy and a two-point history."""
+    final = {
+        "val/acc": acc,
+        "val/loss": 2.0 - acc,
+        "val/acc_len_2": acc,
+        "val/acc_len_4": acc,
+        "val/acc_len_8": acc / 2,
+    }
+    config = {
+        "seed_everything": seed,
+        "trainer": {"max_steps": 100, "logger": None},
+        "model": {"class_path": "M", "init_args": {"encoding": encoding, "lr": lr, "dim": 32}},
+        "data": {"class_path": "D", "init_args": {"task": task, "train_max_len": 4}},
+        "run": {"out_dir": f"/tmp/{encoding}-{seed}"},
+    }
+    history = [{"step": 50, "val/acc": acc / 2, "val/loss": 2.5}, {"step": 100, "val/acc": acc, "val/loss": 2.0 - acc}]
+    record = {
+        "name": f"{task}-{encoding}-s{seed}", "group": f"{task}/{encoding}", "task": task, "encoding": encoding,
+        "seed": seed, "sweep": sweep, "subcommand": "fit", "status": status, "config": config, "final": final,
+        "best": dict(final, **{"val/acc": acc + 0.05}), "history": history, "updated_at": 1.0,
+        "run_dir": f"out/runs/{task}-{encoding}-s{seed}-{status}",
+    }  # fmt: skip
+    record.update(extra)
+    return record
+
+
+def grid() -> list[dict]:
+    """rope beats alibi on copy, alibi beats rope on reverse, none is last on both."""
+    values = {
+        ("rope", "copy"): [0.9, 0.8, 1.0], ("alibi", "copy"): [0.5, 0.6, 0.55], ("none", "copy"): [0.1, 0.12],
+        ("rope", "reverse"): [0.2, 0.3], ("alibi", "reverse"): [0.4, 0.5], ("none", "reverse"): [0.05],
+    }  # fmt: skip
+    return [rec(e, t, s, a) for (e, t), accs in values.items() for s, a in enumerate(accs)]
+
+
+def text_of(renderable) -> str:
+    console = Console(file=io.StringIO(), width=250, record=True)
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_cells_mean_std_n_ci_ranks_and_best():
+    comp = C.compare(grid(), "val/acc")
+    cell = comp.cells["rope", "copy"]
+    assert (cell.n, cell.mean, cell.std) == (3, pytest.approx(0.9), pytest.approx(0.1))
+    half = 4.302653 * 0.1 / math.sqrt(3)  # t(0.975, df=2)
+    assert cell.ci == (pytest.approx(0.9 - half, abs=1e-5), pytest.approx(0.9 + half, abs=1e-5))
+    assert math.isnan(comp.cells["none", "reverse"].std) and comp.cells["none", "reverse"].n == 1
+    assert comp.ranks["rope", "copy"] == 1 and comp.ranks["alibi", "copy"] == 2 and comp.ranks["none", "copy"] == 3
+    assert comp.ranks["alibi", "reverse"] == 1 and comp.ranks["rope", "reverse"] == 2
+    assert comp.mean_rank == {"alibi": 1.5, "rope": 1.5, "none": 3.0}
+    assert comp.is_best("rope", "copy") and comp.is_best("alibi", "reverse") and not comp.is_best("rope", "reverse")
+    text = text_of(C.comparison_table(grid(), "val/acc"))
+    assert "* 0.9 ± 0.1 (n=3)" in text and "#1" in text and "mean rank" in text and "1.50" in text
+
+
+def test_min_goal_ranks_lowest_first_and_best_value():
+    comp = C.compare(grid(), "val/loss")
+    assert comp.goal == "min" and comp.ranks["rope", "copy"] == 1 and comp.ranks["none", "copy"] == 3
+    best = C.compare(grid(), "val/acc", value="best")
+    assert best.cells["rope", "copy"].mean == pytest.approx(0.95)
+
+
+def test_welch_statement_per_column():
+    comp = C.compare(grid(), "val/acc")
+    assert comp.tests["copy"].startswith("copy: rope (0.9) vs runner-up alibi (0.55): Welch t-test p=")
+    assert "separated at 0.05" in comp.tests["copy"]
+    one_seed = C.compare([rec("rope", acc=0.9), rec("alibi", acc=0.5), rec("alibi", seed=1, acc=0.6)], "val/acc")
+    assert one_seed.tests["copy"].endswith("n<2, not testable")
+    assert any("Welch t-test p=" in line for line in C.notes(comp))
+
+
+def test_unusable_runs_are_excluded_and_reported():
+    records = grid() + [
+        rec("rope", seed=7, acc=0.0, status="running"),  # stale record of a retried trial
+        rec("rope", seed=8, acc=0.0, status="failed", error="RuntimeError: boom"),
+        rec("rope", seed=9, acc=0.0, status="diverged"),
+        rec("rope", seed=10, acc=float("nan")),
+        rec("alibi", seed=11, final={"val/loss": 1.0}),
+        rec("rope", seed=0, acc=0.0, updated_at=0.5),  # an older repeat of seed 0
+    ]
+    comp = C.compare(records, "val/acc")
+    assert comp.cells["rope", "copy"].values == [0.9, 0.8, 1.0]  # unchanged by the bad runs
+    reasons = {(e.row, e.col, e.reason) for e in comp.excluded}
+    assert reasons == {
+        ("rope", "copy", "status running"), ("rope", "copy", "status failed"), ("rope", "copy", "status diverged"),
+        ("rope", "copy", "val/acc is nan"), ("alibi", "copy", "no val/acc"),
+        ("rope", "copy", "repeats seed 0 (newer run kept)"),
+    }  # fmt: skip
+    text = text_of(C.render_table(comp))
+    assert "excluded 6 run(s):" in text and "rope / copy: 1 x status running" in text
+
+
+def test_mixed_configs_keep_the_majority_or_exclude_the_cell():
+    records = [rec(seed=s, acc=0.9) for s in range(3)] + [rec(seed=3, acc=0.1, lr=0.01)]
+    comp = C.compare(records, "val/acc")
+    assert comp.cells["rope", "copy"].n == 3
+    (dropped,) = comp.excluded
+    assert dropped.reason == "config differs: model.init_args.lr=0.01 (kept: 0.001)"
+    tie = C.compare([rec(seed=0), rec(seed=1, lr=0.01)], "val/acc")
+    assert not tie.cells and len(tie.excluded) == 2
+    assert all(e.reason.startswith("mixed configs, no majority: model.init_args.lr=") for e in tie.excluded)
+    split = C.compare([rec(seed=0), rec(seed=1, lr=0.01)], "val/acc", rows="encoding,model.lr")
+    assert set(split.cells) == {("rope, 0.001", "copy"), ("rope, 0.01", "copy")} and not split.excluded
+
+
+def test_machine_formats_parse():
+    comp = C.compare(grid() + [rec("rope", seed=5, status="running")], "val/acc")
+    rows = list(csv.DictReader(io.StringIO(C.to_csv(comp))))
+    rope = next(r for r in rows if r["row"] == "rope" and r["col"] == "copy")
+    assert float(rope["mean"]) == pytest.approx(0.9) and rope["n"] == "3" and rope["best"] == "True"
+    data = json.loads(C.to_json(comp))
+    assert data["metric"] == "val/acc" and data["goal"] == "max" and len(data["cells"]) == 6
+    assert data["mean_rank"]["none"] == 3.0 and data["excluded"][0]["reason"] == "status running"
+    assert next(c for c in data["cells"] if c["row"] == "none" and c["col"] == "reverse")["std"] is None
+    lines = C.to_markdown(comp).splitlines()
+    assert lines[0] == "| encoding | copy | reverse | mean rank |" and lines[1] == "|---|---|---|---|"
+    assert all(line.count("|") == 5 for line in lines[2:5]) and lines[4].startswith("| none |")
+    assert "| rope | **0.9 ± 0.1 (n=3) [" in C.to_markdown(comp)
+    assert any(line.startswith("- copy: rope") and "Welch t-test p=" in line for line in lines)
+
+
+def test_bad_input_is_one_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="available: val/acc, val/acc_len_<n>, val/loss"):
+        C.compare(grid(), "val/bleu")
+    with pytest.raises(ConfigError, match="choose one of: table, csv, json, markdown"):
+        C.compare_main([f"--out_dir={tmp_path}", "--format=xml"])
+    with pytest.raises(ConfigError, match=f"no run records \\(record.json\\) under '{tmp_path}'"):
+        C.compare_main([f"--out_dir={tmp_path}"])
+    write_records(tmp_path, [rec(sweep="a")])
+    with pytest.raises(ConfigError, match="no runs of sweep 'b' under .*; sweeps found: a"):
+        C.compare_main([f"--out_dir={tmp_path}", "--sweep=b"])
+
+
+def write_records(root: Path, records: list[dict]) -> None:
+    for i, record in enumerate(records):
+        path = root / "runs" / f"run-{i}" / "record.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({k: v for k, v in record.items() if k != "run_dir"}))
+
+
+def test_compare_main_reads_a_sweep_and_its_metric(tmp_path, capsys):
+    import optuna
+
+    other = [rec("rope", seed=s, acc=0.1, sweep="other") for s in range(2)]
+    write_records(tmp_path, grid() + other)
+    for record in load_records(tmp_path):
+        record["sweep"] = record["sweep"] or "study"
+        Path(record.pop("run_dir"), "record.json").write_text(json.dumps(record))
+    storage = f"sqlite:///{tmp_path / 'sweeps' / 'study' / 'optuna.db'}"
+    (tmp_path / "sweeps" / "study").mkdir(parents=True)
+    optuna.create_study(study_name="study", storage=storage).set_user_attr("sweep", {"metric": {"name": "val/loss"}})
+    comp = C.compare_main([f"--out_dir={tmp_path}", "--sweep=study", "--format=json"])
+    data = json.loads(capsys.readouterr().out)
+    assert comp.metric == data["metric"] == "val/loss" and len(data["cells"]) == 6  # the other sweep left out
+    console = Console(file=io.StringIO(), width=250)
+    C.print_comparison(str(tmp_path), "study", "val/acc", console=console)
+    assert "final val/acc (max)" in console.file.getvalue()
+    C.print_comparison(str(tmp_path / "empty"), "study", None, console=console)
+    assert "compare: no run records" in console.file.getvalue()  # one line, never raises
+
+
+def test_report_has_every_plot_and_page_refers_to_each(tmp_path):
+    records = grid() + [rec("rope", seed=9, status="failed")]
+    page = write_report(C.compare(records, "val/acc"), tmp_path / "report")
+    text = page.read_text()
+    pngs = sorted(p.name for p in page.parent.glob("*.png"))
+    assert pngs == ["bars.png", "curves.png", "length.png"]  # no ppl_ctx_<n> in these records
+    for name in pngs:
+        assert f'alt="{name}" src="data:image/png;base64,' in text and f'href="{name}"' in text
+    assert "Skipped: no run logged perplexity per context length" in text
+    assert "Welch t-test p=" in text and "status failed" in text
+    with_ppl = [dict(r, final={**r["final"], "val/ppl_ctx_8": 3.0, "val/ppl_ctx_16": 5.0}) for r in grid()]
+    page = write_report(C.compare(with_ppl, "val/acc"), tmp_path / "report")
+    assert (page.parent / "ppl_ctx.png").is_file() and 'alt="ppl_ctx.png"' in page.read_text()
+    assert {name for name, *_ in PLOTS} == {p.name for p in page.parent.glob("*.png")}
+
+
+class FakeRun:
+    """The attributes of wandb.apis.public.Run that compare reads."""
+
+    def __init__(self, record: dict, state: str):
+        self.name, self.group, self.state, self.url = record["name"], record["group"], state, f"wandb/{record['name']}"
+        self.config = {
+            "encoding": record["encoding"], "task": record["task"], "seed_everything": record["seed"],
+            "sweep": record["sweep"], "resolved_config": record["config"], "_wandb": {"x": 1},
+        }  # fmt: skip
+        acc = record["final"]["val/acc"]
+        self.summary = {"val/acc": {"last": acc, "max": acc + 0.05}, "val/loss": 1.0, "_step": 9, "epoch": 0}
+        self._history = [{"_step": i, "trainer/global_step": h["step"], **h} for i, h in enumerate(record["history"])]
+
+    def history(self, pandas=True):
+        assert pandas is False
+        return self._history
+
+
+def test_wandb_path_with_a_fake_api(monkeypatch, capsys):
+    import wandb
+
+    runs = [FakeRun(r, "finished") for r in grid()] + [FakeRun(rec("rope", seed=4), "crashed")]
+
+    class FakeApi:
+        def runs(self, path):
+            assert path == "me/pe-sweeps"
+            return runs
+
+    monkeypatch.setattr(wandb, "Api", FakeApi)
+    comp = C.compare_main(["--wandb=me/pe-sweeps", "--format=csv"])
+    assert comp.cells["rope", "copy"].values == [0.9, 0.8, 1.0] and comp.mean_rank["none"] == 3.0
+    assert [(e.reason, e.run) for e in comp.excluded] == [("status failed", "wandb/copy-rope-s4")]
+    assert "rope,copy,0.9" in capsys.readouterr().out
+    best = C.compare_main(["--wandb=me/pe-sweeps", "--value=best", "--format=json"])
+    assert best.cells["rope", "copy"].mean == pytest.approx(0.95)
+    record = C.wandb_record(runs[0])
+    assert record["history"][-1] == {"step": 100, "val/acc": 0.9, "val/loss": pytest.approx(1.1)}
+    assert record["best"]["val/loss"] == 1.0 and "epoch" not in record["final"]
+
+
+@pytest.mark.slow
+def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    env.pop("PE_RUN_DIR", None)
+    result = subprocess.run(
+        [sys.executable, "cli.py", "fit", *TINY, f"--run.out_dir={tmp_path}"], cwd=ROOT, env=env,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (record,) = load_records(tmp_path)
+    assert record["status"] == "finished"
+    (run_dir,) = Path(record["run_dir"]).glob("wandb/offline-run-*")
+    assert list(run_dir.glob("files/media/table/val_by_length/*.table.json"))
+    binary = next(run_dir.glob("*.wandb")).read_bytes()
+    assert b"resolved_config" in binary and b"val/acc_len_8" in binary

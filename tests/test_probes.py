@@ -1,0 +1,171 @@
+"""PE-Study probes (Wang & Chen 2020): the sinusoid's published scores, every encoding probed and labelled,
+figure shapes, a trained checkpoint, W&B logging and one-line errors."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cli import cli_main
+from lightning_modules.encodings import ENCODINGS
+from lightning_modules.errors import ConfigError
+from lightning_modules.probes import (
+    ABS_MAE,
+    HIDDEN,
+    REL_ERR,
+    TABLE,
+    ProbeOptions,
+    absolute_position_mae,
+    build_bare,
+    collapse_rounding_noise,
+    figure_arrays,
+    position_vectors,
+    probe_main,
+    relative_position_error,
+)
+from tracking.records import load_records
+
+SMALL = ["--max-length", "32", "--dim", "32", "--num-heads", "4", "--pairs", "64", "--seeds", "2"]
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_sinusoid_scores_as_in_the_paper(tmp_path):
+    """Absolute MAE exactly 0; relative error 4.1-7.8 % over seeds in the paper: mean within 2-10 %."""
+    args = ["--encoding", "sinusoidal", "--max-length", "512", "--dim", "768", "--pairs", "512", "--seeds", "5"]
+    result = probe_main([*args, "--report", str(tmp_path)])
+    assert result.source == TABLE and (result.positions, result.width) == (512, 768)
+    assert result.absolute_mae == 0.0
+    assert len(result.relative_errors) == 5
+    assert 0.02 <= result.relative["mean"] <= 0.10
+    assert result.relative["std"] > 0  # 512 pairs: the score moves with the seed
+    index = (tmp_path / "index.html").read_text()
+    for png in ("cosine.png", "pca.png"):
+        assert (tmp_path / png).stat().st_size > 0 and png in index
+    assert not (tmp_path / "logits.png").exists()  # the sinusoid adds no logit term
+
+
+def test_probe_functions_are_seeded():
+    E = ENCODINGS["sinusoidal"](dim=64, num_heads=4, max_length=64, causal=True).weight.double().numpy()
+    assert relative_position_error(E, 64, seed=3) == relative_position_error(E, 64, seed=3)
+    assert absolute_position_mae(E, seed=1) == absolute_position_mae(E, seed=1)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_every_encoding_is_probed_and_labelled(name, tmp_path, capsys):
+    result = probe_main(["--encoding", name, *SMALL, "--report", str(tmp_path)])
+    encoding = build_bare(ProbeOptions(encoding=name, dim=32, num_heads=4), 32).encoding
+    assert result.source == (TABLE if getattr(encoding, "weight", None) is not None else HIDDEN)
+    assert math.isfinite(result.absolute_mae) and all(0 <= e <= 1 for e in result.relative_errors)
+    out = one_line(capsys.readouterr().out)
+    assert result.source in out and "absolute MAE" in out
+    files = {p.name for p in tmp_path.iterdir()}
+    assert {"cosine.png", "pca.png", "index.html", "probe.json"} <= files
+    assert ("logits.png" in files) == (encoding.positional_logits(8) is not None)
+
+
+def test_rope_hidden_states_are_labelled_and_flagged(capsys):
+    """RoPE only rotates q, k: a constant input averages identical values, so no position reaches the
+    hidden states; the probe says what it probed and that the rows carry no signal."""
+    result = probe_main(["--encoding", "rope", *SMALL])
+    out = one_line(capsys.readouterr().out)
+    assert result.source == HIDDEN == "first-layer hidden states of a constant input"
+    assert "not an embedding table" in out and "identical rows" in out
+    assert result.identical_rows
+
+
+def test_untrained_learned_table_is_called_random(capsys):
+    result = probe_main(["--encoding", "learned", *SMALL])
+    assert result.source == TABLE
+    assert "untrained learned table is random" in one_line(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_figure_arrays_shapes(name):
+    transformer = build_bare(ProbeOptions(encoding=name, dim=32, num_heads=4), 16)
+    E, _ = position_vectors(transformer, 16, token=0, hidden=False)
+    arrays = figure_arrays(E, transformer, 16)
+    assert arrays["cosine"].shape == (16, 16) and arrays["pca"].shape == (16, 2)
+    assert np.allclose(np.diag(arrays["cosine"]), 1.0)
+    if "logits" in arrays:
+        assert arrays["logits"].shape == (4, 16, 16)
+    else:
+        assert transformer.encoding.positional_logits(16) is None
+
+
+def test_rounding_noise_is_collapsed_but_signal_kept():
+    rng = np.random.default_rng(0)
+    noisy = np.ones((20, 8)) + 1e-8 * rng.standard_normal((20, 8))
+    collapsed, identical = collapse_rounding_noise(noisy)
+    assert identical and np.ptp(collapsed, axis=0).max() == 0.0
+    table = rng.standard_normal((20, 8))
+    assert collapse_rounding_noise(table) == (table, False)
+
+
+@pytest.mark.slow
+def test_trained_learned_checkpoint(tiny_fit_args, tmp_path, capsys):
+    cli_main([*tiny_fit_args, "--model.encoding=learned", "--data.task=copy"])
+    (record,) = load_records(tmp_path)
+    ckpt = str(Path(record["run_dir"]) / "checkpoints" / "last.ckpt")
+    result = probe_main(["--ckpt", ckpt, "--pairs", "64", "--seeds", "2", "--report", str(tmp_path / "r")])
+    max_length = torch.load(ckpt, map_location="cpu", weights_only=False)["hyper_parameters"]["max_length"]
+    assert result.encoding == "learned" and result.source == TABLE
+    assert result.positions == max_length and math.isfinite(result.absolute_mae)
+    assert "trained checkpoint" in one_line(capsys.readouterr().out)
+    hidden = probe_main(["--ckpt", ckpt, "--hidden", "true", "--pairs", "64", "--seeds", "1"])
+    assert hidden.source == HIDDEN and math.isfinite(hidden.absolute_mae)
+
+
+def test_figures_and_numbers_go_to_an_active_wandb_run(tmp_path, monkeypatch):
+    import wandb
+
+    logged = []
+    monkeypatch.setattr(wandb, "run", object())
+    monkeypatch.setattr(wandb, "log", logged.append)
+    monkeypatch.setattr(wandb, "Image", lambda path: ("image", path))
+    probe_main(["--encoding", "alibi", *SMALL, "--report", str(tmp_path)])
+    (values,) = logged
+    assert {ABS_MAE, f"{REL_ERR}_mean", f"{REL_ERR}_std", "probe/cosine", "probe/pca", "probe/logits"} <= set(values)
+    assert values["probe/logits"] == ("image", str(tmp_path / "logits.png"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--encoding", "nope"], "choose one of: none, learned, sinusoidal"),
+        (["--ckpt", "missing/last.ckpt"], "not found"),
+        (["--encoding", "sinusoidal", "--max_length", "9"], "max_length=9"),
+        ([], "exactly one of --encoding"),
+        (["--encoding", "rope", "--ckpt", "x.ckpt"], "exactly one of --encoding"),
+        (["--encoding", "rope", "--pairs", "5"], "--pairs >= 20"),
+        (["--encoding", "learned", "--hidden", "true", "--token", "-1"], "outside the vocabulary"),
+    ],
+)
+def test_bad_input_is_one_line(args, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        probe_main(args)
+    assert "\n" not in str(error.value)
+
+
+def test_unreadable_checkpoint_is_one_line(tmp_path):
+    bad = tmp_path / "last.ckpt"
+    bad.write_text("not a checkpoint\n")
+    with pytest.raises(ConfigError, match="cannot load") as error:
+        probe_main(["--ckpt", str(bad)])
+    assert "\n" not in str(error.value)
+
+
+def test_cli_reports_bad_input_in_one_line(monkeypatch, capsys):
+    """As wired in cli.py's EXTRA_COMMANDS: a ConfigError is one line on stderr and exit status 2."""
+    import cli
+
+    monkeypatch.setitem(cli.EXTRA_COMMANDS, "probe", probe_main)
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["probe", "--encoding", "nope", "--max-length", "64"])
+    assert exit_info.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: unknown encoding 'nope'")
