@@ -18,6 +18,7 @@ from lightning_modules.errors import ConfigError
 from tracking import compare as C
 from tracking.compare_report import PLOTS, write_report
 from tracking.records import load_records
+from tracking.wandb_records import wandb_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,23 +165,24 @@ def write_records(root: Path, records: list[dict]) -> None:
         path.write_text(json.dumps({k: v for k, v in record.items() if k != "run_dir"}))
 
 
-def test_compare_main_reads_a_sweep_and_its_metric(tmp_path, capsys):
+def test_compare_main_reads_a_sweep_its_metric_and_varied_parameters(tmp_path, capsys):
     import optuna
 
-    other = [rec("rope", seed=s, acc=0.1, sweep="other") for s in range(2)]
-    write_records(tmp_path, grid() + other)
-    for record in load_records(tmp_path):
-        record["sweep"] = record["sweep"] or "study"
-        Path(record.pop("run_dir"), "record.json").write_text(json.dumps(record))
-    storage = f"sqlite:///{tmp_path / 'sweeps' / 'study' / 'optuna.db'}"
+    study = grid() + [rec("rope", seed=s, acc=0.3, lr=0.01) for s in range(2)]
+    write_records(tmp_path, [dict(r, sweep="study") for r in study] + [rec("rope", acc=0.1, sweep="other")])
     (tmp_path / "sweeps" / "study").mkdir(parents=True)
-    optuna.create_study(study_name="study", storage=storage).set_user_attr("sweep", {"metric": {"name": "val/loss"}})
+    storage = f"sqlite:///{tmp_path / 'sweeps' / 'study' / 'optuna.db'}"
+    parameters = {"model.encoding": {"values": ["rope"]}, "model.lr": {"values": [0.001, 0.01]}, "data.task": {}}
+    sweep = {"metric": {"name": "val/loss"}, "parameters": {**parameters, "seed_everything": {"values": [0, 1]}}}
+    optuna.create_study(study_name="study", storage=storage).set_user_attr("sweep", sweep)
     comp = C.compare_main([f"--out_dir={tmp_path}", "--sweep=study", "--format=json"])
     data = json.loads(capsys.readouterr().out)
-    assert comp.metric == data["metric"] == "val/loss" and len(data["cells"]) == 6  # the other sweep left out
+    assert comp.metric == data["metric"] == "val/loss" and data["rows"] == ["encoding", "model.lr"]
+    assert len(data["cells"]) == 7 and not comp.excluded  # the other sweep's run is not read
+    assert comp.cells["rope, 0.01", "copy"].n == 2 and comp.cells["rope, 0.001", "copy"].n == 3
     console = Console(file=io.StringIO(), width=250)
     C.print_comparison(str(tmp_path), "study", "val/acc", console=console)
-    assert "final val/acc (max)" in console.file.getvalue()
+    assert "final val/acc (max)" in console.file.getvalue() and "rope, 0.01" in console.file.getvalue()
     C.print_comparison(str(tmp_path / "empty"), "study", None, console=console)
     assert "compare: no run records" in console.file.getvalue()  # one line, never raises
 
@@ -236,7 +238,7 @@ def test_wandb_path_with_a_fake_api(monkeypatch, capsys):
     assert "rope,copy,0.9" in capsys.readouterr().out
     best = C.compare_main(["--wandb=me/pe-sweeps", "--value=best", "--format=json"])
     assert best.cells["rope", "copy"].mean == pytest.approx(0.95)
-    record = C.wandb_record(runs[0])
+    record = wandb_record(runs[0])
     assert record["history"][-1] == {"step": 100, "val/acc": 0.9, "val/loss": pytest.approx(1.1)}
     assert record["best"]["val/loss"] == 1.0 and "epoch" not in record["final"]
 

@@ -35,7 +35,7 @@ from scipy import stats
 from lightning_modules.errors import ConfigError
 from lightning_modules.metrics import ACC, goal, name
 from tracking.records import RECORD_FILE, load_records
-from tracking.wandb_setup import STAGE_METRIC
+from tracking.wandb_records import read_wandb
 
 IDENTITY = ("name", "group", "task", "encoding", "seed", "sweep", "subcommand", "status")
 IGNORED = ("seed_everything", "run", "trainer.logger", "ckpt_path", "sweep", "_wandb")  # not "the config"
@@ -53,7 +53,8 @@ class CompareOptions:
     sweep: str | None = None  # keep runs of this sweep / study only; its metric becomes the default
     metric: str | None = None  # default: the sweep's metric with --sweep, else val/acc
     value: str = "final"  # "final" (last validation) or "best" (best validation, by the metric's goal)
-    rows: str = "encoding"  # comma-separated record fields or dotted config paths
+    rows: str | None = None  # comma-separated record fields or dotted config paths; default: encoding, and
+    # with --sweep also the parameters that the sweep varies (other than seed, encoding and task)
     cols: str = "task"
     format: str = "table"  # table (rich, to the console), csv, json, markdown (to stdout)
     report: str | None = None  # write PNG plots and index.html to this folder
@@ -146,7 +147,8 @@ def lookup(record: dict, key: str):
 
 
 def label(record: dict, keys: list[str]) -> str:
-    return ", ".join(str(lookup(record, k)) for k in keys)
+    values = [lookup(record, k) for k in keys]
+    return ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in values)
 
 
 def run_id(record: dict) -> str:
@@ -328,7 +330,9 @@ def notes(comp: Comparison) -> list[str]:
 def render_table(comp: Comparison) -> Table:
     """A rich Table of the comparison, with the Welch tests and exclusions as its caption."""
     title = f"{comp.value} {comp.metric} ({comp.goal}), mean ± std over seeds"
-    table = Table(title=title, caption="\n".join([legend(comp), *notes(comp)]), caption_justify="left")
+    caption = [legend(comp), *notes(comp)]
+    width = min(max(map(len, caption)), 160)  # wide enough for the caption lines not to wrap
+    table = Table(title=title, caption="\n".join(caption), caption_justify="left", min_width=width)
     table.add_column(", ".join(comp.row_keys))
     for col in comp.cols:
         table.add_column(col, overflow="fold")
@@ -392,85 +396,8 @@ def to_markdown(comp: Comparison) -> str:
             text = cell_text(comp.cells[row, c], comp.ranks[row, c], False) if (row, c) in comp.cells else "-"
             texts.append(f"**{text}**" if comp.is_best(row, c) and (row, c) in comp.cells else text)
         lines.append("| " + " | ".join([row, *texts, f"{comp.mean_rank[row]:.2f}"]) + " |")
-    lines += ["", *[f"- {line.strip()}" for line in [legend(comp, "bold"), *notes(comp)]]]
+    lines += ["", *[re.sub(r"^( *)", r"\1- ", line) for line in [legend(comp, "bold"), *notes(comp)]]]
     return "\n".join(lines) + "\n"
-
-
-# ---------------------------------------------------------------- W&B
-
-
-WANDB_STATES = {"crashed": "failed", "killed": "interrupted", "preempted": "interrupted"}
-
-
-def better(metric: str, a: float | None, b: float) -> float:
-    return b if a is None else (max if goal(metric) == "max" else min)(a, b)
-
-
-def wandb_values(summary: dict, history: list[dict]) -> tuple[dict, dict]:
-    """Final and best value of every metric, from the summary ({"last", "max"/"min"} when declared by
-    define_metric) and, where the summary lacks them, from the history."""
-    final, best = {}, {}
-    for row in history:
-        for key, v in row.items():
-            if key != "step":
-                final[key] = v
-                best[key] = better(key, best.get(key), v)
-    for key, v in summary.items():
-        if not STAGE_METRIC.match(key):
-            continue
-        if isinstance(v, dict):
-            final[key] = v.get("last", final.get(key))
-            best[key] = v.get(goal(key), best.get(key, final.get(key)))
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            final[key] = v
-            best[key] = better(key, best.get(key), v)
-    return {k: v for k, v in final.items() if v is not None}, {k: v for k, v in best.items() if v is not None}
-
-
-def wandb_history(run) -> list[dict]:
-    rows = []
-    for row in run.history(pandas=False):
-        values = {k: v for k, v in row.items() if k.startswith("val/") and isinstance(v, (int, float)) and v == v}
-        if values:
-            rows.append({"step": row.get("trainer/global_step", row.get("_step")), **values})
-    return rows
-
-
-def wandb_seed(config: dict, resolved: dict, run_name: str) -> int | None:
-    """seed_everything from the config, else the `-s<seed>` suffix of the run name."""
-    seed = config.get("seed_everything", resolved.get("seed_everything"))
-    match = re.search(r"-s(\d+)$", run_name)
-    return seed if seed is not None or not match else int(match[1])
-
-
-def wandb_record(run) -> dict:
-    """A W&B public-API run in the shape of a local record (tracking/records.py)."""
-    config = {k: v for k, v in dict(run.config).items() if not k.startswith("_")}
-    resolved = config.get("resolved_config") or config
-    history = wandb_history(run)
-    summary = dict(getattr(run, "summary_metrics", None) or run.summary)
-    final, best = wandb_values(summary, history)
-    group = run.group or "/"
-    record = {"config": resolved}
-    return {
-        "name": run.name, "group": run.group,
-        "task": config.get("task") or lookup(record, "data.task") or group.split("/")[0],
-        "encoding": config.get("encoding") or lookup(record, "model.encoding") or group.split("/")[-1],
-        "seed": wandb_seed(config, resolved, run.name or ""),
-        "sweep": config.get("sweep") or getattr(run, "sweep_name", None), "subcommand": "fit",
-        "status": WANDB_STATES.get(run.state, run.state), "config": resolved, "final": final, "best": best,
-        "history": history, "run_dir": getattr(run, "url", None) or run.name,
-    }  # fmt: skip
-
-
-def read_wandb(path: str) -> list[dict]:
-    """Every run of ENTITY/PROJECT from the W&B public API, as records."""
-    import wandb
-
-    records = [wandb_record(run) for run in wandb.Api().runs(path)]
-    if not records:
-        raise ConfigError(f"no runs in W&B project {path!r}")
-    return records
 
 
 # ---------------------------------------------------------------- entry points
@@ -494,18 +421,25 @@ def select(records: list[dict], sweep: str | None, where: str) -> list[dict]:
     return kept
 
 
-def sweep_metric(out_dir: str, sweep: str | None) -> str | None:
-    """The metric of a local Optuna study (out_dir/sweeps/<sweep>/optuna.db), if there is one."""
+def sweep_spec(out_dir: str, sweep: str | None) -> dict:
+    """The sweep dict of a local Optuna study (out_dir/sweeps/<sweep>/optuna.db); {} if there is none."""
     path = Path(out_dir) / "sweeps" / str(sweep) / "optuna.db"
     if sweep is None or not path.is_file():
-        return None
+        return {}
     import optuna
 
     try:
         study = optuna.load_study(study_name=sweep, storage=f"sqlite:///{path.resolve()}")
     except KeyError:
-        return None
-    return (study.user_attrs.get("sweep") or {}).get("metric", {}).get("name")
+        return {}
+    return study.user_attrs.get("sweep") or {}
+
+
+def default_rows(spec: dict) -> str:
+    """encoding, plus the parameters a sweep varies (seed, encoding and task aside): one row per setting."""
+    fixed = {"seed_everything", "model.encoding", "model.init_args.encoding", "data.task", "data.init_args.task"}
+    varied = [k for k, v in (spec.get("parameters") or {}).items() if k not in fixed and "value" not in dict(v)]
+    return ",".join(["encoding", *varied])
 
 
 def output(comp: Comparison, fmt_name: str, console: Console | None = None) -> None:
@@ -523,8 +457,9 @@ def run_compare(opts: CompareOptions) -> Comparison:
         records = select(read_wandb(opts.wandb), opts.sweep, f"in W&B project {opts.wandb!r}")
     else:
         records = read_records(opts.out_dir, opts.sweep)
-    metric = opts.metric or sweep_metric(opts.out_dir, opts.sweep) or DEFAULT_METRIC
-    comp = compare(records, metric, opts.value, opts.rows, opts.cols)
+    spec = sweep_spec(opts.out_dir, opts.sweep)
+    metric = opts.metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC
+    comp = compare(records, metric, opts.value, opts.rows or default_rows(spec), opts.cols)
     output(comp, opts.format)
     if opts.report:
         from tracking.compare_report import write_report
@@ -547,7 +482,8 @@ def print_comparison(out_dir: str = "out", sweep: str | None = None, metric: str
     console = console or Console()
     try:
         records = read_records(out_dir, sweep)
-        comp = compare(records, metric or sweep_metric(out_dir, sweep) or DEFAULT_METRIC)
+        spec = sweep_spec(out_dir, sweep)
+        comp = compare(records, metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC, rows=default_rows(spec))
     except ConfigError as error:
         console.print(f"compare: {error}")
         return

@@ -9,12 +9,13 @@ class KerpleLog(PositionalEncoding):
     """KERPLE, logarithmic kernel: logit bias -r1_h * log(1 + r2_h |i - j|), learned r1, r2 > 0 per head.
 
     Chi et al., NeurIPS 2022, "KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation".
-    As the official code (GPT-NeoX `ParallelKerple*`): r1 ~ U(0, 2), r2 ~ U(0, 1) at init, kept positive by
-    clamping the parameters themselves to >= 0.01 before every use (in place, as `.data`, like the official
-    code, so an update that overshoots is reset rather than stuck behind a clamp with zero gradient); the
-    power kernel also clamps r2 <= 2, its valid range (0, 2]. Causal: |i - j| = i - j under the mask
-    (the paper); bidirectional: the symmetric |i - j|. Shared by all layers; parameters of shape (H,), so
-    AdamW does not decay them. Checked against the closed form. Shapes: bias (H, L, L) or (B, H, L, L).
+    As the official code (GPT-NeoX fork, `ParallelKerpleLog`): r1 ~ U(0, 2), r2 ~ U(0, 1) at init, kept
+    positive by clamping the parameters themselves to >= 0.01 before every use (in place on `.data`, like
+    that code, so an update that overshoots is reset rather than stuck behind a zero-gradient clamp); the
+    power kernel uses the same init and also clamps r2 <= 2, the paper's range (0, 2]. Causal: |i - j| =
+    i - j under the mask (the paper); bidirectional: the symmetric |i - j|. Shared by all layers; parameters
+    of shape (H,), so AdamW does not decay them. Checked against the closed form.
+    Shapes: r1, r2 (H,); bias (H, L, L) or (B, H, L, L).
     """
 
     name = "kerple_log"

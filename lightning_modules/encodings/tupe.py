@@ -19,8 +19,9 @@ class TupeA(PositionalEncoding):
     `proj_bias`: the official code's bias on U^Q, U^K (off: the paper has none).
     `mode="bert_ad"`: the paper's BERT-Ad ablation, the cross terms kept with untied projections:
     ((x W^Q)(x W^K)^T + (x W^Q)(p U^K)^T + (p U^Q)(x W^K)^T + (p U^Q)(p U^K)^T) / sqrt(4D); the cross terms
-    need the content q, k, so they are a `content_bias` (recomputed per layer from the shared p U); the [CLS]
-    reset, when on, touches only the position-position term (BERT-Ad itself: `untie_cls=false`).
+    need the content q, k, so they are a `content_bias` (recomputed per layer from the shared p U); p and U
+    as TUPE's (LayerNorm, shared across layers: the paper does not say otherwise); the [CLS] reset, when on,
+    touches only the position-position term (BERT-Ad itself: `untie_cls=false`).
     Shapes: table (num_positions + 1, C); p U (..., H, L, D); logits (..., H, L, L).
     """
 

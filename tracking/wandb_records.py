@@ -1,0 +1,93 @@
+"""Runs of a W&B project read through the public API (`wandb.Api().runs(path)`), in the shape of the
+local run records (tracking/records.py), for `cli.py compare --wandb ENTITY/PROJECT`.
+
+final / best come from the run summary ({"last", "max" or "min"}, declared per metric by
+tracking/wandb_setup.DirectedWandbLogger) and, where the summary lacks them, from the history. The
+config is the resolved LightningCLI config the run put under `resolved_config` (else the flat
+hyperparameters Lightning logs); identity from `task`, `encoding`, `seed_everything`, `sweep`.
+"""
+
+import math
+import re
+
+from lightning_modules.errors import ConfigError
+from lightning_modules.metrics import goal
+from tracking.wandb_setup import STAGE_METRIC
+
+WANDB_STATES = {"crashed": "failed", "killed": "interrupted", "preempted": "interrupted"}
+
+
+def better(metric: str, a: float | None, b: float) -> float:
+    return b if a is None else (max if goal(metric) == "max" else min)(a, b)
+
+
+def wandb_values(summary: dict, history: list[dict]) -> tuple[dict, dict]:
+    """Final and best value of every metric, from the summary ({"last", "max"/"min"} when declared by
+    define_metric) and, where the summary lacks them, from the history."""
+    final, best = {}, {}
+    for row in history:
+        for key, v in row.items():
+            if key != "step":
+                final[key] = v
+                best[key] = better(key, best.get(key), v)
+    for key, v in summary.items():
+        if not STAGE_METRIC.match(key):
+            continue
+        if isinstance(v, dict):
+            final[key] = v.get("last", final.get(key))
+            best[key] = v.get(goal(key), best.get(key, final.get(key)))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            final[key] = v
+            best[key] = better(key, best.get(key), v)
+    return {k: v for k, v in final.items() if v is not None}, {k: v for k, v in best.items() if v is not None}
+
+
+def wandb_history(run) -> list[dict]:
+    rows = []
+    for row in run.history(pandas=False):
+        values = {
+            k: v for k, v in row.items() if k.startswith("val/") and isinstance(v, (int, float)) and math.isfinite(v)
+        }
+        if values:
+            rows.append({"step": row.get("trainer/global_step", row.get("_step")), **values})
+    return rows
+
+
+def wandb_seed(config: dict, resolved: dict, run_name: str) -> int | None:
+    """seed_everything from the config, else the `-s<seed>` suffix of the run name."""
+    seed = config.get("seed_everything", resolved.get("seed_everything"))
+    match = re.search(r"-s(\d+)$", run_name)
+    return seed if seed is not None or not match else int(match[1])
+
+
+def init_arg(config: dict, section: str, key: str):
+    return ((config.get(section) or {}).get("init_args") or {}).get(key)
+
+
+def wandb_record(run) -> dict:
+    """A W&B public-API run in the shape of a local record (tracking/records.py)."""
+    config = {k: v for k, v in dict(run.config).items() if not k.startswith("_")}
+    resolved = config.get("resolved_config") or config
+    history = wandb_history(run)
+    summary = dict(getattr(run, "summary_metrics", None) or run.summary)
+    final, best = wandb_values(summary, history)
+    group = (run.group or "/").split("/")
+    return {
+        "name": run.name, "group": run.group,
+        "task": config.get("task") or init_arg(resolved, "data", "task") or group[0],
+        "encoding": config.get("encoding") or init_arg(resolved, "model", "encoding") or group[-1],
+        "seed": wandb_seed(config, resolved, run.name or ""),
+        "sweep": config.get("sweep") or getattr(run, "sweep_name", None), "subcommand": "fit",
+        "status": WANDB_STATES.get(run.state, run.state), "config": resolved, "final": final, "best": best,
+        "history": history, "run_dir": getattr(run, "url", None) or run.name,
+    }  # fmt: skip
+
+
+def read_wandb(path: str) -> list[dict]:
+    """Every run of ENTITY/PROJECT from the W&B public API, as records."""
+    import wandb
+
+    records = [wandb_record(run) for run in wandb.Api().runs(path)]
+    if not records:
+        raise ConfigError(f"no runs in W&B project {path!r}")
+    return records
