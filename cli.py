@@ -6,6 +6,8 @@ To run:
     python cli.py fit ... --model.encoding_options='{base: 500}'   # an encoding's own options
 
     python cli.py sweep sweeps/quickstart.yaml --workers 2
+    python cli.py compare --sweep quickstart --report out/report
+    python cli.py probe --encoding sinusoidal --max-length 512 --dim 768
 
 `fit | validate | test | predict` are LightningCLI's; every run logs to W&B (offline without an API
 key) and leaves a record under `<run.out_dir>/runs/<name>-<time>/`.
@@ -27,6 +29,7 @@ from pytorch_lightning.cli import LightningCLI  # noqa: E402
 
 from lightning_modules.encodings import check_encoding  # noqa: E402
 from lightning_modules.errors import ConfigError, DivergedError  # noqa: E402
+from tracking.options import dashes_to_underscores, parse_options  # noqa: E402
 from tracking.records import RunRecord  # noqa: E402
 from tracking.wandb_setup import make_wandb_logger, run_group, run_name  # noqa: E402
 
@@ -106,7 +109,6 @@ class PECLI(LightningCLI):
 
 def sweep_main(args: list[str]):
     """`cli.py sweep FILE [--workers N] [--storage URL] [--study-name NAME] ...`"""
-    from tracking.options import parse_options
     from tracking.sweep import SweepOptions, run_sweep
 
     return run_sweep(parse_options(SweepOptions, args))
@@ -119,7 +121,14 @@ def probe_main(args: list[str]):
     return main(args)
 
 
-EXTRA_COMMANDS = {"sweep": sweep_main, "probe": probe_main}
+def compare_main(args: list[str]):
+    """`cli.py compare [--sweep NAME] [--metric M] [--format csv|json|markdown] [--report DIR]`"""
+    from tracking.compare import compare_main as main
+
+    return main([dashes_to_underscores(a) for a in args])
+
+
+EXTRA_COMMANDS = {"sweep": sweep_main, "compare": compare_main, "probe": probe_main}
 
 
 def cli_main(args: list[str] | None = None):

@@ -111,3 +111,12 @@ def test_missing_and_malformed_files(tmp_path):
     (tmp_path / "bad.yaml").write_text("method: [grid\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         sf.load_sweep(tmp_path / "bad.yaml")
+
+
+def test_length_generalization_sweep_covers_the_registry():
+    from datamodules.synthetic import TASKS
+    from lightning_modules.encodings import ENCODINGS
+
+    sweep = sf.load_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "length_generalization.yaml")
+    assert set(sweep["parameters"]["model.encoding"]["values"]) == set(ENCODINGS)
+    assert set(sweep["parameters"]["data.task"]["values"]) == set(TASKS)

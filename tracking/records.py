@@ -68,6 +68,8 @@ class RunRecord(Callback):
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         self._update(trainer)
+        if trainer.state.fn == "validate":  # `cli.py validate`: the run is this evaluation
+            self.record["status"] = "finished"
         evals = {k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val/")}
         self.record["history"].append({"step": trainer.global_step, **evals})
         self.write()
@@ -83,6 +85,8 @@ class RunRecord(Callback):
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
             self._update(trainer)
+            if trainer.state.fn != "fit":  # `cli.py test`: the run is this evaluation
+                self.record["status"] = "finished"
             self.write()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:

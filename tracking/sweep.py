@@ -339,6 +339,7 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
     """Run (or resume) the sweep with a live status line, then print the trial table."""
     from rich.console import Console
 
+    from tracking.compare import print_comparison
     from tracking.sweep_display import LiveStatus, trial_table
 
     sweep, suffix = apply_overrides(sf.load_sweep(opts.file), opts.set.split(",") if opts.set else [])
@@ -352,4 +353,5 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
         runner.run(on_tick=live.tick)
     console.print()
     console.print(trial_table(runner.study, sweep["metric"]["name"]))
+    print_comparison(opts.out_dir, runner.study.study_name, sweep["metric"]["name"], console=console)
     return runner.study
