@@ -75,13 +75,16 @@ def test_kill_9_then_rerun_completes_each_point_once(tmp_path):
         time.sleep(0.2)
     sweep.send_signal(signal.SIGKILL)
     sweep.wait()
+    (running,) = [t for t in trials(tmp_path) if t.state == TrialState.RUNNING]
+    had_checkpoint = bool(list(Path(running.user_attrs["trial_dir"]).glob("runs/*/checkpoints/last.ckpt")))
     run_sweep(path, tmp_path)
     ts = trials(tmp_path)
     assert complete_points(ts) == sorted({(("model.encoding", e),) for e in ["rope", "alibi", "none"]})
     dead = [t for t in ts if t.state == TrialState.FAIL]
     assert len(dead) == 1 and "died" in dead[0].user_attrs["reason"]
     retry = [t for t in ts if t.state == TrialState.COMPLETE and t.params == dead[0].params]
-    assert len(retry) == 1 and retry[0].user_attrs.get("resumed_from", "").endswith("last.ckpt")
+    assert len(retry) == 1
+    assert retry[0].user_attrs.get("resumed_from", "").endswith("last.ckpt") == had_checkpoint
 
 
 def test_failing_and_diverging_trials_are_recorded_and_the_sweep_goes_on(tmp_path):
@@ -173,19 +176,27 @@ def test_optuna_dashboard_lists_the_trials(tmp_path):
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
     storage = f"sqlite:///{tmp_path / 'sweeps' / 's' / 'optuna.db'}"
-    command = [sys.executable, "-m", "optuna_dashboard", storage, "--host", "127.0.0.1", "--port", str(port)]
+    command = [
+        str(Path(sys.executable).parent / "optuna-dashboard"),
+        storage,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     dashboard = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline, studies = time.time() + 60, None
         while studies is None and time.time() < deadline:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2) as response:
-                    studies = json.load(response)["studies"]
+                    studies = json.load(response)["study_summaries"]
             except OSError:
                 time.sleep(0.5)
         (study,) = [s for s in studies if s["study_name"] == "s"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{study['study_id']}", timeout=5) as r:
             detail = json.load(r)
+        assert detail["name"] == "s"
         assert len(detail["trials"]) == 1 and detail["trials"][0]["state"] == "Complete"
     finally:
         dashboard.terminate()

@@ -29,6 +29,7 @@ from pathlib import Path
 import optuna
 import sqlalchemy
 import yaml
+from optuna.distributions import CategoricalDistribution
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
@@ -36,6 +37,8 @@ from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_com
 from lightning_modules.errors import ConfigError
 from tracking import sweep_file as sf
 from tracking.records import RECORD_FILE
+
+QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -105,10 +108,23 @@ def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str) -> opt
         return study
     study.set_user_attr("sweep_digest", digest)
     study.set_user_attr("sweep", sweep)
-    for point in sf.grid_points(sweep) if sweep["method"] == "grid" else []:
-        study.enqueue_trial(point)
+    if sweep["method"] == "grid":
+        queue_grid(study, sweep)
     study.set_user_attr("ready", True)  # another process may now join
     return study
+
+
+def queue_grid(study: optuna.Study, sweep: dict) -> None:
+    """Queue every grid point once, tagged with its GridSampler grid id: workers in any process then pop
+    distinct points atomically (a plain GridSampler may hand the same point to two workers)."""
+    space = {n: s["values"] for n, s in sweep["parameters"].items() if "values" in s}
+    distributions = {n: CategoricalDistribution(v) for n, v in space.items()}
+    for grid_id, point in enumerate(sf.grid_points(sweep)):
+        attrs = {"grid_id": grid_id, "search_space": space, QUEUED: True}
+        trial = optuna.create_trial(
+            state=TrialState.WAITING, params=point, distributions=distributions, system_attrs=attrs
+        )
+        study.add_trial(trial)
 
 
 def wait_until_ready(study: optuna.Study, timeout: float = 60.0) -> dict:
@@ -302,7 +318,7 @@ class Sweep:
             if not budget_left(study, self.sweep):
                 return None
             trial = study.ask()
-            queued = "fixed_params" in study._storage.get_trial(trial._trial_id).system_attrs
+            queued = QUEUED in study._storage.get_trial(trial._trial_id).system_attrs
             if self.sweep["method"] == "grid" and not queued:
                 trial.set_user_attr("reason", "grid already covered by other workers")
                 study.tell(trial, state=TrialState.FAIL)  # lost a race for the last queued point

@@ -104,11 +104,20 @@ def grid_points(sweep: dict) -> list[dict]:
     return [dict(zip(space, combo)) for combo in itertools.product(*space.values())]
 
 
+class QueuedGridSampler(optuna.samplers.GridSampler):
+    """GridSampler over the full product whose points the sweep runner queues once, tagged with their
+    grid ids (tracking/sweep.py `queue_grid`). The runner ends the sweep when the queue is empty:
+    GridSampler's own `after_trial` calls `study.stop()`, which works only inside `study.optimize`."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
 def sampler(sweep: dict, seed: int = 0) -> optuna.samplers.BaseSampler:
     """grid -> GridSampler over the full product, random -> RandomSampler, bayes -> TPESampler."""
     if sweep["method"] == "grid":
         space = {n: s["values"] for n, s in sweep["parameters"].items() if "values" in s}
-        return optuna.samplers.GridSampler(space, seed=seed)
+        return QueuedGridSampler(space, seed=seed)
     if sweep["method"] == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed)
