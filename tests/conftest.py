@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny CPU config that trains in seconds and writes under tmp_path."""
 
 import pytest
+import torch
 
 TINY = [
     "--config=configs/synthetic.yaml",
@@ -27,3 +28,12 @@ def tiny_fit_args(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.delenv("PE_RUN_DIR", raising=False)
     return ["fit", *TINY, f"--run.out_dir={tmp_path}"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _single_thread():
+    """Test tensors are tiny: one intra-op thread is several times faster than many on a busy CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import randomize_
 from torch import Tensor, nn
 from x_transformers.x_transformers import (
     DynamicPositionBias,
@@ -27,29 +28,6 @@ from lightning_modules.transformer import Transformer, allowed_mask, merge_mask,
 DIM, HEADS, MAX_LEN, VOCAB = 32, 4, 64, 50
 HEAD_DIM = DIM // HEADS
 CAUSAL = [True, False]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def randomize_(module: nn.Module, seed: int = 0) -> nn.Module:
-    """Non-trivial values for every parameter (LayerNorm near identity, others N(0, 0.3^2))."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for sub in module.modules():
-            for pname, p in sub.named_parameters(recurse=False):
-                noise = torch.randn(p.shape, generator=gen)
-                p.copy_(
-                    ((1.0 if pname == "weight" else 0.0) + 0.1 * noise)
-                    if isinstance(sub, nn.LayerNorm)
-                    else 0.3 * noise
-                )
-    return module
 
 
 def make(name: str, causal: bool = True, randomize: bool = True, **options):

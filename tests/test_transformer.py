@@ -4,7 +4,8 @@ shift invariance of the whole model."""
 
 import pytest
 import torch
-from torch import Tensor, nn
+from helpers import randomize_
+from torch import Tensor
 
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding
 from lightning_modules.encodings.alibi import ALiBi
@@ -15,30 +16,6 @@ VOCAB, DIM, HEADS, DEPTH, MAX_LEN = 50, 32, 4, 2, 64
 HEAD_DIM = DIM // HEADS
 NAMES = list(ENCODINGS)
 CAUSAL = [True, False]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """The tensors are tiny: one intra-op thread is several times faster than many on a busy CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def randomize_(module: nn.Module, seed: int = 0) -> nn.Module:
-    """Give every parameter a non-trivial value (LayerNorm near identity, others N(0, 0.3^2)), so that
-    attention is far from uniform and a masking error shows."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for sub in module.modules():
-            for pname, p in sub.named_parameters(recurse=False):
-                noise = torch.randn(p.shape, generator=gen)
-                if isinstance(sub, nn.LayerNorm):
-                    p.copy_((1.0 if pname == "weight" else 0.0) + 0.1 * noise)
-                else:
-                    p.copy_(0.3 * noise)
-    return module
 
 
 def make_model(name: str, causal: bool, post_norm: bool = False, max_length: int = MAX_LEN) -> Transformer:
