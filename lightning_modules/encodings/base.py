@@ -42,8 +42,10 @@ class PositionalEncoding(nn.Module):
             raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
         if self.causal_only and not causal:
             raise ConfigError(f"encoding {self.name!r} is causal-only; set --model.causal=true")
-        if randomize_positions is not None and randomize_positions < 1:
-            raise ConfigError(f"randomize_positions must be a positive maximum position, got {randomize_positions}")
+        if randomize_positions is not None and randomize_positions < max_length:
+            raise ConfigError(
+                f"randomize_positions={randomize_positions} must be >= the longest sequence (max_length={max_length})"
+            )
         self.dim, self.num_heads, self.max_length, self.causal = dim, num_heads, max_length, causal
         self.head_dim = dim // num_heads
         self.randomize_positions = randomize_positions
