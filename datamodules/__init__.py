@@ -1,5 +1,6 @@
-"""Data modules: synthetic length-generalisation tasks."""
+"""Data modules: synthetic length-generalisation tasks and text corpora for causal LM."""
 
 from datamodules.synthetic import TASKS, SyntheticDataModule
+from datamodules.text import CORPORA, TextDataModule
 
-__all__ = ["TASKS", "SyntheticDataModule"]
+__all__ = ["CORPORA", "TASKS", "SyntheticDataModule", "TextDataModule"]

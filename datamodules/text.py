@@ -1,0 +1,343 @@
+"""Causal language modelling on text corpora, with evaluation at longer contexts (length extrapolation).
+
+Protocol (PE-Study, Wang & Chen 2020, section LM: block size 128; Press et al. 2022, ALiBi: train at
+context L, evaluate perplexity at L, 2L, 4L with non-overlapping windows). Data comes through Hugging
+Face `datasets` from local files (the `text` builder, cached in datasets' cache) or, with `hub_name`, from
+the hub; tokenizers come from the `tokenizers` library, are trained on the training split only and are
+cached to a JSON file.
+
+Splits (deterministic):
+- tinyshakespeare: input.txt cut by character fraction, first 90 % train, next 5 % validation, last 5 %
+  test (each cut moved forward to the next line break).
+- wikitext2: only the *valid* and *test* files of WikiText-2 exist offline (the official 10.8 MB train
+  split is NOT available), so: valid.txt's first 90 % (by characters, cut at a line break) = train, its
+  last 10 % = validation, test.txt = test. Numbers are therefore not comparable with published
+  WikiText-2 perplexities (far less training data).
+
+Relative `data_dir`s are resolved against the repository root, not the current directory.
+Shape legend: B batch, L window (context) length.
+"""
+
+import os
+import re
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from lightning_modules.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECIAL_TOKENS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]  # ids 0..4; [UNK] for unseen chars/words
+TOKENIZERS = ("auto", "char", "word", "bpe")
+CACHE_ENV = "PE_TOKENIZER_CACHE"  # overrides the tokenizer cache folder
+TRAIN_FRACTION, VAL_FRACTION = 0.90, 0.05  # tinyshakespeare; the test split is the rest (5 %)
+WIKITEXT_TRAIN_FRACTION = 0.90  # of valid.txt; the rest is validation
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Corpora: name -> folder, files and how they become (train, validation, test) text.
+
+
+def _cut(text: str, fraction: float) -> int:
+    """Character index at `fraction` of text, moved forward to just after the next line break."""
+    index = int(len(text) * fraction)
+    newline = text.find("\n", index)
+    return len(text) if newline < 0 else newline + 1
+
+
+def split_tinyshakespeare(files: dict[str, str]) -> tuple[str, str, str]:
+    text = files["input"]
+    a, b = _cut(text, TRAIN_FRACTION), _cut(text, TRAIN_FRACTION + VAL_FRACTION)
+    return text[:a], text[a:b], text[b:]
+
+
+def split_wikitext2(files: dict[str, str]) -> tuple[str, str, str]:
+    valid = files["valid"]
+    a = _cut(valid, WIKITEXT_TRAIN_FRACTION)
+    return valid[:a], valid[a:], files["test"]
+
+
+# task -> (folder under data_dir, {name: file}, split function, default tokenizer)
+CORPORA = {
+    "tinyshakespeare": ("tinyshakespeare", {"input": "input.txt"}, split_tinyshakespeare, "char"),
+    "wikitext2": ("wikitext-2", {"valid": "valid.txt", "test": "test.txt"}, split_wikitext2, "word"),
+}
+
+
+def check_task(task: str) -> None:
+    if task not in CORPORA:
+        raise ConfigError(f"unknown text task {task!r}; choose one of: {', '.join(CORPORA)}")
+
+
+def check_tokenizer(tokenizer: str) -> None:
+    if tokenizer not in TOKENIZERS:
+        raise ConfigError(f"unknown tokenizer {tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
+
+
+def resolve_dir(data_dir: str) -> Path:
+    """`data_dir` as given when absolute, else relative to the repository root."""
+    path = Path(data_dir).expanduser()
+    return path if path.is_absolute() else ROOT / path
+
+
+def corpus_paths(task: str, data_dir: str) -> dict[str, Path]:
+    """{name: path} of the task's local files; a missing file is a one-line ConfigError."""
+    folder, files, _, _ = CORPORA[task]
+    paths = {name: resolve_dir(data_dir) / folder / file for name, file in files.items()}
+    for path in paths.values():
+        if not path.is_file():
+            raise ConfigError(f"data file not found: {path}; point --data.data_dir at the folder holding {folder}/")
+    return paths
+
+
+def read_local(paths: dict[str, Path]) -> dict[str, str]:
+    """Each file as one document through datasets' `text` builder (cached in datasets' cache)."""
+    import datasets
+
+    data_files = {name: str(path) for name, path in paths.items()}
+    loaded = datasets.load_dataset("text", data_files=data_files, sample_by="document")
+    return {name: "".join(loaded[name]["text"]) for name in data_files}
+
+
+def _hub_args(hub_name: str) -> tuple[str, str | None]:
+    """ "path:config", "wikitext/wikitext-2-v1" (config named after its dataset) or a plain dataset path."""
+    if ":" in hub_name:
+        path, config = hub_name.split(":", 1)
+        return path, config
+    first, _, rest = hub_name.partition("/")
+    if rest and "/" not in rest and rest.startswith(first):
+        return first, rest
+    return hub_name, None
+
+
+def read_hub(hub_name: str, data_dir: str) -> tuple[str, str, str]:
+    """(train, validation, test) text of a hub data set; unreachable -> one-line ConfigError."""
+    try:
+        import datasets
+
+        loaded = datasets.load_dataset(*_hub_args(hub_name))
+        rows = lambda split: "".join(r if r.endswith("\n") else r + "\n" for r in loaded[split]["text"])
+        return rows("train"), rows("validation"), rows("test")
+    except Exception as error:  # noqa: BLE001 - any failure to reach or read the hub is a config problem
+        reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+        raise ConfigError(
+            f"cannot load {hub_name!r} from the Hugging Face hub ({reason}); to use local files drop "
+            f"--data.hub_name and set --data.data_dir (now {data_dir!r}, needs the task's folder)"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tokenizers
+
+
+TRAIN_COUNT = {"n": 0}  # tokenizers trained by this process (tests check the cache is used)
+
+
+def tokenizer_cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    import datasets
+
+    return Path(datasets.config.HF_DATASETS_CACHE) / "pe_tokenizers"
+
+
+def new_tokenizer(kind: str, vocab_size_limit: int):
+    """(untrained Tokenizer, trainer): character-level, whitespace word-level or byte-level BPE."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    if kind == "bpe":
+        tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size_limit, special_tokens=SPECIAL_TOKENS, initial_alphabet=alphabet
+        )
+        return tokenizer, trainer
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    if kind == "char":
+        tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    else:  # WikiText is pre-tokenized: split on whitespace, a line break is the <eos> token
+        tokenizer.normalizer = normalizers.Replace("\n", " <eos> ")
+        tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tokenizer, trainers.WordLevelTrainer(vocab_size=vocab_size_limit, special_tokens=SPECIAL_TOKENS)
+
+
+def chunks(text: str, size: int = 1 << 16) -> list[str]:
+    """Text as line-aligned pieces of about `size` characters (keeps every character)."""
+    lines = text.splitlines(keepends=True)
+    out, piece, n = [], [], 0
+    for line in lines:
+        piece.append(line)
+        n += len(line)
+        if n >= size:
+            out.append("".join(piece))
+            piece, n = [], 0
+    return out + (["".join(piece)] if piece else [])
+
+
+def load_or_train_tokenizer(kind: str, vocab_size_limit: int, train_text: str, cache_file: Path):
+    """The cached tokenizer at `cache_file`, or one trained on `train_text` and saved there."""
+    from tokenizers import Tokenizer
+
+    if cache_file.is_file():
+        return Tokenizer.from_file(str(cache_file))
+    tokenizer, trainer = new_tokenizer(kind, vocab_size_limit)
+    tokenizer.train_from_iterator(chunks(train_text), trainer=trainer)
+    TRAIN_COUNT["n"] += 1
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache_file.with_suffix(f".{os.getpid()}.tmp")
+    tokenizer.save(str(partial))
+    partial.replace(cache_file)  # atomic: concurrent runs never read a half-written file
+    return tokenizer
+
+
+def encode(tokenizer, text: str) -> Tensor:
+    """(N,) token ids of `text` (encoded in line-aligned pieces, no special tokens added)."""
+    ids = [i for e in tokenizer.encode_batch(chunks(text), add_special_tokens=False) for i in e.ids]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Windows
+
+
+class Windows(Dataset):
+    """Non-overlapping windows of a token stream: window i has inputs ids[i*L : (i+1)*L] and targets
+    ids[i*L+1 : (i+1)*L+1] (stride = L, each token is predicted once; the trailing remainder is dropped).
+    Items are dicts tokens (L,), targets (L,)."""
+
+    def __init__(self, ids: Tensor, length: int, limit: int | None = None):
+        count = (len(ids) - 1) // length
+        count = count if limit is None else min(count, limit)
+        self.length = length
+        self.inputs = ids[: count * length].view(count, length)  # (N, L)
+        self.targets = ids[1 : count * length + 1].view(count, length)  # (N, L)
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        return {"tokens": self.inputs[i], "targets": self.targets[i]}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DataModule
+
+
+class TextDataModule(pl.LightningDataModule):
+    """Causal LM on a text corpus: train on packed blocks of `block_size`, evaluate perplexity at
+    contexts block_size * f for every f in `eval_factors` (Press et al. 2022's extrapolation protocol).
+
+    Training blocks: the training token stream cut into non-overlapping windows of `block_size` inputs
+    (targets = inputs shifted by one, so a window reads block_size + 1 tokens), shuffled per epoch with a
+    generator seeded by `seed`. Evaluation: for every factor f, the validation (test) stream cut into
+    NON-OVERLAPPING windows of block_size * f (stride = window, no sliding window), every token scored
+    once; `val_dataloader()`/`test_dataloader()` return one loader per factor in `eval_factors` order
+    (dataloader_idx i -> context `eval_contexts[i]`; a batch's context is also its width).
+    `max_train_blocks` keeps the first N training blocks; `max_eval_tokens` keeps the first N tokens of
+    each evaluation stream (raised to one window of the longest context + 1 when smaller).
+    Tokenizer "auto": char for tinyshakespeare, word for wikitext2. The tokenizer is trained on the
+    training split only and cached under `tokenizer_cache_dir()` keyed by task, tokenizer, vocabulary
+    limit and the data files' sizes and mtimes. `vocab_size` and `max_seq_len` (= block_size *
+    max(eval_factors)) are known after `__init__` (for argument linking).
+    """
+
+    @staticmethod
+    def check_args(task: str = "tinyshakespeare", tokenizer: str = "auto", **_) -> None:
+        """Cheap check of names, run by cli.py before anything is instantiated."""
+        check_task(task)
+        check_tokenizer(tokenizer)
+
+    def __init__(
+        self,
+        task: str = "tinyshakespeare",
+        causal: bool = True,  # linked from the model; a causal LM needs causal attention
+        data_dir: str = "../shared/data",
+        tokenizer: str = "auto",  # "auto" | "char" | "word" | "bpe"
+        vocab_size_limit: int = 8000,
+        block_size: int = 128,
+        eval_factors: list[int] | None = None,  # default [1, 2, 4]
+        batch_size: int = 32,
+        max_train_blocks: int | None = None,
+        max_eval_tokens: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+        hub_name: str | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.check_args(task, tokenizer)
+        eval_factors = [1, 2, 4] if eval_factors is None else list(eval_factors)
+        _check_sizes(causal, block_size, eval_factors, batch_size, vocab_size_limit, max_train_blocks, max_eval_tokens)
+        self.task, self.causal, self.seed, self.data_dir = task, causal, seed, data_dir
+        self.tokenizer_kind = CORPORA[task][3] if tokenizer == "auto" else tokenizer
+        self.block_size, self.eval_factors, self.batch_size = block_size, eval_factors, batch_size
+        self.eval_contexts = [block_size * f for f in eval_factors]
+        self.max_train_blocks, self.max_eval_tokens, self.num_workers = max_train_blocks, max_eval_tokens, num_workers
+        self.max_seq_len = max(self.eval_contexts)
+        self.texts, key = self._read(hub_name)
+        self.tokenizer_file = tokenizer_cache_dir() / f"{key}-{self.tokenizer_kind}-{vocab_size_limit}.json"
+        self.tokenizer = load_or_train_tokenizer(
+            self.tokenizer_kind, vocab_size_limit, self.texts[0], self.tokenizer_file
+        )
+        self.vocab_size = self.tokenizer.get_vocab_size()
+        self.train_set = self.val_sets = self.test_sets = None
+
+    def _read(self, hub_name: str | None) -> tuple[tuple[str, str, str], str]:
+        """((train, validation, test) text, cache key of the source)."""
+        if hub_name:
+            return read_hub(hub_name, self.data_dir), "hub-" + re.sub(r"[^\w.-]", "_", hub_name)
+        paths = corpus_paths(self.task, self.data_dir)
+        stamp = "-".join(f"{p.stat().st_size}-{int(p.stat().st_mtime)}" for p in paths.values())
+        return CORPORA[self.task][2](read_local(paths)), f"{self.task}-{stamp}"
+
+    def _eval_sets(self, text: str) -> list[Windows]:
+        ids = encode(self.tokenizer, text)
+        if self.max_eval_tokens is not None:
+            ids = ids[: max(self.max_eval_tokens, self.max_seq_len + 1)]
+        return [Windows(ids, n) for n in self.eval_contexts]
+
+    def setup(self, stage: str | None = None) -> None:
+        if stage in (None, "fit") and self.train_set is None:
+            train_ids = encode(self.tokenizer, self.texts[0])
+            self.train_set = Windows(train_ids, self.block_size, self.max_train_blocks)
+        if stage in (None, "fit", "validate") and self.val_sets is None:
+            self.val_sets = self._eval_sets(self.texts[1])
+        if stage in (None, "test") and self.test_sets is None:
+            self.test_sets = self._eval_sets(self.texts[2])
+
+    def _loader(self, dataset: Windows | None, shuffle: bool) -> DataLoader:
+        if dataset is None:
+            raise RuntimeError("call setup() before asking for a dataloader")
+        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        return DataLoader(
+            dataset, batch_size=self.batch_size, shuffle=shuffle, generator=generator, num_workers=self.num_workers
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [self._loader(s, shuffle=False) for s in self.val_sets or [None]]
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return [self._loader(s, shuffle=False) for s in self.test_sets or [None]]
+
+
+def _check_sizes(causal, block_size, eval_factors, batch_size, vocab_size_limit, max_train_blocks, max_eval_tokens):
+    if not causal:
+        raise ConfigError("TextDataModule is a causal LM; set --model.causal=true")
+    if block_size < 1 or batch_size < 1 or vocab_size_limit < len(SPECIAL_TOKENS) + 1:
+        raise ConfigError(
+            f"block_size and batch_size must be >= 1 and vocab_size_limit > {len(SPECIAL_TOKENS)}, got "
+            f"block_size={block_size}, batch_size={batch_size}, vocab_size_limit={vocab_size_limit}"
+        )
+    if not eval_factors or min(eval_factors) < 1 or 1 not in eval_factors:
+        raise ConfigError(f"eval_factors must be positive integers including 1, got {eval_factors}")
+    for name, value in (("max_train_blocks", max_train_blocks), ("max_eval_tokens", max_eval_tokens)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1 or null, got {value}")

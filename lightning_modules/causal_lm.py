@@ -1,0 +1,173 @@
+"""LightningModule for causal language modelling with perplexity at the training and longer contexts."""
+
+import math
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from pytorch_lightning.utilities import rank_zero_warn
+from torch import Tensor, nn
+from torchmetrics import Metric
+
+from lightning_modules import metrics as M
+from lightning_modules.errors import ConfigError, DivergedError
+from lightning_modules.optim import adamw_with_schedule, check_lr_decay
+from lightning_modules.transformer import Transformer
+
+PPL = "ppl"
+
+
+def context_name(stage: str, context: int) -> str:
+    """Per-context perplexity name, e.g. "val/ppl_ctx_256"."""
+    return M.name(stage, f"{PPL}_ctx_{context}")
+
+
+class PerContextLoss(Metric):
+    """Summed token losses and token counts per context length, summed across devices (DDP-safe).
+
+    update(loss_sum, tokens, context); compute() -> {context: mean token loss} for every context seen.
+    """
+
+    full_state_update = False
+
+    def __init__(self, max_length: int):
+        super().__init__()
+        self.add_state("loss_sum", default=torch.zeros(max_length + 1, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("tokens", default=torch.zeros(max_length + 1, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, loss_sum: Tensor, tokens: int, context: int) -> None:
+        self.loss_sum[context] += loss_sum.double()
+        self.tokens[context] += tokens
+
+    def compute(self) -> dict[int, float]:
+        seen = self.tokens.nonzero().flatten().tolist()
+        return {n: (self.loss_sum[n] / self.tokens[n]).item() for n in seen}
+
+
+class CausalLMModel(pl.LightningModule):
+    """Decoder-only Transformer language model, scored by perplexity per context length.
+
+    Protocol: PE-Study (Wang & Chen 2020) trains GPT-2-style LMs at block size 128 and compares
+    position embeddings by perplexity; Press et al. 2022 (ALiBi) train at context L and evaluate at
+    L, 2L, 4L with non-overlapping windows, where sinusoidal and learned absolute blow up. Logs
+    `train/loss`; `val/loss` and `val/ppl` at the training context (the datamodule's block_size) and
+    `val/ppl_ctx_<n>` for every evaluation context n (same for `test/`). `max_length` is linked to the
+    data's longest context, so learned tables have rows for it (rows beyond the training context stay
+    untrained, as in the ALiBi paper); should an encoding still serve fewer positions than a context, that
+    context's perplexity is logged as inf with one warning instead of failing the run.
+    """
+
+    def __init__(
+        self,
+        encoding: str = "rope",
+        encoding_options: dict | None = None,
+        dim: int = 128,
+        depth: int = 2,
+        num_heads: int = 4,
+        ffn_mult: int = 4,
+        dropout: float = 0.0,
+        post_norm: bool = False,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
+        vocab_size: int = 256,  # linked from data.vocab_size
+        max_length: int = 512,  # linked from data.max_seq_len: the longest evaluation context
+        causal: bool = True,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        check_lr_decay(lr_decay)
+        if not causal:
+            raise ConfigError("CausalLMModel needs causal attention; set --model.causal=true")
+        self.transformer = Transformer(
+            vocab_size=vocab_size, encoding=encoding, encoding_options=encoding_options, dim=dim,
+            depth=depth, num_heads=num_heads, ffn_mult=ffn_mult, dropout=dropout,
+            max_length=max_length, causal=True, post_norm=post_norm,
+        )  # fmt: skip
+        self.head = nn.Linear(dim, vocab_size)
+        self.per_context = nn.ModuleDict({s: PerContextLoss(max_length) for s in ("val", "test")})
+        self.unservable: dict[str, set[int]] = {"val": set(), "test": set()}
+        self.warned: set[int] = set()  # contexts already warned about (once per run)
+
+    @property
+    def encoding(self):
+        return self.transformer.encoding
+
+    @property
+    def train_context(self) -> int | None:
+        """The training context (data.block_size); None without a datamodule."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        return getattr(datamodule, "block_size", None)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.head(self.transformer(tokens))  # (B, L, V)
+
+    def token_losses(self, tokens: Tensor, targets: Tensor) -> Tensor:
+        """(B, L) next-token cross-entropy."""
+        logits = self(tokens)
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none").view_as(targets)
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        loss = self.token_losses(batch["tokens"], batch["targets"]).mean()
+        if not torch.isfinite(loss):
+            raise DivergedError(
+                f"train/loss is {loss.item()} at step {self.global_step}; lower --model.lr "
+                f"(now {self.hparams.lr:g}) or set --trainer.gradient_clip_val"
+            )
+        self.log(M.TRAIN_LOSS, loss, prog_bar=True)
+        return loss
+
+    def servable(self, context: int) -> bool:
+        limit = self.encoding.max_positions
+        return limit is None or context <= limit
+
+    def _eval_step(self, batch: dict, stage: str) -> None:
+        context = batch["tokens"].shape[1]
+        if not self.servable(context):
+            if context not in self.warned:
+                self.warned.add(context)
+                rank_zero_warn(
+                    f"encoding {self.hparams.encoding!r} serves {self.encoding.max_positions} positions, "
+                    f"not {context}: {context_name(stage, context)} is logged as inf"
+                )
+            self.unservable[stage].add(context)
+            return
+        losses = self.token_losses(batch["tokens"], batch["targets"])
+        self.per_context[stage].update(losses.sum(), losses.numel(), context)
+
+    def _eval_epoch_end(self, stage: str) -> dict[str, float]:
+        losses = self.per_context[stage].compute()
+        self.per_context[stage].reset()
+        values = {context_name(stage, n): _ppl(loss) for n, loss in losses.items()}
+        values |= {context_name(stage, n): math.inf for n in self.unservable[stage]}
+        train_context = self.train_context or min(losses, default=None)
+        if train_context in losses:
+            values[M.name(stage, M.LOSS)] = losses[train_context]
+            values[M.name(stage, PPL)] = _ppl(losses[train_context])
+        self.unservable[stage] = set()
+        self.log_dict(values, sync_dist=False)  # already reduced across devices by torchmetrics
+        return values
+
+    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        return adamw_with_schedule(
+            self, hp.lr, hp.weight_decay, hp.warmup_steps, hp.lr_decay, self.trainer.estimated_stepping_batches
+        )
+
+
+def _ppl(loss: float) -> float:
+    """exp(mean token loss); inf when it overflows."""
+    return math.exp(loss) if loss < 700 else math.inf

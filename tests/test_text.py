@@ -1,0 +1,134 @@
+"""Text LM data (tokenizers, cache, packed blocks, evaluation windows) and the causal LM module."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli import cli_main
+from datamodules import text
+from datamodules.text import TextDataModule
+from lightning_modules.causal_lm import CausalLMModel, context_name
+from lightning_modules.errors import ConfigError
+from lightning_modules.metrics import goal
+
+SMALL = {"block_size": 16, "eval_factors": [1, 2, 4], "max_train_blocks": 8, "max_eval_tokens": 300, "batch_size": 4}
+
+
+@pytest.fixture(autouse=True)
+def _tokenizer_cache(tmp_path_factory, monkeypatch):
+    """One tokenizer cache for this module, never the user's."""
+    monkeypatch.setenv(text.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "tokenizers"))
+
+
+@pytest.mark.parametrize("task,kind", [("tinyshakespeare", "char"), ("wikitext2", "word"), ("wikitext2", "bpe")])
+def test_tokenizer_trains_once_then_loads_from_cache(task, kind):
+    first = TextDataModule(task=task, tokenizer=kind, vocab_size_limit=300, **SMALL)
+    trained, stamp = text.TRAIN_COUNT["n"], first.tokenizer_file.stat().st_mtime_ns
+    second = TextDataModule(task=task, tokenizer=kind, vocab_size_limit=300, **SMALL)
+    assert text.TRAIN_COUNT["n"] == trained and second.tokenizer_file.stat().st_mtime_ns == stamp
+    assert second.vocab_size == first.vocab_size <= 300
+    assert [second.tokenizer.token_to_id(t) for t in text.SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+
+
+def test_char_tokenizer_round_trips_and_auto_picks_per_task():
+    dm = TextDataModule(task="tinyshakespeare", **SMALL)
+    assert dm.tokenizer_kind == "char" and dm.vocab_size == 65 + len(text.SPECIAL_TOKENS)
+    ids = text.encode(dm.tokenizer, "First Citizen:\nBefore")
+    assert len(ids) == len("First Citizen:\nBefore")
+    assert "".join(dm.tokenizer.id_to_token(i) for i in ids.tolist()) == "First Citizen:\nBefore"
+    assert TextDataModule(task="wikitext2", **SMALL).tokenizer_kind == "word"
+
+
+def test_training_blocks_are_packed_and_targets_shifted_by_one():
+    dm = TextDataModule(task="tinyshakespeare", **SMALL)
+    dm.setup("fit")
+    inputs, targets = dm.train_set.inputs, dm.train_set.targets
+    assert inputs.shape == targets.shape == (8, 16)
+    assert torch.equal(targets[:, :-1], inputs[:, 1:])
+    assert torch.equal(targets[:-1, -1], inputs[1:, 0])  # next block starts where this one's target ends
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["tokens"].shape == batch["targets"].shape == (4, 16)
+    assert dm.max_seq_len == 64 and dm.eval_contexts == [16, 32, 64]
+
+
+def test_eval_windows_are_non_overlapping_at_each_context():
+    dm = TextDataModule(task="wikitext2", **SMALL)
+    dm.setup("validate")
+    stream = text.encode(dm.tokenizer, dm.texts[1])[:300]
+    loaders = dm.val_dataloader()
+    assert len(loaders) == 3
+    for windows, context in zip(dm.val_sets, [16, 32, 64], strict=True):
+        count = (300 - 1) // context
+        assert windows.inputs.shape == (count, context)
+        assert torch.equal(windows.inputs.flatten(), stream[: count * context])  # stride = window
+        assert torch.equal(windows.targets.flatten(), stream[1 : count * context + 1])
+
+
+def test_splits_are_disjoint_and_deterministic():
+    files = {"input": "".join(f"line {i}\n" for i in range(1000))}
+    train, val, test = text.split_tinyshakespeare(files)
+    assert train + val + test == files["input"] and train.endswith("\n") and val.endswith("\n")
+    assert 0.89 < len(train) / len(files["input"]) < 0.91
+    assert text.split_tinyshakespeare(files) == (train, val, test)
+
+
+def test_missing_file_is_one_line_config_error(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        TextDataModule(task="tinyshakespeare", data_dir=str(tmp_path))
+    message = str(error.value)
+    assert "\n" not in message and str(tmp_path / "tinyshakespeare" / "input.txt") in message
+
+
+def test_unknown_task_and_tokenizer_are_one_line_errors(tiny_fit_args, capsys):
+    with pytest.raises(ConfigError, match="choose one of: tinyshakespeare, wikitext2"):
+        TextDataModule(task="ptb")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["fit", "--config=configs/lm_tinyshakespeare.yaml", "--data.task=ptb"])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1] == "error: unknown text task 'ptb'; choose one of: tinyshakespeare, wikitext2"
+    with pytest.raises(ConfigError, match="unknown tokenizer 'sentencepiece'"):
+        TextDataModule(tokenizer="sentencepiece")
+
+
+def test_unreachable_hub_is_one_line_error(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach the Hugging Face Hub\nsecond line")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(ConfigError) as error:
+        TextDataModule(task="wikitext2", hub_name="wikitext/wikitext-2-v1")
+    assert "\n" not in str(error.value) and "--data.data_dir" in str(error.value)
+    assert text._hub_args("wikitext/wikitext-2-v1") == ("wikitext", "wikitext-2-v1")
+    assert text._hub_args("karpathy/tiny_shakespeare") == ("karpathy/tiny_shakespeare", None)
+
+
+def test_context_beyond_an_encodings_table_is_inf_not_a_crash():
+    model = CausalLMModel(encoding="learned", dim=16, depth=1, num_heads=2, vocab_size=11, max_length=8)
+    batch = {"tokens": torch.zeros(2, 16, dtype=torch.long), "targets": torch.zeros(2, 16, dtype=torch.long)}
+    with pytest.warns(UserWarning, match="serves 8 positions, not 16"):
+        model._eval_step(batch, "val")
+    assert model.unservable["val"] == {16}
+    assert goal("val/ppl") == "min" and context_name("val", 16) == "val/ppl_ctx_16"
+
+
+@pytest.mark.parametrize("config", ["lm_tinyshakespeare", "lm_wikitext2"])
+@pytest.mark.parametrize("encoding", ["learned", "alibi"])
+def test_few_step_fit_logs_perplexity_per_context(config, encoding, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.delenv("PE_RUN_DIR", raising=False)
+    cli_main([
+        "fit", f"--config=configs/{config}.yaml", f"--model.encoding={encoding}", "--model.dim=32",
+        "--model.depth=1", "--data.block_size=16", "--data.max_train_blocks=32", "--data.max_eval_tokens=256",
+        "--data.batch_size=8", "--trainer.max_steps=3", "--trainer.val_check_interval=3",
+        "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", f"--run.out_dir={tmp_path}",
+    ])  # fmt: skip
+    (record,) = Path(tmp_path, "runs").glob("*/record.json")
+    final = json.loads(record.read_text())["final"]
+    for name in ["val/ppl", "val/loss", "val/ppl_ctx_16", "val/ppl_ctx_32", "val/ppl_ctx_64"]:
+        assert torch.isfinite(torch.tensor(final[name])), name
+    assert final["val/ppl"] == pytest.approx(final["val/ppl_ctx_16"])
