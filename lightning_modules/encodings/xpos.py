@@ -31,5 +31,6 @@ class XPos(RoPE):
         return scale if positions.dim() == 1 else scale[:, None]
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        angles, scale = self.angles(positions), self.decay(positions)
-        return self.rotate_one(q, angles, scale), self.rotate_one(k, angles, scale.reciprocal())
+        cos_sin = self.cos_sin(positions)
+        scale, inverse = self.memo("decay", positions, lambda p: (self.decay(p), self.decay(p).reciprocal()))
+        return self.rotate_one(q, cos_sin, scale), self.rotate_one(k, cos_sin, inverse)
