@@ -180,7 +180,18 @@ def resume_checkpoint(study: optuna.Study, trial: optuna.Trial) -> Path | None:
         return None
     dead_dir = study.trials[number].user_attrs.get("trial_dir")
     checkpoints = sorted(Path(dead_dir).glob("runs/*/checkpoints/last.ckpt")) if dead_dir else []
-    return checkpoints[-1] if checkpoints else None
+    return checkpoints[-1] if checkpoints and readable(checkpoints[-1]) else None
+
+
+def readable(checkpoint: Path) -> bool:
+    """False for a checkpoint cut short by the kill (the retry then starts from scratch)."""
+    import torch
+
+    try:
+        torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
+        return True
+    except Exception:  # truncated zip, partial write: any failure to open means "do not resume"
+        return False
 
 
 class TrialRun:
@@ -204,6 +215,8 @@ class TrialRun:
         retried = RetryHeartbeatStaleTrialCallback.retried_trial_number(self.study._storage.get_trial(trial._trial_id))
         if retried is not None:
             trial.set_user_attr("reason", f"retry of trial {retried}")
+            if self.adopt_finished(trial, retried):
+                return
         checkpoint = resume_checkpoint(self.study, trial)
         if checkpoint:
             argv.append(f"--ckpt_path={checkpoint}")
@@ -214,6 +227,17 @@ class TrialRun:
             child = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
             pruned = self.follow(trial, child, trial_dir)
         self.tell(trial, child.returncode, pruned, latest_record(trial_dir), trial_dir)
+
+    def adopt_finished(self, trial: optuna.Trial, retried: int) -> bool:
+        """If the dead trial's child finished its run after the sweep died, take its result: no rerun."""
+        dead_dir = self.study.trials[retried].user_attrs.get("trial_dir")
+        record = latest_record(Path(dead_dir)) if dead_dir else None
+        if not record or record.get("status") != "finished" or self.metric not in record.get("final", {}):
+            return False
+        trial.set_user_attr("reason", f"trial {retried}'s run finished after its sweep died; result adopted")
+        trial.set_user_attr("trial_dir", dead_dir)
+        self.tell(trial, 0, False, record, Path(dead_dir))
+        return True
 
     def follow(self, trial: optuna.Trial, child: subprocess.Popen, trial_dir: Path) -> bool:
         """Wait for the child; report each new value of the metric; True if it was pruned."""
