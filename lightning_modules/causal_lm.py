@@ -10,9 +10,9 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 
 from lightning_modules import metrics as M
-from lightning_modules.errors import ConfigError, DivergedError
-from lightning_modules.optim import adamw_with_schedule, check_lr_decay
-from lightning_modules.transformer import Transformer
+from lightning_modules.errors import ConfigError
+from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
+from lightning_modules.transformer import transformer_from_hparams
 
 PPL = "ppl"
 
@@ -80,11 +80,7 @@ class CausalLMModel(pl.LightningModule):
         check_lr_decay(lr_decay)
         if not causal:
             raise ConfigError("CausalLMModel needs causal attention; set --model.causal=true")
-        self.transformer = Transformer(
-            vocab_size=vocab_size, encoding=encoding, encoding_options=encoding_options, dim=dim,
-            depth=depth, num_heads=num_heads, ffn_mult=ffn_mult, dropout=dropout,
-            max_length=max_length, causal=True, post_norm=post_norm,
-        )  # fmt: skip
+        self.transformer = transformer_from_hparams(self.hparams, causal=True)
         self.head = nn.Linear(dim, vocab_size)
         self.per_context = nn.ModuleDict({s: PerContextLoss(max_length) for s in ("val", "test")})
         self.unservable: dict[str, set[int]] = {"val": set(), "test": set()}
@@ -110,11 +106,7 @@ class CausalLMModel(pl.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         loss = self.token_losses(batch["tokens"], batch["targets"]).mean()
-        if not torch.isfinite(loss):
-            raise DivergedError(
-                f"train/loss is {loss.item()} at step {self.global_step}; lower --model.lr "
-                f"(now {self.hparams.lr:g}) or set --trainer.gradient_clip_val"
-            )
+        check_finite(loss, self.global_step, self.hparams.lr)
         self.log(M.TRAIN_LOSS, loss, prog_bar=True)
         return loss
 

@@ -5,7 +5,7 @@ import math
 import torch
 from torch import nn
 
-from lightning_modules.errors import ConfigError
+from lightning_modules.errors import ConfigError, DivergedError
 
 LR_DECAYS = ("constant", "linear", "cosine")
 
@@ -44,3 +44,12 @@ def adamw_with_schedule(
     optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(decay, warmup_steps, total_steps))
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def check_finite(loss: torch.Tensor, step: int, lr: float) -> None:
+    """Stop a diverged run with one line that says where and what to try (its record says `diverged`)."""
+    if not torch.isfinite(loss):
+        raise DivergedError(
+            f"train/loss is {loss.item()} at step {step}; "
+            f"lower --model.lr (now {lr:g}) or set --trainer.gradient_clip_val"
+        )

@@ -1,15 +1,13 @@
 """LightningModule for the synthetic length-generalisation tasks (copy, reverse, sort, addition, lookup)."""
 
 import pytorch_lightning as pl
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric
 
 from lightning_modules import metrics as M
-from lightning_modules.errors import DivergedError
-from lightning_modules.optim import adamw_with_schedule, check_lr_decay
-from lightning_modules.transformer import Transformer
+from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
+from lightning_modules.transformer import transformer_from_hparams
 
 
 class SyntheticTaskModel(pl.LightningModule):
@@ -44,11 +42,7 @@ class SyntheticTaskModel(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         check_lr_decay(lr_decay)
-        self.transformer = Transformer(
-            vocab_size=vocab_size, encoding=encoding, encoding_options=encoding_options, dim=dim,
-            depth=depth, num_heads=num_heads, ffn_mult=ffn_mult, dropout=dropout,
-            max_length=max_length, causal=causal, post_norm=post_norm,
-        )  # fmt: skip
+        self.transformer = transformer_from_hparams(self.hparams, causal=causal)
         self.head = nn.Linear(dim, vocab_size)
         self.per_length = nn.ModuleDict({s: M.PerLengthAccuracy(max_length) for s in ("val", "test")})
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
@@ -72,11 +66,7 @@ class SyntheticTaskModel(pl.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         loss = self.loss(self(batch), batch["targets"])
-        if not torch.isfinite(loss):
-            raise DivergedError(
-                f"train/loss is {loss.item()} at step {self.global_step}; lower --model.lr "
-                f"(now {self.hparams.lr:g}) or set --trainer.gradient_clip_val"
-            )
+        check_finite(loss, self.global_step, self.hparams.lr)
         self.log(M.TRAIN_LOSS, loss, prog_bar=True)
         return loss
 

@@ -149,6 +149,15 @@ class Transformer(nn.Module):
         return torch.arange(length, device=device)
 
 
+ARCHITECTURE_KEYS = ("vocab_size", "encoding", "encoding_options", "dim", "depth", "num_heads", "ffn_mult",
+                     "dropout", "max_length", "post_norm")  # fmt: skip
+
+
+def transformer_from_hparams(hparams, causal: bool) -> Transformer:
+    """The Transformer a task module describes with its (saved) hyper-parameters."""
+    return Transformer(causal=causal, **{key: hparams[key] for key in ARCHITECTURE_KEYS})
+
+
 def _init_weights(module: nn.Module) -> None:
     """GPT-2 / BERT initialisation: N(0, 0.02) weights, zero biases."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
