@@ -143,17 +143,27 @@ def test_bad_sweep_file_is_one_line(tmp_path):
     )
 
 
-def postgres_url() -> str:
-    url = os.environ.get("PE_TEST_POSTGRES")
-    if not url and os.environ.get("CI"):
+@pytest.fixture
+def empty_postgres():
+    """A new, empty database on the test server, so both sweep processes race to create Optuna's tables
+    (as two hosts starting on a fresh database do)."""
+    server = os.environ.get("PE_TEST_POSTGRES")
+    if not server and os.environ.get("CI"):
         pytest.fail("CI must provide PE_TEST_POSTGRES (scripts/start_postgres.sh)")
-    if not url:
+    if not server:
         pytest.skip("no PostgreSQL: run scripts/start_postgres.sh and set PE_TEST_POSTGRES")
-    return url
+    import psycopg
+
+    database = f"pe_test_{os.getpid()}_{time.time_ns()}"
+    with psycopg.connect(server, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {database}")
+    yield server.rsplit("/", 1)[0] + "/" + database
+    with psycopg.connect(server, autocommit=True) as connection:
+        connection.execute(f"DROP DATABASE {database} WITH (FORCE)")
 
 
-def test_two_processes_share_a_postgres_study(tmp_path):
-    url, name = postgres_url(), f"pg-{os.getpid()}-{time.time_ns()}"
+def test_two_processes_share_a_postgres_study(tmp_path, empty_postgres):
+    url, name = empty_postgres, "pg"
     path = tiny_sweep(tmp_path, {"model.encoding": {"values": ["rope", "alibi", "none", "learned"]}})
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     cmd = sweep_cmd(path, tmp_path, f"--storage={url}", f"--study_name={name}")
@@ -165,7 +175,6 @@ def test_two_processes_share_a_postgres_study(tmp_path):
     assert len(complete_points(ts)) == 4 == len(set(complete_points(ts)))
     hosts_pids = {t.user_attrs["pid"] for t in ts if t.state == TrialState.COMPLETE}
     assert len(hosts_pids) == 2, "both processes should have run trials"
-    optuna.delete_study(study_name=name, storage=url)
 
 
 def test_optuna_dashboard_lists_the_trials(tmp_path):

@@ -81,15 +81,23 @@ def open_storage(opts: SweepOptions, study_name: str) -> optuna.storages.RDBStor
         path.parent.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{path.resolve()}"
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    try:
-        return optuna.storages.RDBStorage(
-            url, engine_kwargs=engine, heartbeat_interval=opts.heartbeat, grace_period=3 * opts.heartbeat,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=opts.max_retry),
-        )  # fmt: skip
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError) as error:
-        shown = sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)  # never print a password
-        reason = str(error).strip().splitlines()[0][:200]
-        raise ConfigError(f"cannot open sweep storage {shown}: {reason}") from None
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=engine, heartbeat_interval=opts.heartbeat, grace_period=3 * opts.heartbeat,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=opts.max_retry),
+            )  # fmt: skip
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as error:
+            # Two hosts starting on an empty database both create Optuna's tables; the loser of that race
+            # gets a duplicate-key error and only has to open the tables the winner made.
+            failure = error
+            time.sleep(0.5 + attempt)
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError) as error:
+            failure = error
+            break
+    shown = sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)  # never print a password
+    reason = str(failure).strip().splitlines()[0][:200]
+    raise ConfigError(f"cannot open sweep storage {shown}: {reason}") from None
 
 
 def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str) -> optuna.Study:
