@@ -65,8 +65,8 @@ class PECLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else self.config
         model_args = config.get("model.init_args") or {}
-        if "encoding" in model_args:
-            check_encoding(model_args["encoding"], model_args.get("encoding_options") or {})
+        for key in [k for k in model_args if k.endswith("encoding")]:  # encoding, encoder_encoding, ...
+            check_encoding(model_args[key], model_args.get(f"{key}_options") or {})
         data_class = config.get("data.class_path")
         check_args = getattr(locate(data_class), "check_args", None) if data_class else None
         if check_args:
@@ -83,7 +83,7 @@ class PECLI(LightningCLI):
         config = self.config[self.subcommand]
         run: RunOptions = self.config_init[self.subcommand].run
         task = getattr(self.datamodule, "task", type(self.datamodule).__name__)
-        encoding = self.model.hparams.get("encoding", "none")
+        encoding = getattr(self.model, "run_encoding", None) or self.model.hparams.get("encoding", "none")
         seed = config.seed_everything
         name = run.name or run_name(task, encoding, seed)
         run_dir = self._run_dir(run.out_dir, name)
