@@ -57,7 +57,13 @@ class PECLI(LightningCLI):
         parser.add_class_arguments(RunOptions, "run")
         parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.max_seq_len", "model.init_args.max_length", apply_on="instantiate")
+        # classifier only: a link whose source attribute is missing is skipped, one whose target parameter
+        # is missing still lands in the model's hparams, hence the GLUE-only source names
+        parser.link_arguments("data.glue_task", "model.init_args.task", apply_on="instantiate")
+        parser.link_arguments("data.num_labels", "model.init_args.num_labels", apply_on="instantiate")
         parser.link_arguments("model.init_args.causal", "data.init_args.causal", apply_on="parse")
+        # fine-tuning: the data reads the pre-trained checkpoint's tokenizer (links skip classes without these)
+        parser.link_arguments("model.init_args.init_from", "data.init_args.init_from", apply_on="parse")
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check registry names before anything is seeded, logged or instantiated."""
@@ -65,7 +71,7 @@ class PECLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else self.config
         model_args = config.get("model.init_args") or {}
-        for key in [k for k in model_args if k.endswith("encoding")]:  # encoding, encoder_encoding, ...
+        for key in [k for k in vars(model_args) if k.endswith("encoding")]:  # encoding, encoder_encoding, ...
             check_encoding(model_args[key], model_args.get(f"{key}_options") or {})
         data_class = config.get("data.class_path")
         check_args = getattr(locate(data_class), "check_args", None) if data_class else None

@@ -129,6 +129,19 @@ def read_hub(hub_name: str, data_dir: str) -> tuple[str, str, str]:
         ) from None
 
 
+def files_stamp(paths) -> str:
+    """Cache key part that changes when any of the files does (sizes and modification times)."""
+    return "-".join(f"{p.stat().st_size}-{int(p.stat().st_mtime)}" for p in paths)
+
+
+def read_corpus(task: str, data_dir: str, hub_name: str | None) -> tuple[tuple[str, str, str], str]:
+    """((train, validation, test) text, cache key of the source), from the hub or local files."""
+    if hub_name:
+        return read_hub(hub_name, data_dir), "hub-" + re.sub(r"[^\w.-]", "_", hub_name)
+    paths = corpus_paths(task, data_dir)
+    return CORPORA[task][2](read_local(paths)), f"{task}-{files_stamp(paths.values())}"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Tokenizers
 
@@ -279,21 +292,13 @@ class TextDataModule(pl.LightningDataModule):
         self.eval_contexts = [block_size * f for f in eval_factors]
         self.max_train_blocks, self.max_eval_tokens, self.num_workers = max_train_blocks, max_eval_tokens, num_workers
         self.max_seq_len = max(self.eval_contexts)
-        self.texts, key = self._read(hub_name)
+        self.texts, key = read_corpus(task, data_dir, hub_name)
         self.tokenizer_file = tokenizer_cache_dir() / f"{key}-{self.tokenizer_kind}-{vocab_size_limit}.json"
         self.tokenizer = load_or_train_tokenizer(
             self.tokenizer_kind, vocab_size_limit, self.texts[0], self.tokenizer_file
         )
         self.vocab_size = self.tokenizer.get_vocab_size()
         self.train_set = self.val_sets = self.test_sets = None
-
-    def _read(self, hub_name: str | None) -> tuple[tuple[str, str, str], str]:
-        """((train, validation, test) text, cache key of the source)."""
-        if hub_name:
-            return read_hub(hub_name, self.data_dir), "hub-" + re.sub(r"[^\w.-]", "_", hub_name)
-        paths = corpus_paths(self.task, self.data_dir)
-        stamp = "-".join(f"{p.stat().st_size}-{int(p.stat().st_mtime)}" for p in paths.values())
-        return CORPORA[self.task][2](read_local(paths)), f"{self.task}-{stamp}"
 
     def _eval_sets(self, text: str) -> list[Windows]:
         ids = encode(self.tokenizer, text)

@@ -460,3 +460,16 @@ def test_encodings_on_cuda(name, causal):
         else:
             assert b.device.type == "cuda"
             torch.testing.assert_close(b.cpu(), a, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bert_r_is_learned_absolute_plus_tupe_r_relative_term(causal):
+    """BERT-R (TUPE paper baseline) = `learned`'s input embedding + TUPE-R's relative bias without [CLS] reset."""
+    bert_r = make("bert_r", causal)
+    learned = make("learned", causal)
+    tupe_r = make("tupe_r", causal, untie_cls=False)
+    learned.table.weight.data.copy_(bert_r.table.weight)
+    tupe_r.relative_table.weight.data.copy_(bert_r.relative_table.weight)
+    x, positions = torch.randn(2, MAX_LEN, DIM), torch.arange(MAX_LEN)
+    torch.testing.assert_close(bert_r.embed(x, positions), learned.embed(x, positions))
+    torch.testing.assert_close(bert_r.positional_logits(MAX_LEN), tupe_r.relative_bias(positions))

@@ -8,6 +8,7 @@ import inspect
 
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.bert_r import BertR
 from lightning_modules.encodings.deberta import DeBERTa
 from lightning_modules.encodings.dynamic_bias import DynamicBias
 from lightning_modules.encodings.fire import FIRE
@@ -28,6 +29,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     cls.name: cls
     for cls in (NoPE, LearnedAbsolute, Sinusoidal, T5Bias, ALiBi, RoPE, TupeA, TupeR)
     + (ScaledSinusoidal, SinusoidalLearnable, Shaw, DeBERTa, XPos, KerpleLog, KerplePower, FIRE, DynamicBias)
+    + (BertR,)
 }
 
 

@@ -1,0 +1,240 @@
+"""GLUE sentence and sentence-pair tasks (Wang et al. 2019): SST-2, CoLA, MRPC, RTE, STS-B.
+
+Read from the GLUE TSV files (`<data_dir>/glue/<folder>/{train,dev}.tsv`) through `datasets`' csv
+builder, or from the hub (`glue:<config>`) when `hub_name` is set. The labelled dev set is the
+validation set (and the test set: GLUE's test labels are not public). Inputs are `[CLS] a [SEP]` or
+`[CLS] a [SEP] b [SEP]`, truncated longest-first to `max_length`, so [CLS] sits at position 0 as in
+BERT and TUPE; there are no segment embeddings (the [SEP] marks the boundary).
+
+Tokenizer: with `init_from` (a MaskedLMModel checkpoint) the tokenizer saved in that checkpoint, so
+fine-tuning reads text exactly as pre-training did, and `max_seq_len` becomes the checkpoint's
+`max_length` so every position table has the pre-trained shape. Without it (training from scratch, the
+PE-Study setting) a tokenizer trained on the task's training sentences and cached.
+Shape legend: B batch, L padded length.
+"""
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from datamodules.text import (
+    SPECIAL_TOKENS,
+    check_tokenizer,
+    files_stamp,
+    load_or_train_tokenizer,
+    resolve_dir,
+    tokenizer_cache_dir,
+)
+from lightning_modules.errors import ConfigError
+
+PAD, CLS, SEP = (SPECIAL_TOKENS.index(t) for t in ("[PAD]", "[CLS]", "[SEP]"))
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    """Where a GLUE task's text and label live in its TSV files."""
+
+    folder: str
+    text_columns: tuple[str, ...]
+    label_column: str
+    labels: tuple[str, ...] | None  # class names in id order; None = regression (STS-B)
+    column_names: tuple[str, ...] | None = None  # for files without a header (CoLA)
+    hub_config: str = ""
+
+
+GLUE_TASKS = {
+    "sst2": GlueTask("SST-2", ("sentence",), "label", ("0", "1"), hub_config="sst2"),
+    "cola": GlueTask("CoLA", ("sentence",), "label", ("0", "1"), ("source", "label", "mark", "sentence"), "cola"),
+    "mrpc": GlueTask("MRPC", ("#1 String", "#2 String"), "Quality", ("0", "1"), hub_config="mrpc"),
+    "rte": GlueTask("RTE", ("sentence1", "sentence2"), "label", ("entailment", "not_entailment"), hub_config="rte"),
+    "stsb": GlueTask("STS-B", ("sentence1", "sentence2"), "score", None, hub_config="stsb"),
+}
+
+
+def check_glue_task(task: str) -> None:
+    if task not in GLUE_TASKS:
+        raise ConfigError(f"unknown GLUE task {task!r}; choose one of: {', '.join(GLUE_TASKS)}")
+
+
+def read_split(path: Path, spec: GlueTask) -> tuple[list[tuple[str, ...]], list[float]]:
+    """(texts, labels) of one TSV split: texts as 1- or 2-tuples, labels as class ids or scores."""
+    import datasets
+
+    kwargs = {"sep": "\t", "quoting": csv.QUOTE_NONE, "encoding": "utf-8-sig", "keep_default_na": False}
+    if spec.column_names:
+        kwargs |= {"header": None, "names": list(spec.column_names)}
+    table = datasets.load_dataset("csv", data_files={"split": str(path)}, split="split", **kwargs)
+    texts = list(zip(*([str(v).strip() for v in table[c]] for c in spec.text_columns)))
+    raw = [str(v).strip() for v in table[spec.label_column]]
+    if spec.labels is None:
+        return texts, [float(v) for v in raw]
+    return texts, [float(spec.labels.index(v)) for v in raw]
+
+
+def read_hub_task(spec: GlueTask, hub_name: str, data_dir: str):
+    """{split: (texts, labels)} from the hub; unreachable -> a one-line ConfigError."""
+    try:
+        import datasets
+
+        path, _, config = hub_name.partition(":")
+        loaded = datasets.load_dataset(path, config or spec.hub_config)
+        columns = ["sentence"] if len(spec.text_columns) == 1 else ["sentence1", "sentence2"]
+        return {
+            split: (list(zip(*(loaded[name][c] for c in columns))), [float(v) for v in loaded[name]["label"]])
+            for split, name in (("train", "train"), ("dev", "validation"))
+        }
+    except Exception as error:  # noqa: BLE001 - any failure to reach or read the hub is a config problem
+        reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+        raise ConfigError(
+            f"cannot load {hub_name!r} from the Hugging Face hub ({reason}); to use local files drop "
+            f"--data.hub_name and set --data.data_dir (now {data_dir!r}, needs glue/{spec.folder}/)"
+        ) from None
+
+
+def checkpoint_tokenizer(path: str):
+    """(tokenizer, max_length) saved in a MaskedLMModel checkpoint; a clear error otherwise."""
+    from tokenizers import Tokenizer
+
+    from lightning_modules.masked_lm import TOKENIZER_KEY
+
+    if not Path(path).is_file():
+        raise ConfigError(f"init_from: no checkpoint file {path!r}")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)  # our own Lightning checkpoint
+    if TOKENIZER_KEY not in checkpoint:
+        raise ConfigError(f"init_from: {path!r} holds no tokenizer; fine-tune from a MaskedLMModel checkpoint")
+    return Tokenizer.from_str(checkpoint[TOKENIZER_KEY]), int(checkpoint["hyper_parameters"]["max_length"])
+
+
+def join_segments(segments: list[list[int]], max_length: int) -> list[int]:
+    """[CLS] a [SEP] (b [SEP]) from token id lists, the longest truncated first until it fits."""
+    budget = max_length - 1 - len(segments)  # room left after [CLS] and one [SEP] per segment
+    if budget < len(segments):
+        raise ConfigError(f"max_length={max_length} is too short for {len(segments)} segment(s)")
+    segments = [list(s) for s in segments]
+    while sum(map(len, segments)) > budget:
+        max(segments, key=len).pop()
+    ids = [CLS]
+    for segment in segments:
+        ids += segment + [SEP]
+    return ids
+
+
+def encode_examples(tokenizer, texts: list[tuple[str, ...]], max_length: int) -> list[list[int]]:
+    """Every example's input ids (segments tokenized in batches: fast tokenizers run in Rust threads)."""
+    columns = [tokenizer.encode_batch(list(column), add_special_tokens=False) for column in zip(*texts)]
+    return [join_segments([e.ids for e in row], max_length) for row in zip(*columns)]
+
+
+class Examples(torch.utils.data.Dataset):
+    """Token id lists and labels; `collate` pads a batch to its longest example."""
+
+    def __init__(self, ids: list[list[int]], labels: list[float]):
+        self.ids, self.labels = ids, labels
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> tuple[list[int], float]:
+        return self.ids[i], self.labels[i]
+
+    @staticmethod
+    def collate(items: list[tuple[list[int], float]]) -> dict[str, Tensor]:
+        width = max(len(ids) for ids, _ in items)
+        tokens = torch.full((len(items), width), PAD, dtype=torch.long)  # (B, L)
+        for row, (ids, _) in enumerate(items):
+            tokens[row, : len(ids)] = torch.tensor(ids)
+        labels = torch.tensor([label for _, label in items])
+        return {"tokens": tokens, "padding_mask": tokens != PAD, "labels": labels}
+
+
+class GLUEDataModule(pl.LightningDataModule):
+    """A GLUE task as batches `tokens` (B, L), `padding_mask` (B, L) True = real, `labels` (B,).
+
+    `num_labels` (2, or 1 for STS-B's regression), `vocab_size`, `max_seq_len` and `task` are known after
+    `__init__` for the CLI's links. `max_train_examples` / `max_eval_examples` keep the first N examples.
+    """
+
+    @staticmethod
+    def check_args(task: str = "sst2", tokenizer: str = "bpe", **_) -> None:
+        check_glue_task(task)
+        check_tokenizer(tokenizer)
+
+    def __init__(
+        self,
+        task: str = "sst2",
+        data_dir: str = "../shared/data",
+        init_from: str | None = None,  # linked from model.init_from: use the checkpoint's tokenizer
+        tokenizer: str = "bpe",  # without init_from: "bpe" | "word" | "char", trained on the train split
+        vocab_size_limit: int = 8000,
+        max_length: int = 128,
+        batch_size: int = 32,
+        max_train_examples: int | None = None,
+        max_eval_examples: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+        hub_name: str | None = None,  # e.g. "glue" (config from the task) or "glue:sst2"
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.check_args(task, tokenizer)
+        self.task = self.glue_task = task  # glue_task: the source of cli.py's link to the classifier
+        self.spec, self.seed = GLUE_TASKS[task], seed
+        self.batch_size, self.num_workers, self.max_length = batch_size, num_workers, max_length
+        self.num_labels = 1 if self.spec.labels is None else len(self.spec.labels)
+        self.splits = self._read(data_dir, hub_name, max_train_examples, max_eval_examples)
+        self.max_seq_len = max_length
+        if init_from:
+            self.tokenizer, self.max_seq_len = checkpoint_tokenizer(init_from)
+            if max_length > self.max_seq_len:
+                raise ConfigError(
+                    f"--data.max_length={max_length} exceeds the pre-trained model's max_length={self.max_seq_len}"
+                )
+        else:
+            train_text = "\n".join(" ".join(t) for t in self.splits["train"][0]) + "\n"
+            cache_file = tokenizer_cache_dir() / f"glue-{task}-{self.stamp}-{tokenizer}-{vocab_size_limit}.json"
+            self.tokenizer = load_or_train_tokenizer(tokenizer, vocab_size_limit, train_text, cache_file)
+        self.vocab_size = self.tokenizer.get_vocab_size()
+        self.datasets: dict[str, Examples] = {}
+
+    def _read(self, data_dir: str, hub_name: str | None, max_train: int | None, max_eval: int | None) -> dict:
+        if hub_name:
+            splits, self.stamp = read_hub_task(self.spec, hub_name, data_dir), "hub"
+        else:
+            folder = resolve_dir(data_dir) / "glue" / self.spec.folder
+            paths = {split: folder / f"{split}.tsv" for split in ("train", "dev")}
+            for path in paths.values():
+                if not path.is_file():
+                    folder = f"glue/{self.spec.folder}/"
+                    raise ConfigError(
+                        f"data file not found: {path}; point --data.data_dir at the folder holding {folder}"
+                    )
+            splits = {split: read_split(path, self.spec) for split, path in paths.items()}
+            self.stamp = files_stamp(paths.values())
+        limits = {"train": max_train, "dev": max_eval}
+        return {s: (texts[: limits[s]], labels[: limits[s]]) for s, (texts, labels) in splits.items()}
+
+    def setup(self, stage: str | None = None) -> None:
+        for split, (texts, labels) in self.splits.items():
+            if split not in self.datasets:
+                self.datasets[split] = Examples(encode_examples(self.tokenizer, texts, self.max_length), labels)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        return DataLoader(
+            self.datasets[split], batch_size=self.batch_size, shuffle=shuffle, generator=generator,
+            num_workers=self.num_workers, collate_fn=Examples.collate,
+        )  # fmt: skip
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("dev", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("dev", shuffle=False)

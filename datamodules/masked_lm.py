@@ -1,0 +1,140 @@
+"""Masked-LM pre-training data as in TUPE (Ke et al. 2021) / BERT (Devlin et al. 2019).
+
+Every block is `[CLS]` followed by block_size - 1 tokens of the corpus's token stream (non-overlapping,
+packed across line and document boundaries, as RoBERTa's FULL-SENTENCES), so [CLS] always sits at
+position 0, where TUPE's untied [CLS] expects it. Masking (BERT): each non-special token is selected
+with probability `mask_rate` (independently per token); a selected token becomes [MASK] with probability
+0.8, a random non-special token with 0.1 and stays itself with 0.1; the loss is on selected tokens only.
+Special tokens ([CLS], [PAD], [SEP], ...) are never selected.
+
+Training blocks are masked afresh every time they are seen (dynamic masking, RoBERTa), on the device
+after transfer, with the global RNG that `seed_everything` seeds. Validation and test blocks are masked
+once at setup with a generator seeded by `seed`, so every evaluation of every run scores the same
+positions. The tokenizer (byte-level BPE by default) is trained on the training split, cached, and saved
+inside every checkpoint so that fine-tuning reads text exactly as pre-training did.
+Shape legend: B batch, L block size.
+"""
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, TensorDataset
+
+from datamodules.text import (
+    CORPORA,
+    SPECIAL_TOKENS,
+    check_task,
+    check_tokenizer,
+    encode,
+    load_or_train_tokenizer,
+    read_corpus,
+    tokenizer_cache_dir,
+)
+from lightning_modules.errors import ConfigError
+
+PAD, CLS, SEP, MASK = (SPECIAL_TOKENS.index(t) for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]"))
+NUM_SPECIAL = len(SPECIAL_TOKENS)  # ids below this are special and never masked or sampled
+
+
+def mask_tokens(tokens: Tensor, vocab_size: int, rate: float = 0.15, generator=None) -> tuple[Tensor, Tensor]:
+    """BERT masking of (..., L) token ids -> (inputs, targets), targets -100 where not selected."""
+    draw = lambda: torch.rand(tokens.shape, generator=generator, device=tokens.device)  # noqa: E731
+    selected = (draw() < rate) & (tokens >= NUM_SPECIAL)
+    action = draw()
+    random_ids = torch.randint(NUM_SPECIAL, vocab_size, tokens.shape, generator=generator, device=tokens.device)
+    inputs = torch.where(selected & (action < 0.8), MASK, tokens)
+    inputs = torch.where(selected & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(selected, tokens, -100)
+
+
+def cls_blocks(ids: Tensor, block_size: int, limit: int | None = None) -> Tensor:
+    """(N, L) blocks: [CLS] + the next block_size - 1 tokens of the stream (remainder dropped)."""
+    body = block_size - 1
+    count = len(ids) // body if limit is None else min(len(ids) // body, limit)
+    blocks = ids[: count * body].view(count, body)
+    return torch.cat([torch.full((count, 1), CLS, dtype=ids.dtype), blocks], dim=1)
+
+
+class MaskedLMDataModule(pl.LightningDataModule):
+    """Masked-LM pre-training blocks on a text corpus (tinyshakespeare or wikitext2, see datamodules.text).
+
+    Batches are dicts `tokens` (B, L) inputs with masks applied and `targets` (B, L) with -100 where no
+    loss is taken. `vocab_size`, `max_seq_len` (= block_size) and `tokenizer` are known after `__init__`.
+    `max_train_blocks` / `max_eval_blocks` keep the first N blocks (tests, quick runs).
+    """
+
+    @staticmethod
+    def check_args(task: str = "wikitext2", tokenizer: str = "bpe", **_) -> None:
+        check_task(task)
+        check_tokenizer(tokenizer)
+
+    def __init__(
+        self,
+        task: str = "wikitext2",
+        data_dir: str = "../shared/data",
+        tokenizer: str = "bpe",  # "bpe" | "word" | "char" | "auto" (the corpus's LM default)
+        vocab_size_limit: int = 8000,
+        block_size: int = 128,
+        mask_rate: float = 0.15,
+        batch_size: int = 32,
+        max_train_blocks: int | None = None,
+        max_eval_blocks: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+        hub_name: str | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.check_args(task, tokenizer)
+        if block_size < 2 or batch_size < 1 or not 0 < mask_rate < 1:
+            raise ConfigError(
+                f"need block_size >= 2, batch_size >= 1 and 0 < mask_rate < 1, got block_size={block_size}, "
+                f"batch_size={batch_size}, mask_rate={mask_rate}"
+            )
+        self.task, self.corpus, self.seed = f"mlm_{task}", task, seed
+        self.block_size, self.max_seq_len, self.mask_rate = block_size, block_size, mask_rate
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self.max_train_blocks, self.max_eval_blocks = max_train_blocks, max_eval_blocks
+        kind = CORPORA[task][3] if tokenizer == "auto" else tokenizer
+        self.texts, key = read_corpus(task, data_dir, hub_name)
+        cache_file = tokenizer_cache_dir() / f"{key}-{kind}-{vocab_size_limit}.json"
+        self.tokenizer = load_or_train_tokenizer(kind, vocab_size_limit, self.texts[0], cache_file)
+        self.vocab_size = self.tokenizer.get_vocab_size()
+        self.train_set = self.val_set = self.test_set = None
+
+    def _eval_set(self, text: str, offset: int) -> TensorDataset:
+        blocks = cls_blocks(encode(self.tokenizer, text), self.block_size, self.max_eval_blocks)
+        generator = torch.Generator().manual_seed(self.seed + offset)
+        return TensorDataset(*mask_tokens(blocks, self.vocab_size, self.mask_rate, generator))
+
+    def setup(self, stage: str | None = None) -> None:
+        if stage in (None, "fit") and self.train_set is None:
+            ids = encode(self.tokenizer, self.texts[0])
+            self.train_set = TensorDataset(cls_blocks(ids, self.block_size, self.max_train_blocks))
+        if stage in (None, "fit", "validate") and self.val_set is None:
+            self.val_set = self._eval_set(self.texts[1], offset=1)
+        if stage in (None, "test") and self.test_set is None:
+            self.test_set = self._eval_set(self.texts[2], offset=2)
+
+    def _loader(self, dataset, shuffle: bool) -> DataLoader:
+        if dataset is None:
+            raise RuntimeError("call setup() before asking for a dataloader")
+        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        return DataLoader(
+            dataset, batch_size=self.batch_size, shuffle=shuffle, generator=generator, num_workers=self.num_workers
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, shuffle=False)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int) -> dict[str, Tensor]:
+        if len(batch) == 2:  # evaluation: masked once at setup
+            return {"tokens": batch[0], "targets": batch[1]}
+        inputs, targets = mask_tokens(batch[0], self.vocab_size, self.mask_rate)  # dynamic masking
+        return {"tokens": inputs, "targets": targets}

@@ -1,0 +1,163 @@
+"""LightningModule for sentence(-pair) classification and regression: GLUE fine-tuning and from scratch."""
+
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MeanMetric, MetricCollection
+from torchmetrics.classification import BinaryAccuracy, BinaryF1Score, BinaryMatthewsCorrCoef
+from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
+
+from lightning_modules import metrics as M
+from lightning_modules.errors import ConfigError
+from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
+from lightning_modules.transformer import ARCHITECTURE_KEYS, transformer_from_hparams
+
+# GLUE's metrics per task (Wang et al. 2019); the task score is their mean, as on the GLUE leaderboard.
+GLUE_METRICS = {
+    "sst2": ("acc",),
+    "cola": ("mcc",),
+    "mrpc": ("f1", "acc"),
+    "rte": ("acc",),
+    "stsb": ("pearson", "spearman"),
+}
+METRICS = {
+    "acc": BinaryAccuracy,
+    "f1": BinaryF1Score,
+    "mcc": BinaryMatthewsCorrCoef,
+    "pearson": PearsonCorrCoef,
+    "spearman": SpearmanCorrCoef,
+}
+POOLINGS = ("cls", "mean")
+SCORE = "score"
+
+
+def task_metrics(task: str, num_labels: int) -> MetricCollection:
+    """The task's GLUE metrics (accuracy for an unknown task with classes, Pearson/Spearman for regression)."""
+    names = GLUE_METRICS.get(task) or (("acc",) if num_labels > 1 else ("pearson", "spearman"))
+    return MetricCollection({n: METRICS[n]() for n in names})
+
+
+class SequenceClassifier(pl.LightningModule):
+    """Transformer encoder + a head on the [CLS] state (or the mean of the states): GLUE and PE-Study.
+
+    Fine-tuning (TUPE, Ke et al. 2021): `init_from` a MaskedLMModel checkpoint; its encoding and sizes
+    must equal this model's (checked, one clear error naming the first difference) and its encoder weights
+    are loaded; the data reads the checkpoint's tokenizer (`cli.py` links init_from to the data).
+    From scratch (PE-Study, Wang & Chen 2020): the same module with `init_from` unset, e.g. 1 layer,
+    d=256, 8 heads, FFN 512 (configs/glue_from_scratch.yaml). Two classes use cross-entropy; one output
+    (STS-B) regresses the score with mean squared error. Logs `train/loss`, `val/loss`, every GLUE
+    metric of the task (`val/acc`, `val/f1`, `val/mcc`, `val/pearson`, `val/spearman`) and `val/score`,
+    their mean. `task`, `num_labels`, `vocab_size` and `max_length` are linked from the data.
+    """
+
+    def __init__(
+        self,
+        encoding: str = "learned",
+        encoding_options: dict | None = None,
+        dim: int = 256,
+        depth: int = 1,
+        num_heads: int = 8,
+        ffn_mult: int = 2,
+        dropout: float = 0.1,
+        post_norm: bool = False,
+        pooling: str = "cls",  # "cls" (state at position 0) or "mean" (over real tokens)
+        init_from: str | None = None,  # MaskedLMModel checkpoint to fine-tune
+        lr: float = 1e-4,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 0,
+        warmup_ratio: float | None = None,  # warm-up as a fraction of all steps (0.06 in TUPE); wins if set
+        lr_decay: str = "linear",
+        task: str = "sst2",  # linked from data.task
+        num_labels: int = 2,  # linked from data.num_labels; 1 = regression
+        vocab_size: int = 8000,  # linked from data.vocab_size
+        max_length: int = 128,  # linked from data.max_seq_len
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        check_lr_decay(lr_decay)
+        if pooling not in POOLINGS:
+            raise ConfigError(f"unknown pooling {pooling!r}; choose one of: {', '.join(POOLINGS)}")
+        self.transformer = transformer_from_hparams(self.hparams, causal=False)
+        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, num_labels))
+        self.metrics = nn.ModuleDict({s: task_metrics(task, num_labels) for s in ("val", "test")})
+        self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
+        if init_from:
+            self.load_encoder(init_from)
+
+    @property
+    def encoding(self):
+        return self.transformer.encoding
+
+    def load_encoder(self, path: str) -> None:
+        """Copy a pre-trained encoder in after checking that it has this model's encoding and sizes."""
+        if not Path(path).is_file():
+            raise ConfigError(f"init_from: no checkpoint file {path!r}")
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)  # our own Lightning checkpoint
+        saved = checkpoint.get("hyper_parameters", {})
+        for key in ARCHITECTURE_KEYS:
+            if key != "dropout" and saved.get(key) != self.hparams[key]:
+                raise ConfigError(
+                    f"init_from {path}: the checkpoint has {key}={saved.get(key)!r} but this model has "
+                    f"{key}={self.hparams[key]!r}; fine-tune with the pre-training run's encoding and sizes"
+                )
+        prefix = "transformer."
+        state = {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
+        self.transformer.load_state_dict(state)
+
+    def forward(self, tokens: Tensor, padding_mask: Tensor) -> Tensor:
+        """(B, num_labels) logits, or (B,) scores for regression."""
+        hidden = self.transformer(tokens, padding_mask=padding_mask)  # (B, L, C)
+        if self.hparams.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            weights = padding_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+            pooled = (hidden * weights).sum(1) / weights.sum(1)
+        out = self.head(pooled)
+        return out.squeeze(-1) if self.hparams.num_labels == 1 else out
+
+    def loss_and_predictions(self, batch: dict) -> tuple[Tensor, Tensor]:
+        out = self(batch["tokens"], batch["padding_mask"]).float()
+        if self.hparams.num_labels == 1:
+            return F.mse_loss(out, batch["labels"].float()), out
+        labels = batch["labels"].long()
+        return F.cross_entropy(out, labels), out.argmax(-1)
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        loss, _ = self.loss_and_predictions(batch)
+        check_finite(loss, self.global_step, self.hparams.lr)
+        self.log(M.TRAIN_LOSS, loss, prog_bar=True)
+        return loss
+
+    def _eval_step(self, batch: dict, stage: str) -> None:
+        loss, predictions = self.loss_and_predictions(batch)
+        labels = batch["labels"] if self.hparams.num_labels == 1 else batch["labels"].long()
+        self.losses[stage].update(loss, weight=len(labels))
+        self.metrics[stage].update(predictions, labels)
+
+    def _eval_epoch_end(self, stage: str) -> None:
+        values = {M.name(stage, k): v.item() for k, v in self.metrics[stage].compute().items()}
+        values[M.name(stage, SCORE)] = sum(values.values()) / len(values)
+        values[M.name(stage, M.LOSS)] = self.losses[stage].compute().item()
+        self.metrics[stage].reset()
+        self.losses[stage].reset()
+        self.log_dict(values)  # already reduced across devices by torchmetrics
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def configure_optimizers(self):
+        hp, total = self.hparams, self.trainer.estimated_stepping_batches
+        warmup = int(hp.warmup_ratio * total) if hp.warmup_ratio is not None else hp.warmup_steps
+        return adamw_with_schedule(self, hp.lr, hp.weight_decay, warmup, hp.lr_decay, total)

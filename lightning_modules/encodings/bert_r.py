@@ -1,0 +1,25 @@
+from torch import Tensor, nn
+
+from lightning_modules.encodings.learned import LearnedAbsolute
+from lightning_modules.encodings.t5_bias import relative_distance, t5_bucket
+
+
+class BertR(LearnedAbsolute):
+    """BERT-R: a learned absolute table added to the input plus a T5 relative bias per head, unscaled.
+
+    The baseline "BERT-R" of Ke, He & Liu, ICLR 2021 (TUPE, PAPERS.md section 2, GLUE avg 83.66): BERT's
+    absolute embedding (as `learned`, all of its options) and the relative term of TUPE-R, i.e. T5's
+    buckets (32, max distance 128) into a (buckets, heads) table shared by all layers and added to the
+    logits unscaled, with no [CLS] reset (that belongs to TUPE). `positional_logits` is the relative term.
+    """
+
+    name = "bert_r"
+
+    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, **kwargs):
+        super().__init__(**kwargs)
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.relative_table = nn.Embedding(num_buckets, self.num_heads)
+
+    def bias(self, positions: Tensor) -> Tensor:
+        buckets = t5_bucket(relative_distance(positions), not self.causal, self.num_buckets, self.max_distance)
+        return self.relative_table(buckets).movedim(-1, -3)  # (..., H, L, L)

@@ -1,0 +1,127 @@
+"""LightningModule for TUPE-style masked-LM pre-training; its checkpoints seed GLUE fine-tuning."""
+
+import math
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from lightning_modules import metrics as M
+from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
+from lightning_modules.transformer import transformer_from_hparams
+
+TOKENIZER_KEY = "tokenizer"  # checkpoint entry holding the tokenizer JSON (read by datamodules.glue)
+
+
+class MLMHead(nn.Module):
+    """BERT's prediction head: dense + GELU + LayerNorm, then logits tied to the token embedding."""
+
+    def __init__(self, embedding: nn.Embedding):
+        super().__init__()
+        vocab_size, dim = embedding.weight.shape
+        self.transform = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.LayerNorm(dim))
+        self.embedding = embedding
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return F.linear(self.transform(hidden), self.embedding.weight, self.bias)  # (N, V)
+
+
+class MaskedLMModel(pl.LightningModule):
+    """Bidirectional encoder pre-trained with BERT's masked-LM objective, as TUPE compares encodings.
+
+    Ke, He & Liu 2021 ("Rethinking Positional Encoding in Language Pre-training"): MLM only, 15 %
+    masking with 80/10/10 (see datamodules.masked_lm), post-LN BERT layers, Adam with linear warm-up
+    then linear decay, [CLS] at position 0. The paper's models are registry entries: BERT-A `learned`,
+    BERT-R `bert_r`, TUPE-A `tupe_a`, TUPE-R `tupe_r`, TUPE-A with tied [CLS] `tupe_a` with
+    `encoding_options: {untie_cls: false}` (sweeps/tupe_glue.yaml). Logs `train/loss`, `val/loss`
+    (masked-token cross-entropy), `val/acc` (masked-token accuracy) and `val/ppl`. Every checkpoint also
+    stores the data's tokenizer, so `SequenceClassifier(init_from=...)` reads text the way pre-training did.
+    """
+
+    def __init__(
+        self,
+        encoding: str = "tupe_a",
+        encoding_options: dict | None = None,
+        dim: int = 256,
+        depth: int = 4,
+        num_heads: int = 4,
+        ffn_mult: int = 4,
+        dropout: float = 0.1,
+        post_norm: bool = True,
+        lr: float = 5e-4,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 100,
+        lr_decay: str = "linear",
+        vocab_size: int = 8000,  # linked from data.vocab_size
+        max_length: int = 128,  # linked from data.max_seq_len (the block size)
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        check_lr_decay(lr_decay)
+        self.transformer = transformer_from_hparams(self.hparams, causal=False)
+        self.head = MLMHead(self.transformer.token_emb)
+        self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
+        self.accuracy = nn.ModuleDict({s: MulticlassAccuracy(vocab_size, average="micro") for s in ("val", "test")})
+
+    @property
+    def encoding(self):
+        return self.transformer.encoding
+
+    def masked_logits(self, batch: dict) -> tuple[Tensor, Tensor]:
+        """(N, V) logits and (N,) targets at the N selected (masked) positions only."""
+        hidden = self.transformer(batch["tokens"])  # (B, L, C)
+        selected = batch["targets"] != -100  # (B, L)
+        return self.head(hidden[selected]), batch["targets"][selected]
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        logits, targets = self.masked_logits(batch)
+        loss = F.cross_entropy(logits.float(), targets)
+        check_finite(loss, self.global_step, self.hparams.lr)
+        self.log(M.TRAIN_LOSS, loss, prog_bar=True)
+        return loss
+
+    def _eval_step(self, batch: dict, stage: str) -> None:
+        logits, targets = self.masked_logits(batch)
+        if targets.numel() == 0:
+            return
+        loss = F.cross_entropy(logits.float(), targets)
+        self.losses[stage].update(loss, weight=targets.numel())  # mean over masked tokens
+        self.accuracy[stage].update(logits.argmax(-1), targets)
+
+    def _eval_epoch_end(self, stage: str) -> None:
+        loss = self.losses[stage].compute().item()
+        values = {
+            M.name(stage, M.LOSS): loss,
+            M.name(stage, M.ACC): self.accuracy[stage].compute().item(),
+            M.name(stage, "ppl"): math.exp(min(loss, 700.0)),
+        }
+        self.losses[stage].reset()
+        self.accuracy[stage].reset()
+        self.log_dict(values)  # already reduced across devices by torchmetrics
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        tokenizer = getattr(getattr(self.trainer, "datamodule", None), "tokenizer", None)
+        if tokenizer is not None:
+            checkpoint[TOKENIZER_KEY] = tokenizer.to_str()
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        return adamw_with_schedule(
+            self, hp.lr, hp.weight_decay, hp.warmup_steps, hp.lr_decay, self.trainer.estimated_stepping_batches
+        )

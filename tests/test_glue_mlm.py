@@ -1,0 +1,203 @@
+"""Masked-LM pre-training data and module, GLUE data, metrics and fine-tuning from an MLM checkpoint."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+from cli import cli_main
+from datamodules import text
+from datamodules.glue import CLS, GLUE_TASKS, SEP, GLUEDataModule, join_segments
+from datamodules.masked_lm import MASK, NUM_SPECIAL, MaskedLMDataModule, cls_blocks, mask_tokens
+from lightning_modules.classifier import GLUE_METRICS, SequenceClassifier, task_metrics
+from lightning_modules.errors import ConfigError
+from lightning_modules.masked_lm import TOKENIZER_KEY
+
+MLM_SMALL = {"task": "tinyshakespeare", "tokenizer": "bpe", "vocab_size_limit": 300, "block_size": 16,
+             "max_train_blocks": 64, "max_eval_blocks": 8, "batch_size": 8}  # fmt: skip
+TINY_MODEL = ["--model.dim=32", "--model.depth=1", "--model.num_heads=4", "--model.ffn_mult=2"]
+QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+
+
+@pytest.fixture(autouse=True)
+def _tokenizer_cache(tmp_path_factory, monkeypatch):
+    """One tokenizer cache for this module, never the user's; W&B off; a fresh run directory per run."""
+    monkeypatch.setenv(text.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "tokenizers"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.delenv("PE_RUN_DIR", raising=False)
+
+
+def test_blocks_start_with_cls_and_pack_the_stream():
+    ids = torch.arange(100, 150)
+    blocks = cls_blocks(ids, block_size=8)
+    assert blocks.shape == (7, 8) and (blocks[:, 0] == CLS).all()
+    assert torch.equal(blocks[:, 1:].flatten(), ids[:49])
+    dm = MaskedLMDataModule(**MLM_SMALL)
+    dm.setup()
+    assert dm.train_set.tensors[0].shape == (64, 16) and dm.max_seq_len == 16
+    tokens, targets = dm.val_set.tensors
+    assert tokens.shape == targets.shape == (8, 16)
+
+
+def test_masking_rates_within_tolerance_and_specials_never_masked():
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(NUM_SPECIAL, 1000, (400, 128), generator=generator)
+    tokens[:, 0] = CLS
+    inputs, targets = mask_tokens(tokens, 1000, 0.15, generator)
+    selected = targets != -100
+    content = tokens.numel() - len(tokens)  # all but the [CLS] column
+    assert not selected[:, 0].any() and (inputs[:, 0] == CLS).all()
+    assert selected.sum() / content == pytest.approx(0.15, abs=0.005)
+    masked = (inputs == MASK) & selected
+    kept = (inputs == tokens) & selected
+    assert masked.sum() / selected.sum() == pytest.approx(0.8, abs=0.01)
+    assert kept.sum() / selected.sum() == pytest.approx(0.1 + 0.1 / 1000, abs=0.01)  # random may redraw itself
+    assert torch.equal(targets[selected], tokens[selected]) and torch.equal(inputs[~selected], tokens[~selected])
+    assert (inputs >= NUM_SPECIAL).logical_or(inputs == MASK).logical_or(inputs == CLS).all()
+
+
+def test_validation_masks_are_fixed_and_training_masks_dynamic():
+    first, second = MaskedLMDataModule(**MLM_SMALL), MaskedLMDataModule(**MLM_SMALL)
+    first.setup(), second.setup()
+    assert torch.equal(first.val_set.tensors[1], second.val_set.tensors[1])
+    raw = first.train_set.tensors[0][:8]
+    one, two = first.on_after_batch_transfer([raw], 0), first.on_after_batch_transfer([raw], 0)
+    assert not torch.equal(one["targets"], two["targets"])
+
+
+def test_pair_inputs_are_cls_a_sep_b_sep_truncated_longest_first():
+    assert join_segments([[10, 11, 12]], 8) == [CLS, 10, 11, 12, SEP]
+    assert join_segments([[10, 11, 12, 13, 14], [20, 21]], 8) == [CLS, 10, 11, 12, SEP, 20, 21, SEP]
+    with pytest.raises(ConfigError, match="too short"):
+        join_segments([[1], [2]], 3)
+
+
+@pytest.mark.parametrize("task", list(GLUE_TASKS))
+def test_glue_task_reads_labels_and_batches(task):
+    dm = GLUEDataModule(task=task, vocab_size_limit=300, max_length=32, max_train_examples=64, max_eval_examples=32)
+    dm.setup()
+    batch = next(iter(dm.val_dataloader()))
+    assert (batch["tokens"][:, 0] == CLS).all() and batch["tokens"].shape[1] <= 32
+    assert torch.equal(batch["padding_mask"], batch["tokens"] != 0)
+    labels = torch.tensor(dm.splits["dev"][1])
+    if task == "stsb":
+        assert dm.num_labels == 1 and 0 <= labels.min() and labels.max() <= 5
+    else:
+        assert dm.num_labels == 2 and set(labels.tolist()) <= {0.0, 1.0}
+    assert [dm.tokenizer.token_to_id(t) for t in text.SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+
+
+def test_sst2_dev_is_the_published_split():
+    dm = GLUEDataModule(task="sst2", vocab_size_limit=300, max_train_examples=8)
+    texts, labels = dm.splits["dev"]
+    assert len(texts) == 872 and sum(labels) == 444  # majority baseline 444/872 = 50.9 %
+    assert texts[0] == ("it 's a charming and often affecting journey .",)
+
+
+def test_glue_tokenizer_trains_once_then_loads_from_cache():
+    GLUEDataModule(task="rte", vocab_size_limit=300)
+    trained = text.TRAIN_COUNT["n"]
+    GLUEDataModule(task="rte", vocab_size_limit=300)
+    assert text.TRAIN_COUNT["n"] == trained
+
+
+def test_glue_metrics_equal_scikit_learn():
+    generator = torch.Generator().manual_seed(0)
+    preds, labels = torch.randint(0, 2, (200,), generator=generator), torch.randint(0, 2, (200,), generator=generator)
+    expected = {"acc": accuracy_score, "f1": f1_score, "mcc": matthews_corrcoef}
+    for task in ("sst2", "cola", "mrpc", "rte"):
+        values = task_metrics(task, 2)(preds, labels)
+        assert set(values) == set(GLUE_METRICS[task])
+        for name, value in values.items():
+            assert value.item() == pytest.approx(expected[name](labels.numpy(), preds.numpy()), abs=1e-6)
+    scores, gold = torch.rand(200, generator=generator) * 5, torch.rand(200, generator=generator) * 5
+    values = task_metrics("stsb", 1)(scores, gold)
+    assert values["pearson"].item() == pytest.approx(pearsonr(scores, gold)[0], abs=1e-5)
+    assert values["spearman"].item() == pytest.approx(spearmanr(scores, gold)[0], abs=1e-5)
+
+
+def pretrain(tmp_path: Path, encoding: str = "tupe_a") -> Path:
+    """A few MLM steps through the CLI; returns its last checkpoint."""
+    cli_main([
+        "fit", "--config=configs/mlm_wikitext2.yaml", f"--model.encoding={encoding}", *TINY_MODEL, *QUIET,
+        *[f"--data.{k}={v}" for k, v in MLM_SMALL.items()], "--trainer.max_steps=3", "--trainer.val_check_interval=3",
+        f"--run.out_dir={tmp_path / 'pre'}", "--run.name=pre",
+    ])  # fmt: skip
+    (checkpoint,) = (tmp_path / "pre" / "runs").glob("pre-*/checkpoints/last.ckpt")
+    record = json.loads(next((tmp_path / "pre" / "runs").glob("pre-*/record.json")).read_text())
+    assert record["task"] == "mlm_tinyshakespeare" and record["status"] == "finished"
+    assert {"val/loss", "val/acc", "val/ppl"} <= set(record["final"])
+    return checkpoint
+
+
+def test_fine_tune_loads_the_pretrained_encoder_and_tokenizer(tmp_path):
+    checkpoint = pretrain(tmp_path)
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    assert TOKENIZER_KEY in saved
+    model = SequenceClassifier(encoding="tupe_a", dim=32, depth=1, num_heads=4, ffn_mult=2, post_norm=True,
+                               init_from=str(checkpoint), vocab_size=saved["hyper_parameters"]["vocab_size"],
+                               max_length=16)  # fmt: skip
+    for key, value in model.transformer.state_dict().items():
+        assert torch.equal(value, saved["state_dict"][f"transformer.{key}"]), key
+    cli_main([
+        "fit", "--config=configs/glue_finetune.yaml", "--model.encoding=tupe_a", *TINY_MODEL, *QUIET,
+        f"--model.init_from={checkpoint}", "--data.task=mrpc", "--data.max_length=16", "--data.batch_size=8",
+        "--data.max_train_examples=32", "--data.max_eval_examples=16", "--trainer.max_steps=2",
+        "--trainer.val_check_interval=2", f"--run.out_dir={tmp_path / 'ft'}",
+    ])  # fmt: skip
+    (record,) = (tmp_path / "ft" / "runs").glob("*/record.json")
+    final = json.loads(record.read_text())["final"]
+    assert {"val/f1", "val/acc", "val/score", "val/loss"} <= set(final)
+    assert final["val/score"] == pytest.approx((final["val/f1"] + final["val/acc"]) / 2)
+
+
+def test_mismatched_checkpoint_is_a_one_line_error(tmp_path, capsys):
+    checkpoint = pretrain(tmp_path)
+    base = ["fit", "--config=configs/glue_finetune.yaml", *TINY_MODEL, f"--model.init_from={checkpoint}",
+            "--data.max_length=16", f"--run.out_dir={tmp_path / 'ft'}"]  # fmt: skip
+    for change, expected in [("--model.encoding=rope", "encoding='tupe_a' but this model has encoding='rope'"),
+                             ("--model.dim=64", "dim=32 but this model has dim=64"),
+                             ("--data.max_length=64", "exceeds the pre-trained model's max_length=16")]:  # fmt: skip
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main([*base, "--model.encoding=tupe_a", change])
+        assert exit_info.value.code == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert line.startswith("error: ") and expected in line, line
+    with pytest.raises(ConfigError, match="no checkpoint file"):
+        GLUEDataModule(task="sst2", init_from=str(tmp_path / "missing.ckpt"))
+
+
+@pytest.mark.parametrize("task", ["cola", "stsb"])
+def test_from_scratch_classifier_config_trains(task, tmp_path):
+    cli_main([
+        "fit", "--config=configs/glue_from_scratch.yaml", "--model.encoding=tupe_r", "--model.dim=32", *QUIET,
+        f"--data.task={task}", "--data.vocab_size_limit=300", "--data.max_length=32", "--data.batch_size=8",
+        "--data.max_train_examples=32", "--data.max_eval_examples=32", "--trainer.max_steps=2",
+        "--trainer.val_check_interval=2", f"--run.out_dir={tmp_path}",
+    ])  # fmt: skip
+    (record,) = Path(tmp_path, "runs").glob("*/record.json")
+    final = json.loads(record.read_text())["final"]
+    metrics = {"cola": {"val/mcc"}, "stsb": {"val/pearson", "val/spearman"}}[task]
+    assert metrics | {"val/score", "val/loss"} <= set(final)
+
+
+def test_missing_glue_file_and_unknown_task_are_one_line_errors(tmp_path):
+    with pytest.raises(ConfigError, match="data file not found: .*train.tsv; point --data.data_dir"):
+        GLUEDataModule(task="sst2", data_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="unknown GLUE task 'qqp'; choose one of: sst2, cola, mrpc, rte, stsb"):
+        GLUEDataModule(task="qqp")
+
+
+def test_unreachable_hub_is_a_one_line_error(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach the Hugging Face Hub\nsecond line")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(ConfigError) as error:
+        GLUEDataModule(task="sst2", hub_name="glue")
+    assert "\n" not in str(error.value) and "--data.data_dir" in str(error.value)
