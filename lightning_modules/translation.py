@@ -1,0 +1,386 @@
+"""Encoder-decoder Transformer for translation, with independent positional encodings on the two sides.
+
+Shape legend: B batch, K beams, S source length, T target length, C model width, H heads, D head dim,
+V vocabulary.
+"""
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+from torchmetrics.text import SacreBLEUScore
+
+from datamodules.translation import BOS, EOS, IGNORE_INDEX, PAD
+from lightning_modules import metrics as M
+from lightning_modules.encodings import ENCODINGS, PositionalEncoding, build_encoding
+from lightning_modules.errors import ConfigError
+from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
+from lightning_modules.transformer import (
+    Attention,
+    Transformer,
+    _init_weights,
+    allowed_mask,
+    merge_mask,
+    sample_positions,
+)
+
+PPL, BLEU, BLEU_GREEDY = "ppl", "bleu", "bleu_greedy"
+NEVER_GENERATED = [PAD, BOS, 3, 4]  # [PAD], [CLS], [MASK], [UNK]: masked out when decoding
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Decoder
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention from decoder queries to the encoder output; no positional term (PE-Study
+    varies position only inside each side's self-attention)."""
+
+    def __init__(self, dim: int, num_heads: int, dropout: float):
+        super().__init__()
+        self.num_heads, self.dropout = num_heads, dropout
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor, memory: Tensor, memory_allowed: Tensor) -> Tensor:
+        """x (B, T, C), memory (B, S, C), memory_allowed (B, 1, 1, S) True = real source token."""
+        B, T, C = x.shape
+        H, D = self.num_heads, C // self.num_heads
+        q = self.q(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        k, v = self.kv(memory).view(B, -1, 2, H, D).permute(2, 0, 3, 1, 4)  # each (B, H, S, D)
+        dropout = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=memory_allowed, dropout_p=dropout)  # (B, H, T, D)
+        return self.out(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+
+
+class DecoderBlock(nn.Module):
+    """Causal self-attention (position through the encoding's hooks), cross-attention, FFN; pre-LN
+    (default) or post-LN (Vaswani et al. 2017)."""
+
+    def __init__(self, dim: int, num_heads: int, ffn_mult: int, dropout: float, post_norm: bool):
+        super().__init__()
+        self.post_norm = post_norm
+        self.self_attn = Attention(dim, num_heads, dropout)
+        self.cross_attn = CrossAttention(dim, num_heads, dropout)
+        self.ffn = nn.Sequential(
+            nn.Linear(dim, ffn_mult * dim), nn.GELU(), nn.Linear(ffn_mult * dim, dim), nn.Dropout(dropout)
+        )
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, memory, memory_allowed, encoding, positions, mask, allowed) -> Tensor:
+        self_attn = lambda h: self.self_attn(h, encoding, positions, mask, allowed, True)
+        if self.post_norm:
+            x = self.norm1(x + self.drop(self_attn(x)))
+            x = self.norm2(x + self.drop(self.cross_attn(x, memory, memory_allowed)))
+            return self.norm3(x + self.ffn(x))
+        x = x + self.drop(self_attn(self.norm1(x)))
+        x = x + self.drop(self.cross_attn(self.norm2(x), memory, memory_allowed))
+        return x + self.ffn(self.norm3(x))
+
+
+class Decoder(nn.Module):
+    """`depth` decoder blocks + final norm around a causal encoding; token embeddings come from outside
+    (shared with the encoder). Mirrors `Transformer.forward`: embed hook, one bias per forward, masks."""
+
+    def __init__(self, *, encoding: PositionalEncoding, dim: int, depth: int, num_heads: int, ffn_mult: int,
+                 dropout: float, post_norm: bool):  # fmt: skip
+        super().__init__()
+        self.encoding, self.post_norm = encoding, post_norm
+        self.emb_drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(DecoderBlock(dim, num_heads, ffn_mult, dropout, post_norm) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim)  # final norm (pre-LN) or embedding norm (post-LN)
+        self.blocks.apply(_init_weights)
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """x (B, T, C) token embeddings, memory (B, S, C), src_mask (B, S) -> (B, T, C) hidden states."""
+        B, T, _ = x.shape
+        positions = self.default_positions(B, T, x.device)
+        x = self.encoding.embed(x, positions)
+        x = self.emb_drop(self.norm(x) if self.post_norm else x)
+        allowed = allowed_mask(T, True, None, x.device)  # (1, 1, T, T)
+        mask = merge_mask(self.encoding.bias(positions), allowed)
+        memory_allowed = src_mask[:, None, None, :].bool()  # (B, 1, 1, S)
+        for block in self.blocks:
+            x = block(x, memory, memory_allowed, self.encoding, positions, mask, allowed)
+        return x if self.post_norm else self.norm(x)
+
+    def default_positions(self, batch: int, length: int, device) -> Tensor:
+        """(T,) 0..T-1, or sorted random positions at training time with `randomize_positions`."""
+        max_position = self.encoding.randomize_positions
+        if self.training and max_position is not None:
+            return sample_positions(batch, length, max_position, device)
+        return torch.arange(length, device=device)
+
+
+def check_encoder_encoding(name: str) -> None:
+    if name in ENCODINGS and ENCODINGS[name].causal_only:
+        raise ConfigError(
+            f"encoding {name!r} is causal-only and cannot encode the (bidirectional) source; "
+            "use it as --model.decoder_encoding"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Model
+
+
+class TranslationModel(pl.LightningModule):
+    """Encoder-decoder Transformer translation model with separate encoder and decoder position encodings.
+
+    Protocol: PE-Study (Wang & Chen 2020, "What Do Position Embeddings Learn?", section MT) trains
+    Transformer encoder-decoders on Multi30k En->De with different position embeddings on the encoder and
+    decoder side and scores them by BLEU with beam 5. The encoder is `Transformer(causal=False)` with a
+    source padding mask; the decoder is causal self-attention (through `decoder_encoding`'s hooks) +
+    cross-attention to the encoder output (no positional term) + FFN. One token embedding is shared by
+    encoder, decoder and output projection (joint vocabulary). Loss: label-smoothed cross-entropy.
+
+    Logs `train/loss`; `val/loss` (token NLL without label smoothing) and `val/ppl` = exp(val/loss);
+    `val/bleu`: greedy decoding on the first `val_bleu_batches` validation batches (all when None);
+    `test/loss`, `test/ppl`, `test/bleu` (beam search, `beam_size`) and `test/bleu_greedy` on the whole
+    test split. BLEU is torchmetrics' `SacreBLEUScore` (corpus BLEU-4, sacreBLEU's default "13a"
+    tokenisation, case-sensitive, no smoothing; computed offline without the sacrebleu package) of the
+    detokenised hypotheses against the raw reference sentences, in 0-100.
+    Decoding re-runs the decoder over the whole prefix at every step (no KV cache: correct for every
+    encoding) for at most min(max_decode_len, max_length) tokens; [PAD], [CLS], [MASK] and [UNK] are
+    never generated.
+    """
+
+    def __init__(
+        self,
+        encoder_encoding: str = "sinusoidal",
+        decoder_encoding: str = "sinusoidal",
+        encoder_encoding_options: dict | None = None,
+        decoder_encoding_options: dict | None = None,
+        dim: int = 256,
+        encoder_depth: int = 3,
+        decoder_depth: int = 3,
+        num_heads: int = 4,
+        ffn_mult: int = 4,
+        dropout: float = 0.1,
+        post_norm: bool = False,
+        lr: float = 5e-4,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
+        label_smoothing: float = 0.1,
+        beam_size: int = 5,
+        max_decode_len: int | None = None,  # generated tokens incl. EOS; None = max_length
+        val_bleu_batches: int | None = 4,  # validation batches decoded for val/bleu; None = all
+        vocab_size: int = 8000,  # linked from data.vocab_size
+        max_length: int = 64,  # linked from data.max_seq_len
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        check_lr_decay(lr_decay)
+        check_encoder_encoding(encoder_encoding)
+        _check_decoding(beam_size, max_decode_len, val_bleu_batches, label_smoothing)
+        self.encoder = Transformer(
+            vocab_size=vocab_size, encoding=encoder_encoding, encoding_options=encoder_encoding_options, dim=dim,
+            depth=encoder_depth, num_heads=num_heads, ffn_mult=ffn_mult, dropout=dropout, max_length=max_length,
+            causal=False, post_norm=post_norm,
+        )  # fmt: skip
+        decoder_pe = build_encoding(
+            decoder_encoding, dim=dim, num_heads=num_heads, max_length=max_length, causal=True,
+            **(decoder_encoding_options or {}),
+        )  # fmt: skip
+        self.decoder = Decoder(encoding=decoder_pe, dim=dim, depth=decoder_depth, num_heads=num_heads,
+                               ffn_mult=ffn_mult, dropout=dropout, post_norm=post_norm)  # fmt: skip
+        self.eval_loss = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
+        self.bleu = nn.ModuleDict({name: SacreBLEUScore(tokenize="13a") for name in ("val", "test", "test_greedy")})
+
+    @property
+    def run_encoding(self) -> str:
+        """Run name / comparison group: "<encoder encoding>+<decoder encoding>"."""
+        return f"{self.hparams.encoder_encoding}+{self.hparams.decoder_encoding}"
+
+    @property
+    def token_emb(self) -> nn.Embedding:
+        return self.encoder.token_emb  # shared: encoder input, decoder input, output projection
+
+    # --- forward ---------------------------------------------------------------------------------------
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        """src (B, S), src_mask (B, S) True = real -> memory (B, S, C)."""
+        return self.encoder(src, padding_mask=src_mask)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """tgt_in (B, T) -> decoder hidden states (B, T, C)."""
+        return self.decoder(self.token_emb(tgt_in), memory, src_mask)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """(..., C) hidden states -> (..., V) logits through the shared embedding."""
+        return F.linear(hidden, self.token_emb.weight)
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
+        return self.logits(self.decode(tgt_in, self.encode(src, src_mask), src_mask))  # (B, T, V)
+
+    def log_probs(self, logits: Tensor) -> Tensor:
+        """Decoding distribution: log-softmax with the never-generated tokens at -inf."""
+        logits = logits.float()
+        logits[..., NEVER_GENERATED] = float("-inf")
+        return logits.log_softmax(-1)
+
+    def next_log_probs(self, tokens: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """tokens (B, t) prefixes -> (B, V) log-probabilities of the next token (whole prefix re-decoded)."""
+        return self.log_probs(self.logits(self.decode(tokens, memory, src_mask)[:, -1]))
+
+    # --- decoding --------------------------------------------------------------------------------------
+
+    def decode_steps(self, max_len: int | None = None) -> int:
+        limit = self.hparams.max_decode_len or self.hparams.max_length
+        return min(limit, self.hparams.max_length) if max_len is None else max_len
+
+    @torch.no_grad()
+    def greedy(self, src: Tensor, src_mask: Tensor, max_len: int | None = None) -> Tensor:
+        """(B, N) argmax continuation of BOS: each row ends at its first EOS, PAD after it (N <= max_len)."""
+        memory = self.encode(src, src_mask)  # (B, S, C)
+        tokens = torch.full((len(src), 1), BOS, dtype=torch.long, device=src.device)  # (B, 1)
+        done = torch.zeros(len(src), dtype=torch.bool, device=src.device)
+        for _ in range(self.decode_steps(max_len)):
+            step = self.next_log_probs(tokens, memory, src_mask).argmax(-1)  # (B,)
+            step = step.masked_fill(done, PAD)
+            tokens = torch.cat([tokens, step[:, None]], dim=1)
+            done |= step == EOS
+            if done.all():
+                break
+        return tokens[:, 1:]
+
+    @torch.no_grad()
+    def beam_search(self, src: Tensor, src_mask: Tensor, beam_size: int | None = None, max_len: int | None = None):
+        """Batched beam search -> ((B, N) best hypotheses ending at EOS with PAD after, (B,) their scores).
+
+        Score of a hypothesis y_1..y_n (y_n = EOS, or the last of max_len tokens when none ended) =
+        sum_i log p(y_i | y_<i, x) / n: the mean token log-probability (length normalisation with
+        exponent 1, as fairseq's default lenpen=1; n counts EOS). As fairseq, every step ranks the
+        K * V extensions of the K live hypotheses by summed log-probability; an extension ending in EOS
+        and ranked within the top K is finished, the K best other extensions stay live; a sentence is done
+        once it has K finished hypotheses. The live ones at max_len also compete. beam_size=1 is greedy.
+        """
+        K, B, N = beam_size or self.hparams.beam_size, len(src), self.decode_steps(max_len)
+        memory = self.encode(src, src_mask).repeat_interleave(K, dim=0)  # (B*K, S, C)
+        mask = src_mask.repeat_interleave(K, dim=0)  # (B*K, S)
+        tokens = torch.full((B, K, 1), BOS, dtype=torch.long, device=src.device)  # (B, K, 1 + t)
+        scores = torch.full((B, K), float("-inf"), device=src.device)  # summed log-probs of live beams
+        scores[:, 0] = 0.0  # one live hypothesis (BOS) at the start
+        best = torch.full((B, N), PAD, dtype=torch.long, device=src.device)
+        best_score = torch.full((B,), float("-inf"), device=src.device)
+        finished = torch.zeros(B, dtype=torch.long, device=src.device)  # finished hypotheses per sentence
+        for t in range(1, N + 1):  # t = length of the extended hypotheses
+            step = self.next_log_probs(tokens.view(B * K, t), memory, mask).view(B, K, -1)  # (B, K, V)
+            candidates = (scores[:, :, None] + step).view(B, -1)  # (B, K*V)
+            top, index = candidates.topk(min(2 * K, candidates.shape[1]), dim=-1)  # (B, 2K)
+            beam, token = index // step.shape[-1], index % step.shape[-1]
+            ends = (token == EOS) & (torch.arange(top.shape[1], device=src.device) < K) & top.isfinite()
+            ends &= (finished < K)[:, None]  # a done sentence keeps its result
+            self._keep_best(ends, top / t, tokens, beam, token, best, best_score)
+            finished += ends.sum(-1)
+            live = top.masked_fill(token == EOS, float("-inf")).topk(K, dim=-1)  # K best non-EOS extensions
+            beam, token = beam.gather(1, live.indices), token.gather(1, live.indices)  # (B, K)
+            tokens = torch.cat([tokens.gather(1, beam[:, :, None].expand(-1, -1, t)), token[:, :, None]], dim=2)
+            scores = live.values
+            if bool((finished >= K).all()):
+                return best, best_score
+        # live hypotheses of max_len tokens compete with the finished ones (sentences not yet done only)
+        open_ = (finished < K)[:, None] & scores.isfinite()  # (B, K)
+        beams = torch.arange(K, device=src.device).expand(B, K)
+        self._keep_best(open_, scores / N, tokens[:, :, :-1], beams, tokens[:, :, -1], best, best_score)
+        return best, best_score
+
+    @staticmethod
+    def _keep_best(which: Tensor, normalized: Tensor, tokens: Tensor, beam: Tensor, token: Tensor, best: Tensor,
+                   best_score: Tensor) -> None:  # fmt: skip
+        """Where `which` (B, M) and the normalised score beats best_score, write prefix + token into best."""
+        candidate = normalized.masked_fill(~which, float("-inf"))  # (B, M)
+        value, j = candidate.max(dim=-1)  # (B,)
+        better = value > best_score
+        if not bool(better.any()):
+            return
+        rows = better.nonzero().flatten()
+        prefix = tokens[rows, beam[rows, j[rows]], 1:]  # (R, t - 1): without BOS
+        hypothesis = torch.cat([prefix, token[rows, j[rows]][:, None]], dim=1)  # (R, t)
+        best[rows] = PAD
+        best[rows, : hypothesis.shape[1]] = hypothesis
+        best_score[rows] = value[rows]
+
+    @torch.no_grad()
+    def sequence_score(self, src: Tensor, src_mask: Tensor, hypotheses: Tensor) -> Tensor:
+        """(B,) beam search's score (mean token log-prob up to and including EOS) of given (B, N) hypotheses."""
+        tgt_in = torch.cat([torch.full_like(hypotheses[:, :1], BOS), hypotheses[:, :-1]], dim=1)  # (B, N)
+        memory = self.encode(src, src_mask)
+        logp = self.log_probs(self.logits(self.decode(tgt_in, memory, src_mask)))  # (B, N, V)
+        real = hypotheses != PAD  # (B, N)
+        token_logp = logp.gather(-1, hypotheses[..., None]).squeeze(-1).masked_fill(~real, 0.0)  # (B, N)
+        return token_logp.sum(-1) / real.sum(-1)
+
+    # --- training and evaluation -------------------------------------------------------------------------
+
+    def token_losses(self, batch: dict, label_smoothing: float) -> tuple[Tensor, int]:
+        """(mean loss over the real target tokens, their count)."""
+        logits = self(batch["src"], batch["src_mask"], batch["tgt_in"])  # (B, T, V)
+        targets = batch["tgt_out"]
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing
+        )  # fmt: skip
+        return loss, int((targets != IGNORE_INDEX).sum())
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        loss, _ = self.token_losses(batch, self.hparams.label_smoothing)
+        check_finite(loss, self.global_step, self.hparams.lr)
+        self.log(M.TRAIN_LOSS, loss, prog_bar=True, batch_size=len(batch["src"]))
+        return loss
+
+    def detokenize(self, ids: Tensor) -> list[str]:
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        if datamodule is None or not hasattr(datamodule, "detokenize"):
+            raise RuntimeError("BLEU needs a datamodule with detokenize() (TranslationDataModule)")
+        return datamodule.detokenize(ids)
+
+    def _score(self, metric: str, hypotheses: Tensor, refs: list[str]) -> None:
+        self.bleu[metric].update(self.detokenize(hypotheses), [[ref] for ref in refs])
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        loss, tokens = self.token_losses(batch, 0.0)
+        self.eval_loss["val"].update(loss, tokens)
+        limit = self.hparams.val_bleu_batches
+        if limit is None or batch_idx < limit:
+            self._score("val", self.greedy(batch["src"], batch["src_mask"]), batch["ref"])
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        loss, tokens = self.token_losses(batch, 0.0)
+        self.eval_loss["test"].update(loss, tokens)
+        self._score("test", self.beam_search(batch["src"], batch["src_mask"])[0], batch["ref"])
+        self._score("test_greedy", self.greedy(batch["src"], batch["src_mask"]), batch["ref"])
+
+    def _log_epoch(self, stage: str, bleu: dict[str, str]) -> None:
+        loss = self.eval_loss[stage].compute()
+        values = {M.name(stage, M.LOSS): loss, M.name(stage, PPL): loss.exp()}
+        for metric, key in bleu.items():
+            values[M.name(stage, metric)] = 100.0 * self.bleu[key].compute()
+            self.bleu[key].reset()
+        self.eval_loss[stage].reset()
+        self.log_dict(values, sync_dist=False)  # already reduced across devices by torchmetrics
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val", {BLEU: "val"})
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test", {BLEU: "test", BLEU_GREEDY: "test_greedy"})
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        return adamw_with_schedule(
+            self, hp.lr, hp.weight_decay, hp.warmup_steps, hp.lr_decay, self.trainer.estimated_stepping_batches
+        )
+
+
+def _check_decoding(beam_size: int, max_decode_len: int | None, val_bleu_batches: int | None, smoothing: float):
+    if beam_size < 1:
+        raise ConfigError(f"beam_size must be >= 1, got {beam_size}")
+    for name, value in (("max_decode_len", max_decode_len), ("val_bleu_batches", val_bleu_batches)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1 or null, got {value}")
+    if not 0.0 <= smoothing < 1.0:
+        raise ConfigError(f"label_smoothing must be in [0, 1), got {smoothing}")
