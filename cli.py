@@ -30,7 +30,7 @@ from pytorch_lightning.cli import LightningCLI  # noqa: E402
 from lightning_modules.encodings import check_encoding  # noqa: E402
 from lightning_modules.errors import ConfigError, DivergedError  # noqa: E402
 from tracking.options import dashes_to_underscores, parse_options  # noqa: E402
-from tracking.records import RunRecord  # noqa: E402
+from tracking.records import RunRecord, find_checkpoint  # noqa: E402
 from tracking.wandb_setup import make_wandb_logger, run_group, run_name  # noqa: E402
 
 RUN_DIR_ENV = "PE_RUN_DIR"  # shared by the DDP ranks Lightning launches as child processes
@@ -73,6 +73,11 @@ class PECLI(LightningCLI):
         model_args = config.get("model.init_args") or {}
         for key in [k for k in vars(model_args) if k.endswith("encoding")]:  # encoding, encoder_encoding, ...
             check_encoding(model_args[key], model_args.get(f"{key}_options") or {})
+        if model_args.get("init_from"):  # `run:NAME` -> that run's checkpoint, for the model and its data
+            path = find_checkpoint(model_args["init_from"], config.run.out_dir, vars(model_args))
+            config["model.init_args.init_from"] = path
+            if "init_from" in (config.get("data.init_args") or {}):
+                config["data.init_args.init_from"] = path
         data_class = config.get("data.class_path")
         check_args = getattr(locate(data_class), "check_args", None) if data_class else None
         if check_args:

@@ -99,7 +99,7 @@ def test_shift_invariance_of_hooks(name, causal):
         assert not (same_logits and same_embed)
 
 
-LOGIT_TERMS = {"tupe_a": 2, "tupe_r": 2, "deberta": 3}  # the papers' 1/sqrt(n D), n = number of logit terms
+LOGIT_TERMS = {"tupe_a": 2, "tupe_a_tied": 2, "tupe_r": 2, "deberta": 3}  # papers: 1/sqrt(n D), n logit terms
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -473,3 +473,11 @@ def test_bert_r_is_learned_absolute_plus_tupe_r_relative_term(causal):
     x, positions = torch.randn(2, MAX_LEN, DIM), torch.arange(MAX_LEN)
     torch.testing.assert_close(bert_r.embed(x, positions), learned.embed(x, positions))
     torch.testing.assert_close(bert_r.positional_logits(MAX_LEN), tupe_r.relative_bias(positions))
+
+
+def test_tupe_a_tied_is_tupe_a_without_the_cls_reset():
+    tied = make("tupe_a_tied", causal=False)
+    reference = make("tupe_a", causal=False, untie_cls=False)
+    reference.load_state_dict(tied.state_dict())
+    torch.testing.assert_close(tied.positional_logits(10), reference.positional_logits(10))
+    assert tied.untie_cls is False and make("tupe_a", causal=False).untie_cls is True

@@ -124,10 +124,10 @@ def pretrain(tmp_path: Path, encoding: str = "tupe_a") -> Path:
     cli_main([
         "fit", "--config=configs/mlm_wikitext2.yaml", f"--model.encoding={encoding}", *TINY_MODEL, *QUIET,
         *[f"--data.{k}={v}" for k, v in MLM_SMALL.items()], "--trainer.max_steps=3", "--trainer.val_check_interval=3",
-        f"--run.out_dir={tmp_path / 'pre'}", "--run.name=pre",
+        f"--run.out_dir={tmp_path}", f"--run.name=pre-{encoding}",
     ])  # fmt: skip
-    (checkpoint,) = (tmp_path / "pre" / "runs").glob("pre-*/checkpoints/last.ckpt")
-    record = json.loads(next((tmp_path / "pre" / "runs").glob("pre-*/record.json")).read_text())
+    (checkpoint,) = (tmp_path / "runs").glob("pre-*/checkpoints/last.ckpt")
+    record = json.loads(next((tmp_path / "runs").glob("pre-*/record.json")).read_text())
     assert record["task"] == "mlm_tinyshakespeare" and record["status"] == "finished"
     assert {"val/loss", "val/acc", "val/ppl"} <= set(record["final"])
     return checkpoint
@@ -144,12 +144,14 @@ def test_fine_tune_loads_the_pretrained_encoder_and_tokenizer(tmp_path):
         assert torch.equal(value, saved["state_dict"][f"transformer.{key}"]), key
     cli_main([
         "fit", "--config=configs/glue_finetune.yaml", "--model.encoding=tupe_a", *TINY_MODEL, *QUIET,
-        f"--model.init_from={checkpoint}", "--data.task=mrpc", "--data.max_length=16", "--data.batch_size=8",
+        "--model.init_from=run:pre-{encoding}", "--data.task=mrpc", "--data.max_length=16", "--data.batch_size=8",
         "--data.max_train_examples=32", "--data.max_eval_examples=16", "--trainer.max_steps=2",
-        "--trainer.val_check_interval=2", f"--run.out_dir={tmp_path / 'ft'}",
+        "--trainer.val_check_interval=2", f"--run.out_dir={tmp_path}", "--run.name=ft",
     ])  # fmt: skip
-    (record,) = (tmp_path / "ft" / "runs").glob("*/record.json")
-    final = json.loads(record.read_text())["final"]
+    (record,) = (tmp_path / "runs").glob("ft-*/record.json")
+    record = json.loads(record.read_text())
+    assert record["config"]["model"]["init_args"]["init_from"] == str(checkpoint)  # `run:` resolved
+    final = record["final"]
     assert {"val/f1", "val/acc", "val/score", "val/loss"} <= set(final)
     assert final["val/score"] == pytest.approx((final["val/f1"] + final["val/acc"]) / 2)
 
@@ -166,6 +168,10 @@ def test_mismatched_checkpoint_is_a_one_line_error(tmp_path, capsys):
         assert exit_info.value.code == 2
         line = capsys.readouterr().err.strip().splitlines()[-1]
         assert line.startswith("error: ") and expected in line, line
+    with pytest.raises(SystemExit):
+        cli_main([*base, "--model.encoding=rope", "--model.init_from=run:pre-{encoding}"])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: init_from 'run:pre-{encoding}': no finished run named 'pre-rope'"), line
     with pytest.raises(ConfigError, match="no checkpoint file"):
         GLUEDataModule(task="sst2", init_from=str(tmp_path / "missing.ckpt"))
 

@@ -22,6 +22,7 @@ from lightning_modules.encodings.sinusoidal import Sinusoidal
 from lightning_modules.encodings.sinusoidal_learnable import SinusoidalLearnable
 from lightning_modules.encodings.t5_bias import T5Bias
 from lightning_modules.encodings.tupe import TupeA, TupeR
+from lightning_modules.encodings.tupe_tied import TupeATiedCLS
 from lightning_modules.encodings.xpos import XPos
 from lightning_modules.errors import ConfigError
 
@@ -29,7 +30,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     cls.name: cls
     for cls in (NoPE, LearnedAbsolute, Sinusoidal, T5Bias, ALiBi, RoPE, TupeA, TupeR)
     + (ScaledSinusoidal, SinusoidalLearnable, Shaw, DeBERTa, XPos, KerpleLog, KerplePower, FIRE, DynamicBias)
-    + (BertR,)
+    + (BertR, TupeATiedCLS)
 }
 
 
