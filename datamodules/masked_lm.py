@@ -25,7 +25,7 @@ from datamodules.text import (
     SPECIAL_TOKENS,
     check_task,
     check_tokenizer,
-    encode,
+    encode_cached,
     load_or_train_tokenizer,
     read_corpus,
     tokenizer_cache_dir,
@@ -97,19 +97,21 @@ class MaskedLMDataModule(pl.LightningDataModule):
         self.max_train_blocks, self.max_eval_blocks = max_train_blocks, max_eval_blocks
         kind = CORPORA[task][3] if tokenizer == "auto" else tokenizer
         self.texts, key = read_corpus(task, data_dir, hub_name)
-        cache_file = tokenizer_cache_dir() / f"{key}-{kind}-{vocab_size_limit}.json"
-        self.tokenizer = load_or_train_tokenizer(kind, vocab_size_limit, self.texts[0], cache_file)
+        self.tokenizer_file = tokenizer_cache_dir() / f"{key}-{kind}-{vocab_size_limit}.json"
+        self.tokenizer = load_or_train_tokenizer(kind, vocab_size_limit, self.texts[0], self.tokenizer_file)
         self.vocab_size = self.tokenizer.get_vocab_size()
         self.train_set = self.val_set = self.test_set = None
 
     def _eval_set(self, text: str, offset: int) -> TensorDataset:
-        blocks = cls_blocks(encode(self.tokenizer, text), self.block_size, self.max_eval_blocks)
+        blocks = cls_blocks(
+            encode_cached(self.tokenizer, text, self.tokenizer_file), self.block_size, self.max_eval_blocks
+        )
         generator = torch.Generator().manual_seed(self.seed + offset)
         return TensorDataset(*mask_tokens(blocks, self.vocab_size, self.mask_rate, generator))
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit") and self.train_set is None:
-            ids = encode(self.tokenizer, self.texts[0])
+            ids = encode_cached(self.tokenizer, self.texts[0], self.tokenizer_file)
             self.train_set = TensorDataset(cls_blocks(ids, self.block_size, self.max_train_blocks))
         if stage in (None, "fit", "validate") and self.val_set is None:
             self.val_set = self._eval_set(self.texts[1], offset=1)

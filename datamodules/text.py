@@ -18,10 +18,12 @@ Relative `data_dir`s are resolved against the repository root, not the current d
 Shape legend: B batch, L window (context) length.
 """
 
+import hashlib
 import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
@@ -214,6 +216,20 @@ def encode(tokenizer, text: str) -> Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
+def encode_cached(tokenizer, text: str, tokenizer_file: Path) -> Tensor:
+    """`encode`, cached as .npy next to the tokenizer file, keyed by a hash of the tokenizer and the text:
+    repeated runs and sweep trials on the same data skip tokenisation."""
+    digest = hashlib.sha1(tokenizer.to_str().encode() + text.encode()).hexdigest()[:16]
+    cache_file = tokenizer_file.with_name(f"{tokenizer_file.stem}-{digest}.ids.npy")
+    if cache_file.is_file():
+        return torch.from_numpy(np.load(cache_file)).long()
+    ids = encode(tokenizer, text)
+    partial = cache_file.with_suffix(f".{os.getpid()}.tmp.npy")
+    np.save(partial, ids.numpy().astype(np.int32))
+    partial.replace(cache_file)  # atomic: concurrent runs never read a half-written file
+    return ids
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Windows
 
@@ -301,14 +317,14 @@ class TextDataModule(pl.LightningDataModule):
         self.train_set = self.val_sets = self.test_sets = None
 
     def _eval_sets(self, text: str) -> list[Windows]:
-        ids = encode(self.tokenizer, text)
+        ids = encode_cached(self.tokenizer, text, self.tokenizer_file)
         if self.max_eval_tokens is not None:
             ids = ids[: max(self.max_eval_tokens, self.max_seq_len + 1)]
         return [Windows(ids, n) for n in self.eval_contexts]
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit") and self.train_set is None:
-            train_ids = encode(self.tokenizer, self.texts[0])
+            train_ids = encode_cached(self.tokenizer, self.texts[0], self.tokenizer_file)
             self.train_set = Windows(train_ids, self.block_size, self.max_train_blocks)
         if stage in (None, "fit", "validate") and self.val_sets is None:
             self.val_sets = self._eval_sets(self.texts[1])

@@ -132,3 +132,14 @@ def test_few_step_fit_logs_perplexity_per_context(config, encoding, tmp_path, mo
     for name in ["val/ppl", "val/loss", "val/ppl_ctx_16", "val/ppl_ctx_32", "val/ppl_ctx_64"]:
         assert torch.isfinite(torch.tensor(final[name])), name
     assert final["val/ppl"] == pytest.approx(final["val/ppl_ctx_16"])
+
+
+def test_token_ids_are_cached_for_the_next_run(monkeypatch):
+    first = TextDataModule(task="tinyshakespeare", **SMALL)
+    first.setup("fit")
+    calls = []
+    monkeypatch.setattr(text, "encode", lambda *args: calls.append(args) or torch.zeros(0))
+    second = TextDataModule(task="tinyshakespeare", **SMALL)
+    second.setup("fit")
+    assert not calls and torch.equal(second.train_set.inputs, first.train_set.inputs)
+    assert list(first.tokenizer_file.parent.glob(f"{first.tokenizer_file.stem}-*.ids.npy"))
