@@ -258,3 +258,14 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     assert list(run_dir.glob("files/media/table/val_by_length/*.table.json"))
     binary = next(run_dir.glob("*.wandb")).read_bytes()
     assert b"resolved_config" in binary and b"val/acc_len_8" in binary
+
+
+def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():
+    import yaml
+
+    from tracking.compare import default_rows
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "sweeps/pe_study_mt.yaml").read_text())
+    assert default_rows(spec) == "encoding"
+    spec = {"parameters": {"model.encoding": {"values": ["a"]}, "model.lr": {"values": [1, 2]}}}
+    assert default_rows(spec) == "encoding,model.lr"

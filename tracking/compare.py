@@ -437,7 +437,9 @@ def sweep_spec(out_dir: str, sweep: str | None) -> dict:
 
 def default_rows(spec: dict) -> str:
     """encoding, plus the parameters a sweep varies (seed, encoding and task aside): one row per setting."""
-    fixed = {"seed_everything", "model.encoding", "model.init_args.encoding", "data.task", "data.init_args.task"}
+    fixed = {"seed_everything", "data.task", "data.init_args.task"}
+    encodings = ("encoding", "encoder_encoding", "decoder_encoding")  # all three are in a run's `encoding`
+    fixed |= {f"model.{e}" for e in encodings} | {f"model.init_args.{e}" for e in encodings}
     varied = [k for k, v in (spec.get("parameters") or {}).items() if k not in fixed and "value" not in dict(v)]
     return ",".join(["encoding", *varied])
 
