@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings import PositionalEncoding, build_encoding
+from lightning_modules.encodings.base import TensorMemo
 from lightning_modules.errors import ConfigError
 
 
@@ -14,8 +15,11 @@ def merge_mask(logits: Tensor | None, allowed: Tensor | None) -> Tensor | None:
     """Fold an additive logit term and a boolean "may attend" mask into one SDPA mask.
 
     Returns None (SDPA's own causal path, or no mask), the boolean mask (fused kernels stay usable),
-    or one float mask with -inf where attention is not allowed.
+    or one float mask with -inf where attention is not allowed. An (H, L, L) term comes back as (1, H, L, L):
+    SDPA's fused CPU kernel takes only 2-D or 4-D masks (and none that requires grad).
     """
+    if logits is not None and logits.dim() == 3:
+        logits = logits[None]
     if logits is None:
         return allowed
     if allowed is None:
@@ -23,11 +27,34 @@ def merge_mask(logits: Tensor | None, allowed: Tensor | None) -> Tensor | None:
     return logits.masked_fill(~allowed, float("-inf"))
 
 
+_MEMO = TensorMemo()  # default positions and causal masks, per (kind, length, device, inference mode)
+
+
+def memoized(kind: str, length: int, device, compute) -> Tensor:
+    """compute(), once per (kind, length, device, inference mode) and reused by later forwards (recomputed
+    if someone modified it in place); computed afresh under torch.compile."""
+    if torch.compiler.is_compiling():
+        return compute()
+    inference = torch.is_inference_mode_enabled()
+    return _MEMO.get((kind, length, torch.device(device), inference), None, (), compute)
+
+
+def default_arange(length: int, device) -> Tensor:
+    """(L,) 0..L-1, the same tensor object for every forward at this length and device, so encodings can
+    reuse what they compute from it (`PositionalEncoding.cached`)."""
+    return memoized("arange", length, device, lambda: torch.arange(length, device=device))
+
+
 def allowed_mask(length: int, causal: bool, padding_mask: Tensor | None, device) -> Tensor | None:
     """(B or 1, 1, L, L) boolean mask: True where query i may attend key j; None if all may."""
     allowed = None
     if causal:
-        allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+        allowed = memoized(
+            "causal",
+            length,
+            device,
+            lambda: torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None],
+        )
     if padding_mask is not None:
         keys = padding_mask[:, None, None, :].bool()  # (B, 1, 1, L)
         allowed = keys if allowed is None else allowed & keys
@@ -146,7 +173,7 @@ class Transformer(nn.Module):
         max_position = self.encoding.randomize_positions
         if self.training and max_position is not None:
             return sample_positions(batch, length, max_position, device)
-        return torch.arange(length, device=device)
+        return default_arange(length, device)
 
 
 ARCHITECTURE_KEYS = ("vocab_size", "encoding", "encoding_options", "dim", "depth", "num_heads", "ffn_mult",

@@ -234,6 +234,40 @@ def test_shift_invariance_of_the_model(name, causal):
         assert (shifted - out).abs().max() > 1e-3
 
 
+# ----------------------------------------------------------------------------- position-only memo
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_memoized_position_tensors_never_go_stale(name, causal):
+    """What encodings keep across forwards (`PositionalEncoding.cached`) stays out of state_dict, follows
+    parameter updates, in-place edits of explicit positions, train/inference mode switches and copies."""
+    import copy
+
+    model, L = make_model(name, causal), 10
+    x = tokens(2, L)
+    keys = list(model.state_dict())
+    model(x)
+    assert list(model.state_dict()) == keys  # no buffer, nothing new in checkpoints
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    fresh = make_model(name, causal)
+    fresh.load_state_dict(model.state_dict())
+    assert torch.equal(model(x), fresh(x))  # after an "optimizer step"
+    positions = torch.arange(L)
+    model(x, positions=positions)
+    positions += 3  # the same tensor, edited in place
+    assert torch.equal(model(x, positions=positions), fresh(x, positions=torch.arange(L) + 3))
+    with torch.inference_mode():
+        inference = model(x)
+    model.train()
+    model(x).sum().backward()  # nothing memoized under inference mode enters autograd
+    with torch.no_grad():  # SDPA's path (fused or math) depends on whether the bias needs grad
+        assert torch.equal(model.eval()(x), inference)
+        assert torch.equal(copy.deepcopy(model)(x), inference)
+
+
 # ----------------------------------------------------------------------------- errors
 
 

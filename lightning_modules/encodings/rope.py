@@ -42,29 +42,20 @@ class RoPE(PositionalEncoding):
         self.interpolation_factor = interpolation_factor
         inv_freq = base ** (-torch.arange(0, R, 2).float() / R)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (R/2,)
-        self._memo: dict[str, tuple] = {}  # see `memo`
 
     def angles(self, positions: Tensor) -> Tensor:
         """(L,) or (B, L) positions -> (L, R/2) or (B, 1, L, R/2) angles."""
         angles = positions.float()[..., None] * self.inv_freq / self.interpolation_factor
         return angles if positions.dim() == 1 else angles[:, None]
 
-    def memo(self, key: str, positions: Tensor, compute) -> tuple[Tensor, ...]:
-        """compute(positions), recomputed only for a new positions tensor: every layer of a forward gets the
-        same one, so position-only tensors (cos, sin, xPos scales) are built once per forward, not per layer.
-        Keyed on the identity and in-place version of positions and of every buffer, the float options and
-        inference mode; the values carry no grad, so sharing them across layers changes nothing."""
-        tensors = (positions, *self.buffers())
-        stamp = (tuple(t._version for t in tensors), self.interpolation_factor, getattr(self, "scale_base", None),
-                 torch.is_inference_mode_enabled())  # fmt: skip
-        cached = self._memo.get(key)
-        if cached is None or cached[1] != stamp or any(a is not b for a, b in zip(cached[0], tensors, strict=True)):
-            cached = self._memo[key] = (tensors, stamp, compute(positions))
-        return cached[2]
-
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """(L, R/2) or (B, 1, L, R/2) cos and sin of `angles(positions)`, once per forward."""
-        return self.memo("cos_sin", positions, lambda p: (self.angles(p).cos(), self.angles(p).sin()))
+        """(L, R/2) or (B, 1, L, R/2) cos and sin of `angles(positions)`: once per length for the default
+        positions, once per forward (shared by the layers) for others (`cached`)."""
+        return self.cached("cos_sin", positions, self._cos_sin)
+
+    def _cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        angles = self.angles(positions)
+        return angles.cos(), angles.sin()
 
     def rotate_one(self, x: Tensor, cos_sin: tuple[Tensor, Tensor], scale: Tensor | None = None) -> Tensor:
         """Rotate (and scale, for xPos) the first R dims of x (B, H, L, D); the rest pass through."""

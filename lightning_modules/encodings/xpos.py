@@ -30,7 +30,11 @@ class XPos(RoPE):
         scale = self.zeta ** power[..., None]
         return scale if positions.dim() == 1 else scale[:, None]
 
+    def _scales(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        scale = self.decay(positions)
+        return scale, scale.reciprocal()
+
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         cos_sin = self.cos_sin(positions)
-        scale, inverse = self.memo("decay", positions, lambda p: (self.decay(p), self.decay(p).reciprocal()))
+        scale, inverse = self.cached("decay", positions, self._scales)
         return self.rotate_one(q, cos_sin, scale), self.rotate_one(k, cos_sin, inverse)
