@@ -1,7 +1,7 @@
 from torch import Tensor, nn
 
 from lightning_modules.encodings.learned import LearnedAbsolute
-from lightning_modules.encodings.t5_bias import relative_distance, t5_bucket
+from lightning_modules.encodings.t5_bias import bucket_bias, relative_distance, t5_bucket
 
 
 class BertR(LearnedAbsolute):
@@ -20,6 +20,10 @@ class BertR(LearnedAbsolute):
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.relative_table = nn.Embedding(num_buckets, self.num_heads)
 
+    def buckets(self, positions: Tensor) -> Tensor:
+        """(..., L) positions -> (..., L, L) bucket ids."""
+        return t5_bucket(relative_distance(positions), not self.causal, self.num_buckets, self.max_distance)
+
     def bias(self, positions: Tensor) -> Tensor:
-        buckets = t5_bucket(relative_distance(positions), not self.causal, self.num_buckets, self.max_distance)
-        return self.relative_table(buckets).movedim(-1, -3)  # (..., H, L, L)
+        buckets = self.cached("buckets", positions, self.buckets)  # once per length, not per forward
+        return bucket_bias(self.relative_table.weight, buckets)  # (..., H, L, L)

@@ -2,7 +2,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
-from lightning_modules.encodings.t5_bias import relative_distance, t5_bucket
+from lightning_modules.encodings.t5_bias import bucket_bias, relative_distance, t5_bucket
 from lightning_modules.errors import ConfigError
 
 MODES = ("untied", "bert_ad")
@@ -73,10 +73,11 @@ class TupeA(PositionalEncoding):
         logits = self._logits(positions + 1)
         if not self.untie_cls:
             return logits
-        thetas = self._logits(torch.arange(2, device=positions.device)).diagonal(dim1=-2, dim2=-1)
-        row0, col0 = self.cls_masks(positions.shape[-1], positions.device)
-        logits = torch.where(col0, thetas[:, 1, None, None], logits)  # tokens -> [CLS]: theta_2
-        return torch.where(row0, thetas[:, 0, None, None], logits)  # [CLS] -> all: theta_1
+        thetas = self._logits(torch.arange(2, device=positions.device)).diagonal(dim1=-2, dim2=-1)  # (H, 2)
+        # the reset of `cls_masks`, written into the fresh logits: O(L) copies instead of two (H, L, L) selects
+        logits[..., 1:, 0] = thetas[:, 1, None]  # tokens -> [CLS]: theta_2
+        logits[..., 0, :] = thetas[:, 0, None]  # [CLS] -> all: theta_1
+        return logits
 
     def bias(self, positions: Tensor) -> Tensor:
         return self.untied(positions)
@@ -101,7 +102,11 @@ class TupeR(TupeA):
         self.relative_table = nn.Embedding(num_buckets + extra, self.num_heads)
 
     def relative_buckets(self, positions: Tensor) -> Tensor:
-        """(..., L) positions -> (..., L, L) bucket ids, with the [CLS] reset when untied."""
+        """(..., L) positions -> (..., L, L) bucket ids, with the [CLS] reset when untied; once per length
+        (`cached`)."""
+        return self.cached("buckets", positions, self._relative_buckets)
+
+    def _relative_buckets(self, positions: Tensor) -> Tensor:
         buckets = t5_bucket(relative_distance(positions), not self.causal, self.num_buckets, self.max_distance)
         if self.untie_cls:
             row0, col0 = self.cls_masks(positions.shape[-1], positions.device)
@@ -110,7 +115,7 @@ class TupeR(TupeA):
 
     def relative_bias(self, positions: Tensor) -> Tensor:
         """The relative part alone, (..., H, L, L)."""
-        return self.relative_table(self.relative_buckets(positions)).movedim(-1, -3)
+        return bucket_bias(self.relative_table.weight, self.relative_buckets(positions))
 
     def bias(self, positions: Tensor) -> Tensor:
         return self.untied(positions) + self.relative_bias(positions)
