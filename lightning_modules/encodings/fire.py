@@ -31,10 +31,15 @@ class FIRE(PositionalEncoding):
     def psi(self, x: Tensor) -> Tensor:
         return torch.log(torch.abs(self.c * x) + 1)
 
+    @staticmethod
+    def distance(positions: Tensor) -> tuple[Tensor, Tensor]:
+        """(..., L) positions -> float positions and (..., L, L) |i - j| (parameter-free)."""
+        pos = positions.float()
+        return pos, (pos[..., :, None] - pos[..., None, :]).abs()
+
     def normalized_distance(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, L) psi(|i - j|) / psi(max(i, L_thr)), i the query position."""
-        pos = positions.float()
-        distance = (pos[..., :, None] - pos[..., None, :]).abs()  # (..., L, L)
+        pos, distance = self.cached("distance", positions, self.distance)
         threshold = torch.abs(self.threshold_multiplier * self.init_threshold)
         normalizer = torch.maximum(pos, threshold)[..., :, None]  # (..., L, 1)
         return self.psi(distance) / (self.psi(normalizer) + self.eps)

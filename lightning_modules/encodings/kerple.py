@@ -5,6 +5,11 @@ from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.t5_bias import relative_distance
 
 
+def abs_distance(positions: Tensor) -> Tensor:
+    """(..., L) positions -> (..., 1, L, L) float |i - j|."""
+    return relative_distance(positions).abs().unsqueeze(-3).float()
+
+
 class KerpleLog(PositionalEncoding):
     """KERPLE, logarithmic kernel: logit bias -r1_h * log(1 + r2_h |i - j|), learned r1, r2 > 0 per head.
 
@@ -34,7 +39,7 @@ class KerpleLog(PositionalEncoding):
     def bias(self, positions: Tensor) -> Tensor:
         self.r1.data.clamp_(min=self.eps)
         self.r2.data.clamp_(min=self.eps, max=self.r2_max)
-        distance = relative_distance(positions).abs().unsqueeze(-3).float()  # (..., 1, L, L)
+        distance = self.cached("distance", positions, abs_distance)  # (..., 1, L, L), once per length
         return self.kernel(distance, self.r1[:, None, None], self.r2[:, None, None])  # (..., H, L, L)
 
 

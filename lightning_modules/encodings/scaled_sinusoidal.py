@@ -1,7 +1,7 @@
 import torch
 from torch import Tensor, nn
 
-from lightning_modules.encodings.sinusoidal import Sinusoidal, sinusoid_table
+from lightning_modules.encodings.sinusoidal import Sinusoidal
 
 
 class ScaledSinusoidal(Sinusoidal):
@@ -21,7 +21,7 @@ class ScaledSinusoidal(Sinusoidal):
         self.scale = nn.Parameter(torch.full((1,), self.dim**-0.5))
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x + (self.scale * sinusoid_table(positions, self.dim, self.base)).to(x.dtype)
+        return x + (self.scale * self.table(positions)).to(x.dtype)
 
     @property
     def weight(self) -> Tensor:

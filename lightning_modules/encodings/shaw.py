@@ -45,7 +45,10 @@ class Shaw(PositionalEncoding):
                 nn.init.normal_(table.weight, std=0.02)
 
     def relative_index(self, positions: Tensor) -> Tensor:
-        """(..., L) positions -> (..., L, L) table rows clip(j - i, -k, k) + k."""
+        """(..., L) positions -> (..., L, L) table rows clip(j - i, -k, k) + k; once per length (`cached`)."""
+        return self.cached("index", positions, self._relative_index)
+
+    def _relative_index(self, positions: Tensor) -> Tensor:
         return relative_distance(positions).clamp(-self.max_relative, self.max_relative) + self.max_relative
 
     def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor:

@@ -28,7 +28,11 @@ class Sinusoidal(PositionalEncoding):
         self.base = base
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x + sinusoid_table(positions, self.dim, self.base).to(x.dtype)
+        return x + self.table(positions).to(x.dtype)
+
+    def table(self, positions: Tensor) -> Tensor:
+        """(..., L) positions -> (..., L, C) sinusoids, once per length (`cached`)."""
+        return self.cached("table", positions, lambda p: sinusoid_table(p, self.dim, self.base))
 
     @property
     def weight(self) -> Tensor:
