@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 
 from lightning_modules import metrics as M
+from lightning_modules.compiling import compile_blocks
 from lightning_modules.errors import ConfigError
 from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
 from lightning_modules.transformer import transformer_from_hparams
@@ -54,7 +55,8 @@ class CausalLMModel(pl.LightningModule):
     `val/ppl_ctx_<n>` for every evaluation context n (same for `test/`). `max_length` is linked to the
     data's longest context, so learned tables have rows for it (rows beyond the training context stay
     untrained, as in the ALiBi paper); should an encoding still serve fewer positions than a context, that
-    context's perplexity is logged as inf with one warning instead of failing the run.
+    context's perplexity is logged as inf with one warning instead of failing the run. `compile`:
+    torch.compile the Transformer's blocks (lightning_modules/compiling.py).
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class CausalLMModel(pl.LightningModule):
         vocab_size: int = 256,  # linked from data.vocab_size
         max_length: int = 512,  # linked from data.max_seq_len: the longest evaluation context
         causal: bool = True,
+        compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -81,6 +84,8 @@ class CausalLMModel(pl.LightningModule):
         if not causal:
             raise ConfigError("CausalLMModel needs causal attention; set --model.causal=true")
         self.transformer = transformer_from_hparams(self.hparams, causal=True)
+        if compile:
+            compile_blocks(self.transformer)
         self.head = nn.Linear(dim, vocab_size)
         self.per_context = nn.ModuleDict({s: PerContextLoss(max_length) for s in ("val", "test")})
         self.unservable: dict[str, set[int]] = {"val": set(), "test": set()}

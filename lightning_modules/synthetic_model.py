@@ -6,6 +6,7 @@ from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric
 
 from lightning_modules import metrics as M
+from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
 from lightning_modules.transformer import transformer_from_hparams
 
@@ -18,7 +19,8 @@ class SyntheticTaskModel(pl.LightningModule):
     answer is predicted at every MASK slot at once, so encoder-side methods (TUPE) are compared too.
     Logs exact match and token accuracy per length, in distribution (`val/acc`) and beyond the
     training lengths (`val/acc_ood`). `vocab_size`, `max_length` and `causal` are linked with the
-    data by `cli.py`; the in-distribution boundary is read from the datamodule.
+    data by `cli.py`; the in-distribution boundary is read from the datamodule. `compile`: torch.compile
+    the Transformer's blocks (lightning_modules/compiling.py).
     """
 
     def __init__(
@@ -38,11 +40,14 @@ class SyntheticTaskModel(pl.LightningModule):
         lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
         vocab_size: int = 64,  # linked from data.vocab_size
         max_length: int = 256,  # linked from data.max_seq_len: longest sequence any split feeds
+        compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):
         super().__init__()
         self.save_hyperparameters()
         check_lr_decay(lr_decay)
         self.transformer = transformer_from_hparams(self.hparams, causal=causal)
+        if compile:
+            compile_blocks(self.transformer)
         self.head = nn.Linear(dim, vocab_size)
         self.per_length = nn.ModuleDict({s: M.PerLengthAccuracy(max_length) for s in ("val", "test")})
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
