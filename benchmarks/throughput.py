@@ -1,6 +1,7 @@
 """Training throughput, peak memory and MFU of every registered encoding, ours vs x-transformers.
 
 To run: python benchmarks/throughput.py [--encodings all|rope,alibi] [--device cpu|cuda] [--preset bert-base]
+[--compile]
 
 Per encoding: training tokens/s (forward + backward + AdamW step, next-token loss over random tokens) of our
 `Transformer` + a linear head, and of an x-transformers `TransformerWrapper(Decoder(...))` of the same size
@@ -17,6 +18,12 @@ Peak memory: on CUDA `torch.cuda.max_memory_allocated` (tensors only); on CPU th
 resident set size (`resource.getrusage` ru_maxrss, which is process-wide and never goes down) in a forked
 child that builds the model and runs one training step (AdamW creates its state there), over its RSS at
 fork: a whole-process figure (allocator caching, optimizer state, autograd buffers), not tensor bytes.
+`--compile`: torch.compile both models, ours per block as `--model.compile=true` does
+(lightning_modules/compiling.py), x-transformers' whole `TransformerWrapper` (`nn.Module.compile`), both with
+torch.compile's defaults; compiling happens in the untimed warm-up steps (at least one), dynamo's caches are
+reset per encoding (our encodings share the block code, and past dynamo's recompile limit it would silently
+run eager), the memory probe is skipped (a forked child would compile again) and the Lightning-overhead run
+stays eager. Results go to throughput_<device>[_<preset>]_compile.json / .md.
 Not a timed test: measure only. The ratio column is the median (min-max) of per-repeat ratios, so it need
 not equal the ratio of the two median tok/s columns. Noise: repeats on a loaded 2-core machine vary by 2x.
 """
@@ -43,6 +50,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lightning_modules.compiling import compile_blocks  # noqa: E402
 from lightning_modules.encodings import ENCODINGS  # noqa: E402
 from lightning_modules.transformer import Transformer  # noqa: E402
 
@@ -88,9 +96,13 @@ class OurLM(nn.Module):
 
 
 def build(impl: str, encoding: str, args) -> nn.Module | None:
-    """Our model or the x-transformers twin (None where x-transformers has no such encoding)."""
+    """Our model or the x-transformers twin (None where x-transformers has no such encoding); compiled with
+    `--compile` (see the module docstring)."""
     if impl == "ours":
-        return OurLM(encoding, args)
+        model = OurLM(encoding, args)
+        if args.compile:
+            compile_blocks(model.transformer)
+        return model
     from x_transformers import Decoder, TransformerWrapper
 
     dim_head = args.dim // args.heads
@@ -103,7 +115,10 @@ def build(impl: str, encoding: str, args) -> nn.Module | None:
         dim=args.dim, depth=args.depth, heads=args.heads, attn_dim_head=dim_head, ff_mult=4, attn_flash=flash,
         attn_dropout=0.0, ff_dropout=0.0, verbose=False, **decoder_kwargs,
     )  # fmt: skip
-    return TransformerWrapper(num_tokens=VOCAB, max_seq_len=args.length, attn_layers=decoder, **wrapper_kwargs)
+    model = TransformerWrapper(num_tokens=VOCAB, max_seq_len=args.length, attn_layers=decoder, **wrapper_kwargs)
+    if args.compile:
+        model.compile()
+    return model
 
 
 def flops_per_token(model: nn.Module, args) -> float:
@@ -211,6 +226,8 @@ def matmul_peak(device: str) -> float:
 
 def bench_encoding(encoding: str, args, batches: list[Tensor]) -> dict:
     """Interleaved ours/theirs throughput (ABAB), memory and MFU inputs for one encoding."""
+    if args.compile:
+        torch.compiler.reset()  # a fresh recompile budget per encoding (see the module docstring)
     torch.manual_seed(0)
     impls = {"ours": build("ours", encoding, args)}
     theirs = build("x-transformers", encoding, args)
@@ -320,6 +337,7 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before timing")
     parser.add_argument("--overhead-encoding", default="rope", help="encoding of the Lightning-overhead run")
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory runs")
+    parser.add_argument("--compile", action="store_true", help="torch.compile both models (see the docstring)")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     if args.preset:
@@ -332,6 +350,8 @@ def parse_args(argv=None):
     if unknown:
         parser.error(f"unknown encoding {unknown[0]!r}; choose from: {', '.join(ENCODINGS)}")
     args.encodings = names
+    if args.compile:
+        args.memory, args.warmup = False, max(args.warmup, 1)
     return args
 
 
@@ -368,7 +388,8 @@ def report(result: dict, out: Path) -> None:
     header, rows = table_rows(result)
     title = (f"{result['device']} | dim {result['config']['dim']} depth {result['config']['depth']} heads "
              f"{result['config']['heads']} L {result['config']['length']} B {result['config']['batch']} | "
-             f"matmul peak {result['matmul_peak_flops'] / 1e9:,.0f} GFLOP/s ({result['peak_dtype']})")  # fmt: skip
+             f"matmul peak {result['matmul_peak_flops'] / 1e9:,.0f} GFLOP/s ({result['peak_dtype']})"
+             + (" | torch.compile" if result["config"].get("compile") else ""))  # fmt: skip
     table = Table(*header, title=title)
     for cells in rows:
         table.add_row(*cells)
@@ -384,6 +405,7 @@ def report(result: dict, out: Path) -> None:
     console.print(f"memory: {result['memory_method']}")
     out.mkdir(parents=True, exist_ok=True)
     stem = f"throughput_{result['device']}" + (f"_{result['config']['preset']}" if result["config"]["preset"] else "")
+    stem += "_compile" if result["config"].get("compile") else ""
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     md = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(cells) + " |" for cells in rows]
