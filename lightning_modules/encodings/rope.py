@@ -6,9 +6,12 @@ from lightning_modules.errors import ConfigError
 
 
 def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate consecutive pairs (x_2i, x_2i+1) of the last dim of x by angles with cos, sin (..., D/2)."""
-    x1, x2 = x[..., 0::2], x[..., 1::2]  # (B, H, L, D/2)
-    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    """Rotate consecutive pairs (x_2i, x_2i+1) of the last dim of x (..., R) by angles a_i, given at full width
+    as cos = (cos a_0, cos a_0, cos a_1, ...) and sin = (-sin a_0, sin a_0, -sin a_1, ...) (`RoPE.cos_sin`):
+    x * cos + (x_1, x_0, x_3, x_2, ...) * sin, x-transformers' rotate_half form for interleaved pairs. Bitwise
+    equal to (x_2i cos - x_2i+1 sin, x_2i sin + x_2i+1 cos), with one copy (the swap) instead of three."""
+    swapped = torch.stack((x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)  # (..., R)
+    return x * cos + swapped * sin
 
 
 class RoPE(PositionalEncoding):
@@ -49,20 +52,24 @@ class RoPE(PositionalEncoding):
         return angles if positions.dim() == 1 else angles[:, None]
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """(L, R/2) or (B, 1, L, R/2) cos and sin of `angles(positions)`: once per length for the default
-        positions, once per forward (shared by the layers) for others (`cached`)."""
+        """(L, R) or (B, 1, L, R) cos and signed sin of `angles(positions)`, each angle twice, as
+        `rotate_pairs` takes them: once per length for the default positions, once per forward (shared by
+        the layers) for others (`cached`)."""
         return self.cached("cos_sin", positions, self._cos_sin)
 
     def _cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         angles = self.angles(positions)
-        return angles.cos(), angles.sin()
+        cos, sin = angles.cos(), angles.sin()
+        return cos.repeat_interleave(2, dim=-1), torch.stack((-sin, sin), dim=-1).flatten(-2)
 
     def rotate_one(self, x: Tensor, cos_sin: tuple[Tensor, Tensor], scale: Tensor | None = None) -> Tensor:
         """Rotate (and scale, for xPos) the first R dims of x (B, H, L, D); the rest pass through."""
         rotated = rotate_pairs(x[..., : self.rotary_dim], *cos_sin)
         if scale is not None:
             rotated = rotated * scale
-        return torch.cat((rotated, x[..., self.rotary_dim :]), dim=-1).type_as(x)
+        if self.rotary_dim < x.shape[-1]:
+            rotated = torch.cat((rotated, x[..., self.rotary_dim :]), dim=-1)
+        return rotated.type_as(x)
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         cos_sin = self.cos_sin(positions)
