@@ -11,6 +11,7 @@ from torchmetrics.classification import BinaryAccuracy, BinaryF1Score, BinaryMat
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
 from lightning_modules import metrics as M
+from lightning_modules.compiling import compile_blocks
 from lightning_modules.errors import ConfigError
 from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
 from lightning_modules.transformer import ARCHITECTURE_KEYS, transformer_from_hparams
@@ -74,6 +75,7 @@ class SequenceClassifier(pl.LightningModule):
         num_labels: int = 2,  # linked from data.num_labels; 1 = regression
         vocab_size: int = 8000,  # linked from data.vocab_size
         max_length: int = 128,  # linked from data.max_seq_len
+        compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -81,6 +83,8 @@ class SequenceClassifier(pl.LightningModule):
         if pooling not in POOLINGS:
             raise ConfigError(f"unknown pooling {pooling!r}; choose one of: {', '.join(POOLINGS)}")
         self.transformer = transformer_from_hparams(self.hparams, causal=False)
+        if compile:
+            compile_blocks(self.transformer)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, num_labels))
         self.metrics = nn.ModuleDict({s: task_metrics(task, num_labels) for s in ("val", "test")})
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})

@@ -10,6 +10,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_modules import metrics as M
+from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
 from lightning_modules.transformer import transformer_from_hparams
 
@@ -58,11 +59,14 @@ class MaskedLMModel(pl.LightningModule):
         lr_decay: str = "linear",
         vocab_size: int = 8000,  # linked from data.vocab_size
         max_length: int = 128,  # linked from data.max_seq_len (the block size)
+        compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):
         super().__init__()
         self.save_hyperparameters()
         check_lr_decay(lr_decay)
         self.transformer = transformer_from_hparams(self.hparams, causal=False)
+        if compile:
+            compile_blocks(self.transformer)
         self.head = MLMHead(self.transformer.token_emb)
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
         self.accuracy = nn.ModuleDict({s: MulticlassAccuracy(vocab_size, average="micro") for s in ("val", "test")})

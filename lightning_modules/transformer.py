@@ -153,7 +153,7 @@ class Transformer(nn.Module):
         self.norm = nn.LayerNorm(dim)  # final norm (pre-LN) or embedding norm (post-LN, as BERT)
         self.post_norm = post_norm
         for module in [self.token_emb, *self.blocks]:
-            module.apply(_init_weights)
+            module.apply(init_weights)
 
     def forward(self, tokens: Tensor, positions: Tensor | None = None, padding_mask: Tensor | None = None) -> Tensor:
         """tokens (B, L); positions (L,) or (B, L), default 0..L-1; padding_mask (B, L), True = real."""
@@ -169,11 +169,15 @@ class Transformer(nn.Module):
         return x if self.post_norm else self.norm(x)
 
     def default_positions(self, batch: int, length: int, device) -> Tensor:
-        """(L,) 0..L-1, or (B, L) randomized positions at training time (see the class docstring)."""
-        max_position = self.encoding.randomize_positions
-        if self.training and max_position is not None:
-            return sample_positions(batch, length, max_position, device)
-        return default_arange(length, device)
+        return default_positions(self.encoding, self.training, batch, length, device)
+
+
+def default_positions(encoding: PositionalEncoding, training: bool, batch: int, length: int, device) -> Tensor:
+    """(L,) 0..L-1, or (B, L) randomized positions at training time when the encoding asks for them."""
+    max_position = encoding.randomize_positions
+    if training and max_position is not None:
+        return sample_positions(batch, length, max_position, device)
+    return default_arange(length, device)
 
 
 ARCHITECTURE_KEYS = ("vocab_size", "encoding", "encoding_options", "dim", "depth", "num_heads", "ffn_mult",
@@ -185,7 +189,7 @@ def transformer_from_hparams(hparams, causal: bool) -> Transformer:
     return Transformer(causal=causal, **{key: hparams[key] for key in ARCHITECTURE_KEYS})
 
 
-def _init_weights(module: nn.Module) -> None:
+def init_weights(module: nn.Module) -> None:
     """GPT-2 / BERT initialisation: N(0, 0.02) weights, zero biases."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, std=0.02)

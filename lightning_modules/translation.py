@@ -13,16 +13,17 @@ from torchmetrics.text import SacreBLEUScore
 
 from datamodules.translation import BOS, EOS, IGNORE_INDEX, PAD
 from lightning_modules import metrics as M
+from lightning_modules.compiling import compile_blocks
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding, build_encoding
 from lightning_modules.errors import ConfigError
 from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
 from lightning_modules.transformer import (
     Attention,
     Transformer,
-    _init_weights,
     allowed_mask,
+    default_positions,
+    init_weights,
     merge_mask,
-    sample_positions,
 )
 
 PPL, BLEU, BLEU_GREEDY = "ppl", "bleu", "bleu_greedy"
@@ -92,7 +93,7 @@ class Decoder(nn.Module):
         self.emb_drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(DecoderBlock(dim, num_heads, ffn_mult, dropout, post_norm) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)  # final norm (pre-LN) or embedding norm (post-LN)
-        self.blocks.apply(_init_weights)
+        self.blocks.apply(init_weights)
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         """x (B, T, C) token embeddings, memory (B, S, C), src_mask (B, S) -> (B, T, C) hidden states."""
@@ -108,11 +109,7 @@ class Decoder(nn.Module):
         return x if self.post_norm else self.norm(x)
 
     def default_positions(self, batch: int, length: int, device) -> Tensor:
-        """(T,) 0..T-1, or sorted random positions at training time with `randomize_positions`."""
-        max_position = self.encoding.randomize_positions
-        if self.training and max_position is not None:
-            return sample_positions(batch, length, max_position, device)
-        return torch.arange(length, device=device)
+        return default_positions(self.encoding, self.training, batch, length, device)
 
 
 def check_encoder_encoding(name: str) -> None:
@@ -171,6 +168,7 @@ class TranslationModel(pl.LightningModule):
         val_bleu_batches: int | None = 4,  # validation batches decoded for val/bleu; None = all
         vocab_size: int = 8000,  # linked from data.vocab_size
         max_length: int = 64,  # linked from data.max_seq_len
+        compile: bool = False,  # torch.compile the encoder and decoder blocks (lightning_modules/compiling.py)
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -188,6 +186,9 @@ class TranslationModel(pl.LightningModule):
         )  # fmt: skip
         self.decoder = Decoder(encoding=decoder_pe, dim=dim, depth=decoder_depth, num_heads=num_heads,
                                ffn_mult=ffn_mult, dropout=dropout, post_norm=post_norm)  # fmt: skip
+        if compile:
+            compile_blocks(self.encoder)
+            compile_blocks(self.decoder)
         self.eval_loss = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
         self.bleu = nn.ModuleDict({name: SacreBLEUScore(tokenize="13a") for name in ("val", "test", "test_greedy")})
 
