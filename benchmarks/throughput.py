@@ -438,7 +438,8 @@ def main(argv=None) -> None:
         "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
         "matmul_peak_flops": peak, "peak_dtype": "float32" if args.device == "cpu" else "bf16",
         "flops_formula": "6 * params (without token embedding) + 12 * depth * length * dim, per token",
-        "memory_method": "torch.cuda.max_memory_allocated (tensors)" if args.device == "cuda" else
+        "memory_method": "not measured (--no-memory)" if not args.memory else
+        "torch.cuda.max_memory_allocated (tensors)" if args.device == "cuda" else
         "ru_maxrss growth over RSS at fork in a forked child (build + 1 step; whole process)",
         "encodings": rows, "lightning_overhead": overhead, "seconds": time.perf_counter() - started,
     }  # fmt: skip
