@@ -1,4 +1,4 @@
-"""Data modules: synthetic length-generalisation tasks and text corpora for causal LM."""
+"""Data modules: synthetic length-generalisation tasks, text corpora (causal and masked LM), GLUE, Multi30k."""
 
 from datamodules.synthetic import TASKS, SyntheticDataModule
 from datamodules.text import CORPORA, TextDataModule

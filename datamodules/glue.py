@@ -227,7 +227,7 @@ class GLUEDataModule(pl.LightningDataModule):
         generator = torch.Generator().manual_seed(self.seed) if shuffle else None
         return DataLoader(
             self.datasets[split], batch_size=self.batch_size, shuffle=shuffle, generator=generator,
-            num_workers=self.num_workers, collate_fn=Examples.collate,
+            num_workers=self.num_workers, collate_fn=Examples.collate, pin_memory=torch.cuda.is_available(),
         )  # fmt: skip
 
     def train_dataloader(self) -> DataLoader:

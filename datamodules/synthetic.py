@@ -264,6 +264,7 @@ class SyntheticDataModule(pl.LightningDataModule):
             generator=generator,
             collate_fn=collate,
             num_workers=self.num_workers,
+            pin_memory=torch.cuda.is_available(),  # faster host-to-GPU copies
         )
 
     def train_dataloader(self) -> DataLoader:

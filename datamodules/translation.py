@@ -223,7 +223,7 @@ class TranslationDataModule(pl.LightningDataModule):
         generator = torch.Generator().manual_seed(self.seed) if shuffle else None
         return DataLoader(
             dataset, batch_size=self.batch_size, shuffle=shuffle, generator=generator, collate_fn=collate,
-            num_workers=self.num_workers,
+            num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
         )  # fmt: skip
 
     def train_dataloader(self) -> DataLoader:
