@@ -2,7 +2,6 @@
 
 import math
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from pytorch_lightning.utilities import rank_zero_warn
@@ -12,7 +11,8 @@ from torchmetrics import Metric
 from lightning_modules import metrics as M
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.errors import ConfigError
-from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
+from lightning_modules.optim import check_finite, check_lr_decay
+from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import transformer_from_hparams
 
 PPL = "ppl"
@@ -45,7 +45,7 @@ class PerContextLoss(Metric):
         return {n: (self.loss_sum[n] / self.tokens[n]).item() for n in seen}
 
 
-class CausalLMModel(pl.LightningModule):
+class CausalLMModel(TaskModule):
     """Decoder-only Transformer language model, scored by perplexity per context length.
 
     Protocol: PE-Study (Wang & Chen 2020) trains GPT-2-style LMs at block size 128 and compares
@@ -90,10 +90,6 @@ class CausalLMModel(pl.LightningModule):
         self.per_context = nn.ModuleDict({s: PerContextLoss(max_length) for s in ("val", "test")})
         self.unservable: dict[str, set[int]] = {"val": set(), "test": set()}
         self.warned: set[int] = set()  # contexts already warned about (once per run)
-
-    @property
-    def encoding(self):
-        return self.transformer.encoding
 
     @property
     def train_context(self) -> int | None:
@@ -145,24 +141,6 @@ class CausalLMModel(pl.LightningModule):
         self.unservable[stage] = set()
         self.log_dict(values, sync_dist=False)  # already reduced across devices by torchmetrics
         return values
-
-    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._eval_epoch_end("val")
-
-    def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_epoch_end("test")
-
-    def configure_optimizers(self):
-        hp = self.hparams
-        return adamw_with_schedule(
-            self, hp.lr, hp.weight_decay, hp.warmup_steps, hp.lr_decay, self.trainer.estimated_stepping_batches
-        )
 
 
 def _ppl(loss: float) -> float:

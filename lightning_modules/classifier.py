@@ -2,7 +2,6 @@
 
 from pathlib import Path
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -13,7 +12,8 @@ from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 from lightning_modules import metrics as M
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.errors import ConfigError
-from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
+from lightning_modules.optim import check_finite, check_lr_decay
+from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import ARCHITECTURE_KEYS, transformer_from_hparams
 
 # GLUE's metrics per task (Wang et al. 2019); the task score is their mean, as on the GLUE leaderboard.
@@ -41,7 +41,7 @@ def task_metrics(task: str, num_labels: int) -> MetricCollection:
     return MetricCollection({n: METRICS[n]() for n in names})
 
 
-class SequenceClassifier(pl.LightningModule):
+class SequenceClassifier(TaskModule):
     """Transformer encoder + a head on the [CLS] state (or the mean of the states): GLUE and PE-Study.
 
     Fine-tuning (TUPE, Ke et al. 2021): `init_from` a MaskedLMModel checkpoint; its encoding and sizes
@@ -90,10 +90,6 @@ class SequenceClassifier(pl.LightningModule):
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
         if init_from:
             self.load_encoder(init_from)
-
-    @property
-    def encoding(self):
-        return self.transformer.encoding
 
     def load_encoder(self, path: str) -> None:
         """Copy a pre-trained encoder in after checking that it has this model's encoding and sizes."""
@@ -149,19 +145,6 @@ class SequenceClassifier(pl.LightningModule):
         self.losses[stage].reset()
         self.log_dict(values)  # already reduced across devices by torchmetrics
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._eval_epoch_end("val")
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_epoch_end("test")
-
-    def configure_optimizers(self):
-        hp, total = self.hparams, self.trainer.estimated_stepping_batches
-        warmup = int(hp.warmup_ratio * total) if hp.warmup_ratio is not None else hp.warmup_steps
-        return adamw_with_schedule(self, hp.lr, hp.weight_decay, warmup, hp.lr_decay, total)
+    def warmup(self, total_steps: float) -> int:
+        ratio = self.hparams.warmup_ratio
+        return int(ratio * total_steps) if ratio is not None else self.hparams.warmup_steps

@@ -2,7 +2,6 @@
 
 import math
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -11,7 +10,8 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_modules import metrics as M
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
+from lightning_modules.optim import check_finite, check_lr_decay
+from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import transformer_from_hparams
 
 TOKENIZER_KEY = "tokenizer"  # checkpoint entry holding the tokenizer JSON (read by datamodules.glue)
@@ -31,7 +31,7 @@ class MLMHead(nn.Module):
         return F.linear(self.transform(hidden), self.embedding.weight, self.bias)  # (N, V)
 
 
-class MaskedLMModel(pl.LightningModule):
+class MaskedLMModel(TaskModule):
     """Bidirectional encoder pre-trained with BERT's masked-LM objective, as TUPE compares encodings.
 
     Ke, He & Liu 2021 ("Rethinking Positional Encoding in Language Pre-training"): MLM only, 15 %
@@ -71,10 +71,6 @@ class MaskedLMModel(pl.LightningModule):
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
         self.accuracy = nn.ModuleDict({s: MulticlassAccuracy(vocab_size, average="micro") for s in ("val", "test")})
 
-    @property
-    def encoding(self):
-        return self.transformer.encoding
-
     def masked_logits(self, batch: dict) -> tuple[Tensor, Tensor]:
         """(N, V) logits and (N,) targets at the N selected (masked) positions only."""
         hidden = self.transformer(batch["tokens"])  # (B, L, C)
@@ -107,25 +103,7 @@ class MaskedLMModel(pl.LightningModule):
         self.accuracy[stage].reset()
         self.log_dict(values)  # already reduced across devices by torchmetrics
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._eval_epoch_end("val")
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_epoch_end("test")
-
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         tokenizer = getattr(getattr(self.trainer, "datamodule", None), "tokenizer", None)
         if tokenizer is not None:
             checkpoint[TOKENIZER_KEY] = tokenizer.to_str()
-
-    def configure_optimizers(self):
-        hp = self.hparams
-        return adamw_with_schedule(
-            self, hp.lr, hp.weight_decay, hp.warmup_steps, hp.lr_decay, self.trainer.estimated_stepping_batches
-        )

@@ -1,17 +1,17 @@
 """LightningModule for the synthetic length-generalisation tasks (copy, reverse, sort, addition, lookup)."""
 
-import pytorch_lightning as pl
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric
 
 from lightning_modules import metrics as M
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
+from lightning_modules.optim import check_finite, check_lr_decay
+from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import transformer_from_hparams
 
 
-class SyntheticTaskModel(pl.LightningModule):
+class SyntheticTaskModel(TaskModule):
     """Predict a task's answer tokens: decoder-only causal LM or bidirectional encoder.
 
     Causal (`causal=True`, Kazemnejad et al. 2023's protocol): the sequence is `prompt SEP answer`,
@@ -54,10 +54,6 @@ class SyntheticTaskModel(pl.LightningModule):
         self.best_acc = MaxMetric()
 
     @property
-    def encoding(self):
-        return self.transformer.encoding
-
-    @property
     def train_max_len(self) -> int:
         """In-distribution boundary, from the data (lengths above it count as beyond-length)."""
         return self.trainer.datamodule.train_max_len
@@ -90,28 +86,8 @@ class SyntheticTaskModel(pl.LightningModule):
         self.log_dict(values, sync_dist=False)  # already reduced across devices by torchmetrics
         return values
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
     def on_validation_epoch_end(self) -> None:
         values = self._eval_epoch_end("val")
         if not self.trainer.sanity_checking and M.name("val", M.ACC) in values:
             self.best_acc.update(values[M.name("val", M.ACC)])
             self.log(M.ACC_BEST, self.best_acc.compute())
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_epoch_end("test")
-
-    def configure_optimizers(self):
-        hp = self.hparams
-        return adamw_with_schedule(
-            self,
-            hp.lr,
-            hp.weight_decay,
-            hp.warmup_steps,
-            hp.lr_decay,
-            self.trainer.estimated_stepping_batches,
-        )

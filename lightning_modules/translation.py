@@ -4,7 +4,6 @@ Shape legend: B batch, K beams, S source length, T target length, C model width,
 V vocabulary.
 """
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -16,7 +15,8 @@ from lightning_modules import metrics as M
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding, build_encoding
 from lightning_modules.errors import ConfigError
-from lightning_modules.optim import adamw_with_schedule, check_finite, check_lr_decay
+from lightning_modules.optim import check_finite, check_lr_decay
+from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import (
     Attention,
     Transformer,
@@ -124,7 +124,7 @@ def check_encoder_encoding(name: str) -> None:
 # Model
 
 
-class TranslationModel(pl.LightningModule):
+class TranslationModel(TaskModule):
     """Encoder-decoder Transformer translation model with separate encoder and decoder position encodings.
 
     Protocol: PE-Study (Wang & Chen 2020, "What Do Position Embeddings Learn?", section MT) trains
@@ -369,12 +369,6 @@ class TranslationModel(pl.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test", {BLEU: "test", BLEU_GREEDY: "test_greedy"})
-
-    def configure_optimizers(self):
-        hp = self.hparams
-        return adamw_with_schedule(
-            self, hp.lr, hp.weight_decay, hp.warmup_steps, hp.lr_decay, self.trainer.estimated_stepping_batches
-        )
 
 
 def _check_decoding(beam_size: int, max_decode_len: int | None, val_bleu_batches: int | None, smoothing: float):
