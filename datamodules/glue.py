@@ -14,14 +14,18 @@ Shape legend: B batch, L padded length.
 """
 
 import csv
+import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from datamodules.loaders import seeded_loader
 from datamodules.text import (
     SPECIAL_TOKENS,
     check_tokenizer,
@@ -130,6 +134,24 @@ def encode_examples(tokenizer, texts: list[tuple[str, ...]], max_length: int) ->
     return [join_segments([e.ids for e in row], max_length) for row in zip(*columns)]
 
 
+def encode_examples_cached(tokenizer, texts: list[tuple[str, ...]], max_length: int) -> list[list[int]]:
+    """`encode_examples`, cached under the tokenizer cache keyed by a hash of the tokenizer, the texts and
+    max_length (flat ids + offsets in one .npz): repeated runs and sweep trials skip tokenisation."""
+    key = hashlib.sha1(f"{tokenizer.to_str()}{texts!r}{max_length}".encode()).hexdigest()[:16]
+    cache_file = tokenizer_cache_dir() / f"glue-ids-{key}.npz"
+    if cache_file.is_file():
+        stored = np.load(cache_file)
+        flat, offsets = stored["ids"].tolist(), stored["offsets"].tolist()
+        return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+    ids = encode_examples(tokenizer, texts, max_length)
+    offsets = np.cumsum([0] + [len(row) for row in ids])
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache_file.with_suffix(f".{os.getpid()}.tmp.npz")
+    np.savez(partial, ids=np.fromiter((i for row in ids for i in row), dtype=np.int32), offsets=offsets)
+    partial.replace(cache_file)  # atomic: concurrent runs never read a half-written file
+    return ids
+
+
 class Examples(torch.utils.data.Dataset):
     """Token id lists and labels; `collate` pads a batch to its longest example."""
 
@@ -221,13 +243,12 @@ class GLUEDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         for split, (texts, labels) in self.splits.items():
             if split not in self.datasets:
-                self.datasets[split] = Examples(encode_examples(self.tokenizer, texts, self.max_length), labels)
+                self.datasets[split] = Examples(encode_examples_cached(self.tokenizer, texts, self.max_length), labels)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(
-            self.datasets[split], batch_size=self.batch_size, shuffle=shuffle, generator=generator,
-            num_workers=self.num_workers, collate_fn=Examples.collate, pin_memory=torch.cuda.is_available(),
+        return seeded_loader(
+            self.datasets.get(split), batch_size=self.batch_size, shuffle=shuffle, seed=self.seed,
+            num_workers=self.num_workers, collate_fn=Examples.collate,
         )  # fmt: skip
 
     def train_dataloader(self) -> DataLoader:

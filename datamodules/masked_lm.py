@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
+from datamodules.loaders import seeded_loader
 from datamodules.text import (
     CORPORA,
     SPECIAL_TOKENS,
@@ -119,16 +120,8 @@ class MaskedLMDataModule(pl.LightningDataModule):
             self.test_set = self._eval_set(self.texts[2], offset=2)
 
     def _loader(self, dataset, shuffle: bool) -> DataLoader:
-        if dataset is None:
-            raise RuntimeError("call setup() before asking for a dataloader")
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=generator,
-            num_workers=self.num_workers,
-            pin_memory=torch.cuda.is_available(),  # faster host-to-GPU copies
+        return seeded_loader(
+            dataset, batch_size=self.batch_size, shuffle=shuffle, seed=self.seed, num_workers=self.num_workers
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.loaders import seeded_loader
 from lightning_modules.errors import ConfigError
 
 PAD, SEP, MASK, PLUS, QUERY = 0, 1, 2, 3, 4
@@ -254,17 +255,13 @@ class SyntheticDataModule(pl.LightningDataModule):
             self.test_set = self._eval_set(2)
 
     def _loader(self, dataset: ListDataset | None, shuffle: bool) -> DataLoader:
-        if dataset is None:
-            raise RuntimeError("call setup() before asking for a dataloader")
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(
+        return seeded_loader(
             dataset,
             batch_size=self.batch_size,
             shuffle=shuffle,
-            generator=generator,
-            collate_fn=collate,
+            seed=self.seed,
             num_workers=self.num_workers,
-            pin_memory=torch.cuda.is_available(),  # faster host-to-GPU copies
+            collate_fn=collate,
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.loaders import seeded_loader
 from lightning_modules.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -332,16 +333,8 @@ class TextDataModule(pl.LightningDataModule):
             self.test_sets = self._eval_sets(self.texts[2])
 
     def _loader(self, dataset: Windows | None, shuffle: bool) -> DataLoader:
-        if dataset is None:
-            raise RuntimeError("call setup() before asking for a dataloader")
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=generator,
-            num_workers=self.num_workers,
-            pin_memory=torch.cuda.is_available(),  # faster host-to-GPU copies
+        return seeded_loader(
+            dataset, batch_size=self.batch_size, shuffle=shuffle, seed=self.seed, num_workers=self.num_workers
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.loaders import seeded_loader
 from datamodules.text import SPECIAL_TOKENS, load_or_train_tokenizer, resolve_dir, tokenizer_cache_dir
 from lightning_modules.errors import ConfigError
 
@@ -218,13 +219,14 @@ class TranslationDataModule(pl.LightningDataModule):
         return self.tokenizer.decode_batch(rows, skip_special_tokens=True)
 
     def _loader(self, dataset: Pairs | None, shuffle: bool) -> DataLoader:
-        if dataset is None:
-            raise RuntimeError("call setup() before asking for a dataloader")
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(
-            dataset, batch_size=self.batch_size, shuffle=shuffle, generator=generator, collate_fn=collate,
-            num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
-        )  # fmt: skip
+        return seeded_loader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            seed=self.seed,
+            num_workers=self.num_workers,
+            collate_fn=collate,
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, shuffle=True)

@@ -207,3 +207,15 @@ def test_unreachable_hub_is_a_one_line_error(monkeypatch):
     with pytest.raises(ConfigError) as error:
         GLUEDataModule(task="sst2", hub_name="glue")
     assert "\n" not in str(error.value) and "--data.data_dir" in str(error.value)
+
+
+def test_glue_token_ids_are_cached_for_the_next_run(monkeypatch):
+    from datamodules import glue
+
+    first = GLUEDataModule(task="mrpc", vocab_size_limit=300, max_length=32, max_train_examples=40)
+    first.setup()
+    monkeypatch.setattr(glue, "encode_examples", lambda *args: pytest.fail("tokenised again"))
+    second = GLUEDataModule(task="mrpc", vocab_size_limit=300, max_length=32, max_train_examples=40)
+    second.setup()
+    assert second.datasets["train"].ids == first.datasets["train"].ids
+    assert second.datasets["dev"].ids == first.datasets["dev"].ids
