@@ -481,3 +481,13 @@ def test_tupe_a_tied_is_tupe_a_without_the_cls_reset():
     reference.load_state_dict(tied.state_dict())
     torch.testing.assert_close(tied.positional_logits(10), reference.positional_logits(10))
     assert tied.untie_cls is False and make("tupe_a", causal=False).untie_cls is True
+
+
+@pytest.mark.parametrize("name", ["sinusoidal", "scaled_sinusoidal"])
+def test_sinusoidal_scale_tokens_is_vaswanis_sqrt_d_input_scaling(name):
+    plain, scaled = make(name, causal=True), make(name, causal=True, scale_tokens=True)
+    scaled.load_state_dict(plain.state_dict())
+    x, positions = torch.randn(2, 6, DIM), torch.arange(6)
+    table = plain.embed(torch.zeros_like(x), positions)
+    torch.testing.assert_close(scaled.embed(x, positions), x * DIM**0.5 + table)
+    torch.testing.assert_close(plain.embed(x, positions), x + table)

@@ -21,7 +21,7 @@ class ScaledSinusoidal(Sinusoidal):
         self.scale = nn.Parameter(torch.full((1,), self.dim**-0.5))
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x + (self.scale * self.table(positions)).to(x.dtype)
+        return x * self.token_scale + (self.scale * self.table(positions)).to(x.dtype)
 
     @property
     def weight(self) -> Tensor:

@@ -16,19 +16,22 @@ class Sinusoidal(PositionalEncoding):
     """Fixed sinusoidal absolute encoding added to the token embeddings.
 
     Vaswani et al. 2017, "Attention Is All You Need", as defined in PAPERS.md section 1 (interleaved
-    sin/cos, w_i = 10000^(-2i/d), no scaling). No parameters; serves any length.
+    sin/cos, w_i = 10000^(-2i/d), the table itself unscaled). No parameters; serves any length.
+    `scale_tokens`: multiply the token embeddings by sqrt(C) before adding the table, as Vaswani et al.
+    do (section 3.4); off by default, so N(0, 0.02) token embeddings meet amplitude-1 sinusoids, which
+    slows early training (the README's reverse and Multi30k numbers show it).
     """
 
     name = "sinusoidal"
 
-    def __init__(self, *, base: float = 10000.0, **common):
+    def __init__(self, *, base: float = 10000.0, scale_tokens: bool = False, **common):
         super().__init__(**common)
         if self.dim % 2:
             raise ConfigError(f"{self.name} needs an even dim, got dim={self.dim}")
-        self.base = base
+        self.base, self.token_scale = base, self.dim**0.5 if scale_tokens else 1.0
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x + self.table(positions).to(x.dtype)
+        return x * self.token_scale + self.table(positions).to(x.dtype)
 
     def table(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, C) sinusoids, once per length (`cached`)."""
