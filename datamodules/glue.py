@@ -108,7 +108,8 @@ def checkpoint_tokenizer(path: str):
 
     if not Path(path).is_file():
         raise ConfigError(f"init_from: no checkpoint file {path!r}")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)  # our own Lightning checkpoint
+    # our own Lightning checkpoint; memory-mapped, so reading the tokenizer does not load the weights
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     if TOKENIZER_KEY not in checkpoint:
         raise ConfigError(f"init_from: {path!r} holds no tokenizer; fine-tune from a MaskedLMModel checkpoint")
     return Tokenizer.from_str(checkpoint[TOKENIZER_KEY]), int(checkpoint["hyper_parameters"]["max_length"])

@@ -95,7 +95,7 @@ class SequenceClassifier(TaskModule):
         """Copy a pre-trained encoder in after checking that it has this model's encoding and sizes."""
         if not Path(path).is_file():
             raise ConfigError(f"init_from: no checkpoint file {path!r}")
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)  # our own Lightning checkpoint
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)  # our own checkpoint
         saved = checkpoint.get("hyper_parameters", {})
         for key in ARCHITECTURE_KEYS:
             if key != "dropout" and saved.get(key) != self.hparams[key]:
