@@ -1,5 +1,6 @@
 """The DataLoader every data module hands out."""
 
+import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -15,3 +16,26 @@ def seeded_loader(dataset: Dataset | None, *, batch_size: int, shuffle: bool, se
         dataset, batch_size=batch_size, shuffle=shuffle, generator=generator, collate_fn=collate_fn,
         num_workers=num_workers, pin_memory=torch.cuda.is_available(),
     )  # fmt: skip
+
+
+class SplitDataModule(pl.LightningDataModule):
+    """Base of the data modules with one training, one validation and one test set (`train_set`,
+    `val_set`, `test_set`, filled by `setup`): seeded loaders over them, batched by `collate_fn`
+    (a staticmethod, or None for the default collation)."""
+
+    collate_fn = None
+
+    def _loader(self, dataset: Dataset | None, shuffle: bool) -> DataLoader:
+        return seeded_loader(
+            dataset, batch_size=self.batch_size, shuffle=shuffle, seed=self.seed, num_workers=self.num_workers,
+            collate_fn=self.collate_fn,
+        )  # fmt: skip
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, shuffle=False)

@@ -15,12 +15,11 @@ inside every checkpoint so that fine-tuning reads text exactly as pre-training d
 Shape legend: B batch, L block size.
 """
 
-import pytorch_lightning as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
-from datamodules.loaders import seeded_loader
+from datamodules.loaders import SplitDataModule
 from datamodules.text import (
     CORPORA,
     SPECIAL_TOKENS,
@@ -56,7 +55,7 @@ def cls_blocks(ids: Tensor, block_size: int, limit: int | None = None) -> Tensor
     return torch.cat([torch.full((count, 1), CLS, dtype=ids.dtype), blocks], dim=1)
 
 
-class MaskedLMDataModule(pl.LightningDataModule):
+class MaskedLMDataModule(SplitDataModule):
     """Masked-LM pre-training blocks on a text corpus (tinyshakespeare or wikitext2, see datamodules.text).
 
     Batches are dicts `tokens` (B, L) inputs with masks applied and `targets` (B, L) with -100 where no
@@ -118,20 +117,6 @@ class MaskedLMDataModule(pl.LightningDataModule):
             self.val_set = self._eval_set(self.texts[1], offset=1)
         if stage in (None, "test") and self.test_set is None:
             self.test_set = self._eval_set(self.texts[2], offset=2)
-
-    def _loader(self, dataset, shuffle: bool) -> DataLoader:
-        return seeded_loader(
-            dataset, batch_size=self.batch_size, shuffle=shuffle, seed=self.seed, num_workers=self.num_workers
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int) -> dict[str, Tensor]:
         if len(batch) == 2:  # evaluation: masked once at setup

@@ -11,12 +11,11 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
-from datamodules.loaders import seeded_loader
+from datamodules.loaders import SplitDataModule
 from lightning_modules.errors import ConfigError
 
 PAD, SEP, MASK, PLUS, QUERY = 0, 1, 2, 3, 4
@@ -186,7 +185,7 @@ def make_examples(
 # DataModule
 
 
-class SyntheticDataModule(pl.LightningDataModule):
+class SyntheticDataModule(SplitDataModule):
     """Synthetic length-generalisation task: train on lengths [min_len, train_max_len], evaluate up to
     eval_max_len.
 
@@ -196,6 +195,8 @@ class SyntheticDataModule(pl.LightningDataModule):
     length. Batches: tokens/targets/padding_mask (B, L), length (B,); see `collate`.
     `vocab_size`, `max_seq_len` and `eval_lengths` are known after `__init__` (for argument linking).
     """
+
+    collate_fn = staticmethod(collate)
 
     @staticmethod
     def check_args(task: str = "copy", **_) -> None:
@@ -253,25 +254,6 @@ class SyntheticDataModule(pl.LightningDataModule):
             self.val_set = self._eval_set(1)
         if stage in (None, "test") and self.test_set is None:
             self.test_set = self._eval_set(2)
-
-    def _loader(self, dataset: ListDataset | None, shuffle: bool) -> DataLoader:
-        return seeded_loader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            seed=self.seed,
-            num_workers=self.num_workers,
-            collate_fn=collate,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
 
 
 def _check_sizes(min_len: int, train_max_len: int, eval_max_len: int, stride: int, num_symbols: int) -> None:

@@ -17,12 +17,11 @@ T target length (decoder input and output; both padded to the batch's longest).
 import re
 from pathlib import Path
 
-import pytorch_lightning as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
-from datamodules.loaders import seeded_loader
+from datamodules.loaders import SplitDataModule
 from datamodules.text import SPECIAL_TOKENS, load_or_train_tokenizer, resolve_dir, tokenizer_cache_dir
 from lightning_modules.errors import ConfigError
 
@@ -129,7 +128,7 @@ def collate(items: list[tuple[list[int], list[int], str]]) -> dict:
 # DataModule
 
 
-class TranslationDataModule(pl.LightningDataModule):
+class TranslationDataModule(SplitDataModule):
     """Multi30k En->De sentence pairs for an encoder-decoder Transformer (PE-Study, Wang & Chen 2020).
 
     Splits: train (29000 pairs), val (1014), test = test_2016_flickr (1000). Tokenizer: one joint byte-level
@@ -140,6 +139,8 @@ class TranslationDataModule(pl.LightningDataModule):
     generator seeded by `seed`. `max_train_examples` / `max_eval_examples` keep the first N pairs (tests and
     fast runs). `vocab_size` and `max_seq_len` (= max_length) are known after `__init__` (argument links).
     """
+
+    collate_fn = staticmethod(collate)
 
     task = "multi30k"
 
@@ -217,22 +218,3 @@ class TranslationDataModule(pl.LightningDataModule):
         """(B, N) generated ids -> B sentences: cut at the first EOS, special tokens dropped."""
         rows = [row[: row.index(EOS)] if EOS in row else row for row in ids.tolist()]
         return self.tokenizer.decode_batch(rows, skip_special_tokens=True)
-
-    def _loader(self, dataset: Pairs | None, shuffle: bool) -> DataLoader:
-        return seeded_loader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            seed=self.seed,
-            num_workers=self.num_workers,
-            collate_fn=collate,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
