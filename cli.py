@@ -74,7 +74,8 @@ class PECLI(LightningCLI):
         for key in [k for k in vars(model_args) if k.endswith("encoding")]:  # encoding, encoder_encoding, ...
             check_encoding(model_args[key], model_args.get(f"{key}_options") or {})
         if model_args.get("init_from"):  # `run:NAME` -> that run's checkpoint, for the model and its data
-            path = find_checkpoint(model_args["init_from"], config.run.out_dir, vars(model_args))
+            root = os.environ.get("PE_OUT_ROOT", config.run.out_dir)  # a sweep trial searches the whole sweep root
+            path = find_checkpoint(model_args["init_from"], root, vars(model_args))
             config["model.init_args.init_from"] = path
             if "init_from" in (config.get("data.init_args") or {}):
                 config["data.init_args.init_from"] = path

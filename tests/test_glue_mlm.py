@@ -28,6 +28,7 @@ def _tokenizer_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv(text.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "tokenizers"))
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.delenv("PE_RUN_DIR", raising=False)
+    monkeypatch.delenv("PE_OUT_ROOT", raising=False)
 
 
 def test_blocks_start_with_cls_and_pack_the_stream():
@@ -120,14 +121,16 @@ def test_glue_metrics_equal_scikit_learn():
 
 
 def pretrain(tmp_path: Path, encoding: str = "tupe_a") -> Path:
-    """A few MLM steps through the CLI; returns its last checkpoint."""
+    """A few MLM steps through the CLI, written where a sweep trial would write them (so `run:NAME` from
+    tmp_path must search below runs/); returns its last checkpoint."""
+    trial_dir = tmp_path / "sweeps" / "mlm" / "trial-0"
     cli_main([
         "fit", "--config=configs/mlm_wikitext2.yaml", f"--model.encoding={encoding}", *TINY_MODEL, *QUIET,
         *[f"--data.{k}={v}" for k, v in MLM_SMALL.items()], "--trainer.max_steps=3", "--trainer.val_check_interval=3",
-        f"--run.out_dir={tmp_path}", f"--run.name=pre-{encoding}",
+        f"--run.out_dir={trial_dir}", f"--run.name=pre-{encoding}",
     ])  # fmt: skip
-    (checkpoint,) = (tmp_path / "runs").glob("pre-*/checkpoints/last.ckpt")
-    record = json.loads(next((tmp_path / "runs").glob("pre-*/record.json")).read_text())
+    (checkpoint,) = (trial_dir / "runs").glob("pre-*/checkpoints/last.ckpt")
+    record = json.loads(next((trial_dir / "runs").glob("pre-*/record.json")).read_text())
     assert record["task"] == "mlm_tinyshakespeare" and record["status"] == "finished"
     assert {"val/loss", "val/acc", "val/ppl"} <= set(record["final"])
     return checkpoint

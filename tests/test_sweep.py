@@ -223,3 +223,11 @@ def test_ddp_trial_in_a_sweep(tmp_path):
     (trial,) = trials(tmp_path)
     assert trial.state == TrialState.COMPLETE and len(trial.intermediate_values) == 2
     assert len(list((tmp_path / "sweeps" / "s").glob("trial-0/runs/*/record.json"))) == 1
+
+
+def test_trials_search_the_whole_sweep_root_for_run_references(tmp_path):
+    """A fine-tuning trial's `init_from: run:NAME` must find runs of another sweep under the same --out_dir."""
+    from tracking.sweep import SweepOptions, child_env
+
+    env = child_env("s", tmp_path / "sweeps" / "s" / "trial-0", 0, SweepOptions(file="f.yaml", out_dir=str(tmp_path)))
+    assert env["PE_OUT_ROOT"] == str(tmp_path) and env["PE_OUT_DIR"].endswith("trial-0")

@@ -121,20 +121,21 @@ RUN_PREFIX = "run:"
 
 def find_checkpoint(reference: str, out_dir: str, fields: dict) -> str:
     """A checkpoint path as given, or for `run:NAME` the last.ckpt of the newest *finished* run named NAME
-    under `out_dir`. NAME may hold `{encoding}`-style fields, filled from `fields` (the model's arguments),
-    so one sweep parameter points every fine-tuning trial at the pre-training run of its own encoding."""
+    anywhere under `out_dir` (plain runs and sweep trials alike). NAME may hold `{encoding}`-style fields,
+    filled from `fields` (the model's arguments), so one sweep parameter points every fine-tuning trial at
+    the pre-training run of its own encoding."""
     if not reference.startswith(RUN_PREFIX):
         return reference
     try:
         name = reference[len(RUN_PREFIX) :].format(**fields)
     except (KeyError, IndexError, ValueError) as error:
         raise ConfigError(f"init_from {reference!r}: cannot fill {error} from the model's arguments") from None
-    runs = [r for r in load_records(Path(out_dir) / "runs") if r.get("name") == name and r.get("status") == "finished"]
+    runs = [r for r in load_records(Path(out_dir)) if r.get("name") == name and r.get("status") == "finished"]
     checkpoints = [Path(r["run_dir"]) / "checkpoints" / "last.ckpt" for r in runs]
     checkpoints = sorted((c for c in checkpoints if c.is_file()), key=lambda c: c.stat().st_mtime)
     if not checkpoints:
         raise ConfigError(
-            f"init_from {reference!r}: no finished run named {name!r} with a last.ckpt under {out_dir}/runs; "
+            f"init_from {reference!r}: no finished run named {name!r} with a last.ckpt under {out_dir}; "
             "run the pre-training first (sweeps/tupe_mlm.yaml) or pass a checkpoint path"
         )
     return str(checkpoints[-1])

@@ -158,7 +158,8 @@ def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
 
 
 def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -> dict:
-    env = {**os.environ, "PE_OUT_DIR": str(trial_dir), "PE_SWEEP": study_name}
+    # PE_OUT_ROOT: where `--model.init_from=run:NAME` looks, so trials find runs of earlier sweeps
+    env = {**os.environ, "PE_OUT_DIR": str(trial_dir), "PE_OUT_ROOT": str(opts.out_dir), "PE_SWEEP": study_name}
     if opts.devices_per_trial:
         first = slot * opts.devices_per_trial
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(opts.devices_per_trial))
