@@ -219,8 +219,8 @@ class GLUEDataModule(pl.LightningDataModule):
                 )
         else:
             train_text = "\n".join(" ".join(t) for t in self.splits["train"][0]) + "\n"
-            cache_file = tokenizer_cache_dir() / f"glue-{task}-{self.stamp}-{tokenizer}-{vocab_size_limit}.json"
-            self.tokenizer = load_or_train_tokenizer(tokenizer, vocab_size_limit, train_text, cache_file)
+            source = f"glue-{task}-{self.stamp}"
+            self.tokenizer, _ = load_or_train_tokenizer(tokenizer, vocab_size_limit, train_text, source)
         self.vocab_size = self.tokenizer.get_vocab_size()
         self.datasets: dict[str, Examples] = {}
 

@@ -28,7 +28,6 @@ from datamodules.text import (
     encode_cached,
     load_or_train_tokenizer,
     read_corpus,
-    tokenizer_cache_dir,
 )
 from lightning_modules.errors import ConfigError
 
@@ -97,8 +96,7 @@ class MaskedLMDataModule(SplitDataModule):
         self.max_train_blocks, self.max_eval_blocks = max_train_blocks, max_eval_blocks
         kind = CORPORA[task][3] if tokenizer == "auto" else tokenizer
         self.texts, key = read_corpus(task, data_dir, hub_name)
-        self.tokenizer_file = tokenizer_cache_dir() / f"{key}-{kind}-{vocab_size_limit}.json"
-        self.tokenizer = load_or_train_tokenizer(kind, vocab_size_limit, self.texts[0], self.tokenizer_file)
+        self.tokenizer, self.tokenizer_file = load_or_train_tokenizer(kind, vocab_size_limit, self.texts[0], key)
         self.vocab_size = self.tokenizer.get_vocab_size()
         self.train_set = self.val_set = self.test_set = None
 

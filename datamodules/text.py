@@ -195,12 +195,14 @@ def chunks(text: str, size: int = 1 << 16) -> list[str]:
     return out + (["".join(piece)] if piece else [])
 
 
-def load_or_train_tokenizer(kind: str, vocab_size_limit: int, train_text: str, cache_file: Path):
-    """The cached tokenizer at `cache_file`, or one trained on `train_text` and saved there."""
+def load_or_train_tokenizer(kind: str, vocab_size_limit: int, train_text: str, source: str):
+    """(tokenizer, its cache file): the one cached for this source (a key naming the data and its version),
+    kind and vocabulary limit under `tokenizer_cache_dir()`, or one trained on `train_text` and saved there."""
     from tokenizers import Tokenizer
 
+    cache_file = tokenizer_cache_dir() / f"{source}-{kind}-{vocab_size_limit}.json"
     if cache_file.is_file():
-        return Tokenizer.from_file(str(cache_file))
+        return Tokenizer.from_file(str(cache_file)), cache_file
     tokenizer, trainer = new_tokenizer(kind, vocab_size_limit)
     tokenizer.train_from_iterator(chunks(train_text), trainer=trainer)
     TRAIN_COUNT["n"] += 1
@@ -208,7 +210,7 @@ def load_or_train_tokenizer(kind: str, vocab_size_limit: int, train_text: str, c
     partial = cache_file.with_suffix(f".{os.getpid()}.tmp")
     tokenizer.save(str(partial))
     partial.replace(cache_file)  # atomic: concurrent runs never read a half-written file
-    return tokenizer
+    return tokenizer, cache_file
 
 
 def encode(tokenizer, text: str) -> Tensor:
@@ -310,9 +312,8 @@ class TextDataModule(pl.LightningDataModule):
         self.max_train_blocks, self.max_eval_tokens, self.num_workers = max_train_blocks, max_eval_tokens, num_workers
         self.max_seq_len = max(self.eval_contexts)
         self.texts, key = read_corpus(task, data_dir, hub_name)
-        self.tokenizer_file = tokenizer_cache_dir() / f"{key}-{self.tokenizer_kind}-{vocab_size_limit}.json"
-        self.tokenizer = load_or_train_tokenizer(
-            self.tokenizer_kind, vocab_size_limit, self.texts[0], self.tokenizer_file
+        self.tokenizer, self.tokenizer_file = load_or_train_tokenizer(
+            self.tokenizer_kind, vocab_size_limit, self.texts[0], key
         )
         self.vocab_size = self.tokenizer.get_vocab_size()
         self.train_set = self.val_sets = self.test_sets = None

@@ -22,7 +22,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from datamodules.loaders import SplitDataModule
-from datamodules.text import SPECIAL_TOKENS, load_or_train_tokenizer, resolve_dir, tokenizer_cache_dir
+from datamodules.text import SPECIAL_TOKENS, load_or_train_tokenizer, resolve_dir
 from lightning_modules.errors import ConfigError
 
 PAD, BOS, EOS = 0, 1, 2  # [PAD], [CLS] (begin of target), [SEP] (end of target)
@@ -184,9 +184,8 @@ class TranslationDataModule(SplitDataModule):
         self.seed, self.num_workers = seed, num_workers
         self.max_seq_len = max_length
         self.pairs, key = self._read(hub_name)
-        self.tokenizer_file = tokenizer_cache_dir() / f"{key}-bpe-{vocab_size_limit}.json"
         train_text = "\n".join(self.pairs["train"][0] + self.pairs["train"][1]) + "\n"
-        self.tokenizer = load_or_train_tokenizer("bpe", vocab_size_limit, train_text, self.tokenizer_file)
+        self.tokenizer, self.tokenizer_file = load_or_train_tokenizer("bpe", vocab_size_limit, train_text, key)
         self.vocab_size = self.tokenizer.get_vocab_size()
         self.train_set = self.val_set = self.test_set = None
 

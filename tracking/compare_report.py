@@ -64,6 +64,15 @@ def bar_chart(comp: Comparison) -> Figure | None:
     return fig
 
 
+def over_seeds(records: list[dict], points) -> dict:
+    """{x: [y of every record that has a point at x]}, `points(record)` giving a record's (x, y) pairs."""
+    series = defaultdict(list)
+    for record in records:
+        for x, y in points(record):
+            series[x].append(y)
+    return series
+
+
 def per_length(comp: Comparison, prefix: str, ylabel: str, boundary: bool) -> Figure | None:
     """Mean over seeds of final `<prefix><n>` vs n, one line per row, one panel per column."""
     if not any(by_suffix(r["final"], prefix) for c in comp.cells.values() for r in c.records):
@@ -71,10 +80,7 @@ def per_length(comp: Comparison, prefix: str, ylabel: str, boundary: bool) -> Fi
     fig, axes = panels(comp)
     for ax, col in zip(axes, comp.cols):
         for row in [r for r in comp.rows if (r, col) in comp.cells]:
-            series = defaultdict(list)
-            for record in comp.cells[row, col].records:
-                for n, v in by_suffix(record["final"], prefix).items():
-                    series[n].append(v)
+            series = over_seeds(comp.cells[row, col].records, lambda r: by_suffix(r["final"], prefix).items())
             lengths = sorted(series)
             ax.plot(lengths, [np.mean(series[n]) for n in lengths], marker=".", label=row)
         records = [r for (_, c), cell in comp.cells.items() if c == col for r in cell.records]
@@ -103,11 +109,10 @@ def learning_curves(comp: Comparison) -> Figure | None:
     fig, axes = panels(comp)
     for ax, col in zip(axes, comp.cols):
         for row in [r for r in comp.rows if (r, col) in comp.cells]:
-            series = defaultdict(list)
-            for record in comp.cells[row, col].records:
-                for h in record.get("history", []):
-                    if metric in h and h.get("step") is not None:
-                        series[h["step"]].append(h[metric])
+            points = lambda r: [
+                (h["step"], h[metric]) for h in r.get("history", []) if metric in h and h.get("step") is not None
+            ]
+            series = over_seeds(comp.cells[row, col].records, points)
             steps = sorted(series)
             (line,) = ax.plot(steps, [np.mean(series[s]) for s in steps], label=row)
             lo, hi = [min(series[s]) for s in steps], [max(series[s]) for s in steps]
