@@ -43,8 +43,9 @@ class RunOptions:
     # records, checkpoints and W&B files go under <out_dir>/runs/ (`cli.py sweep` sets PE_OUT_DIR)
     out_dir: str = field(default_factory=lambda: os.environ.get("PE_OUT_DIR", "out"))
     wandb: bool = True  # W&B logger (offline without an API key; WANDB_MODE is respected)
-    project: str = "pe-sweeps"
-    entity: str | None = None
+    # W&B project and entity (`wandb agent` and `cli.py sweep` pass a sweep file's through WANDB_PROJECT/ENTITY)
+    project: str = field(default_factory=lambda: os.environ.get("WANDB_PROJECT", "pe-sweeps"))
+    entity: str | None = field(default_factory=lambda: os.environ.get("WANDB_ENTITY"))
     # sweep or study this run belongs to (`cli.py sweep` sets PE_SWEEP; W&B agents WANDB_SWEEP_ID)
     sweep: str | None = field(default_factory=lambda: os.environ.get("PE_SWEEP"))
     name: str | None = None  # default <task>-<encoding>-s<seed>

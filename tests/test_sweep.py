@@ -231,3 +231,62 @@ def test_trials_search_the_whole_sweep_root_for_run_references(tmp_path):
 
     env = child_env("s", tmp_path / "sweeps" / "s" / "trial-0", 0, SweepOptions(file="f.yaml", out_dir=str(tmp_path)))
     assert env["PE_OUT_ROOT"] == str(tmp_path) and env["PE_OUT_DIR"].endswith("trial-0")
+
+
+# --- every method end to end on a fake program (tests/fake_trial.py: starts in well under a second) -----------
+
+FAKE = str(ROOT / "tests" / "fake_trial.py")
+
+
+def fake_sweep(tmp_path, method: str, parameters: dict, *command_args: str, **extra) -> Path:
+    sweep = {
+        "program": FAKE, "method": method, "metric": {"name": "val/score", "goal": "maximize"},
+        "parameters": parameters, "command": ["${env}", "${interpreter}", "${program}", *command_args, "${args}"],
+        **extra,
+    }  # fmt: skip
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+def started(ts) -> list:
+    return [t for t in ts if t.state != TrialState.WAITING]
+
+
+def test_run_cap_bounds_a_grid_sweep(tmp_path):
+    path = fake_sweep(tmp_path, "grid", {"x": {"values": [0.1, 0.2, 0.3]}}, "--mode=quadratic", run_cap=1)
+    run_sweep(path, tmp_path)
+    run_sweep(path, tmp_path)  # resuming does not start more: the cap counts the study's trials
+    ts = trials(tmp_path)
+    assert [t.state for t in started(ts)] == [TrialState.COMPLETE]
+    assert started(ts)[0].params == {"x": 0.1}  # the first grid point, in file order
+
+
+@pytest.mark.parametrize("method", ["random", "bayes"])
+def test_random_and_bayes_sweeps_run_end_to_end(tmp_path, method):
+    parameters = {"x": {"distribution": "uniform", "min": 0.0, "max": 1.0}, "n": {"values": [1, 2]}}
+    path = fake_sweep(tmp_path, method, parameters, "--mode=quadratic", run_cap=4, project="pe-test-project")
+    run_sweep(path, tmp_path)
+    ts = trials(tmp_path)
+    assert len(ts) == 4 and all(t.state == TrialState.COMPLETE for t in ts)
+    assert len({t.params["x"] for t in ts}) == 4  # sampled, not a constant
+    for t in ts:  # the value the runner read is the program's, for the parameters the sampler drew
+        assert t.value == pytest.approx(-((t.params["x"] - 0.3) ** 2)) and t.params["n"] in (1, 2)
+    records = [yaml.safe_load(p.read_text()) for p in (tmp_path / "sweeps" / "s").glob("trial-*/runs/*/record.json")]
+    assert len(records) == 4 and {r["wandb_project"] for r in records} == {"pe-test-project"}
+
+
+def test_hyperband_prunes_a_trial_that_is_worse_at_the_first_rung(tmp_path):
+    """One bracket (max_iter 2 < eta 3), first rung at validation 1: trial 0 scores 1 and finishes; every
+    later trial scores 0 at validation 1, below the rung's best, and is stopped there."""
+    early = {"type": "hyperband", "min_iter": 1, "max_iter": 2, "eta": 3}
+    parameters = {"x": {"distribution": "uniform", "min": 0.0, "max": 1.0}}
+    args = ("--mode=first_wins", "--steps=6", "--pause=0.5")
+    path = fake_sweep(tmp_path, "random", parameters, *args, run_cap=3, early_terminate=early)
+    run_sweep(path, tmp_path)
+    ts = sorted(trials(tmp_path), key=lambda t: t.number)
+    assert [t.state for t in ts] == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.PRUNED]
+    assert ts[0].value == 1.0 and len(ts[0].intermediate_values) == 6
+    for t in ts[1:]:
+        assert t.user_attrs["reason"].startswith("pruned at validation") and t.intermediate_values[1] == 0.0
+        assert len(t.intermediate_values) < 6  # stopped before its last validation

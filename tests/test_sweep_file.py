@@ -120,3 +120,63 @@ def test_length_generalization_sweep_covers_the_registry():
     sweep = sf.load_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "length_generalization.yaml")
     assert set(sweep["parameters"]["model.encoding"]["values"]) == set(ENCODINGS)
     assert set(sweep["parameters"]["data.task"]["values"]) == set(TASKS)
+
+
+@pytest.mark.parametrize(
+    "parameters, message",
+    [
+        ({"x": {"value": 1, "values": [1, 2]}}, "`value` \\(a constant\\) cannot be combined with 'values'"),
+        ({"x": {"values": [1, 2], "probabilities": [0.5, 0.5]}}, "key 'probabilities' is not translated"),
+        ({"x": {"values": [1, 2], "parameters": {"y": {"value": 1}}}}, "key 'parameters' is not translated"),
+        ({"x": {"values": [1], "valeus": [2]}}, "key 'valeus' is not translated; known: value, values"),
+    ],
+)
+def test_parameter_keys_are_checked(tmp_path, parameters, message):
+    with pytest.raises(ConfigError, match=message):
+        sf.load_sweep(write(tmp_path, {**base(), "parameters": parameters}))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"metric": {"name": "val/acc", "goal": "maximize", "target": 0.9}}, "metric key 'target' is not translated"),
+        ({"command": ["${env}", "${interpreter}", "${program}", "${argz}"]}, "unknown macro '\\${argz}' in command"),
+        ({"run_cap": 0}, "run_cap must be a positive integer, got 0"),
+    ],
+)
+def test_metric_command_and_run_cap_are_checked(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        sf.load_sweep(write(tmp_path, {**base(), **change}))
+
+
+def test_known_macros_and_project_are_honoured(tmp_path):
+    command = ["${env}", "${interpreter}", "${program}", "${envvar:HOME}", "${args_no_hyphens}", "${args_json_file}"]
+    sweep = sf.load_sweep(write(tmp_path, {**base(), "command": command, "project": "p", "entity": "e"}))
+    assert sf.wandb_env(sweep) == {"WANDB_PROJECT": "p", "WANDB_ENTITY": "e"}
+
+
+@pytest.mark.parametrize("method", ["grid", "random", "bayes"])
+def test_run_cap_bounds_the_runner_for_every_method(method):
+    """The runner's own budget check (tracking/sweep.py budget_left), on a study the runner created."""
+    from tracking.sweep import SweepOptions, budget_left, open_study
+
+    spec = {"values": [1, 2, 3]} if method == "grid" else {"min": 1, "max": 3}
+    sweep = {**base(method, x=spec), "run_cap": 2}
+    storage = optuna.storages.InMemoryStorage()
+    study = open_study(sweep, SweepOptions(file="s.yaml"), storage, "s")
+
+    for _ in range(2):
+        assert budget_left(study, sweep)
+        trial = study.ask()
+        study.tell(trial, sf.suggest(trial, "x", spec, method))
+    assert not budget_left(study, sweep)
+    assert sf.trial_budget(sweep) == 2
+
+
+def test_the_cli_reads_a_sweeps_project_from_the_environment(monkeypatch):
+    from cli import RunOptions
+
+    monkeypatch.setenv("WANDB_PROJECT", "from-sweep")
+    assert RunOptions().project == "from-sweep"
+    monkeypatch.delenv("WANDB_PROJECT")
+    assert RunOptions().project == "pe-sweeps"

@@ -53,6 +53,8 @@ class RunRecord(Callback):
             describe_run(trainer, self.record)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
+        if "first_step" not in self.record and trainer.is_global_zero:
+            self.record["first_step"] = trainer.global_step + 1  # > 1 when resumed from a checkpoint
         if "startup_seconds" not in self.record and trainer.is_global_zero and "process_start" in self.record:
             self.record["startup_seconds"] = time.time() - self.record["process_start"]  # process start -> step 1
 

@@ -231,7 +231,7 @@ class TrialRun:
             argv.append(f"--ckpt_path={checkpoint}")
             trial.set_user_attr("resumed_from", str(checkpoint))
         trial.set_user_attr("command", " ".join(argv))
-        env = child_env(self.study.study_name, trial_dir, self.slot, self.opts)
+        env = {**child_env(self.study.study_name, trial_dir, self.slot, self.opts), **sf.wandb_env(self.sweep)}
         with open(trial_dir / "output.log", "ab") as log:
             child = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
             pruned = self.follow(trial, child, trial_dir)
@@ -256,10 +256,7 @@ class TrialRun:
                 if time.monotonic() - beat > self.opts.heartbeat:
                     self.study._storage.record_heartbeat(trial._trial_id)
                     beat = time.monotonic()
-                record = latest_record(trial_dir) or {"history": []}
-                values = [h[self.metric] for h in record["history"] if self.metric in h]
-                for step in range(reported, len(values)):
-                    trial.report(values[step], step + 1)
+                values = self.report(trial, trial_dir, reported)
                 reported = len(values)
                 if values and trial.should_prune():
                     child.terminate()
@@ -270,12 +267,22 @@ class TrialRun:
             child.terminate()
             child.wait()
             raise
+        self.report(trial, trial_dir, reported)  # validations written between the last poll and the exit
         return False
+
+    def report(self, trial: optuna.Trial, trial_dir: Path, reported: int) -> list[float]:
+        """Report the metric's values after the first `reported` (step = validation index); all values."""
+        record = latest_record(trial_dir) or {"history": []}
+        values = [h[self.metric] for h in record["history"] if self.metric in h]
+        for step in range(reported, len(values)):
+            trial.report(values[step], step + 1)
+        return values
 
     def tell(self, trial, returncode: int, pruned: bool, record: dict | None, trial_dir: Path) -> None:
         final = (record or {}).get("final", {})
         if pruned:
-            trial.set_user_attr("reason", f"pruned at validation {len(trial.intermediate_values)}")
+            reported = self.study._storage.get_trial(trial._trial_id).intermediate_values  # a live Trial has none
+            trial.set_user_attr("reason", f"pruned at validation {len(reported)}")
             self.study.tell(trial, state=TrialState.PRUNED)
         elif returncode == 0 and self.metric in final and final[self.metric] == final[self.metric]:
             self.study.tell(trial, final[self.metric])
@@ -321,17 +328,17 @@ def _alive(pid: int) -> bool:
 
 
 def budget_left(study: optuna.Study, sweep: dict) -> bool:
-    """Grid: queued points remain. Random/bayes: fewer than run_cap trials counted (a dead trial
-    that was re-queued counts once, through its retry)."""
+    """Fewer trials started than the budget (run_cap, for every method; a dead trial that was re-queued
+    counts once, through its retry), and for a grid, queued points remain."""
     trials = study.get_trials(deepcopy=False)
-    if any(t.state == TrialState.WAITING for t in trials):
-        return True
-    if sweep["method"] == "grid":
-        return False
-    cap = sweep.get("run_cap")
     retried = {RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials}
-    counted = [t for t in trials if t.number not in retried]
-    return cap is None or len(counted) < cap
+    started = [t for t in trials if t.number not in retried and t.state != TrialState.WAITING]
+    if sweep["method"] == "grid":  # not the trials that lost a race for the last point (failed at once)
+        started = [t for t in started if QUEUED in t.system_attrs]
+    budget = sf.trial_budget(sweep)
+    if budget is not None and len(started) >= budget:
+        return False
+    return sweep["method"] != "grid" or any(t.state == TrialState.WAITING for t in trials)
 
 
 class Sweep:

@@ -21,6 +21,13 @@ DISTRIBUTIONS = (
 TOP_KEYS = {"program", "method", "metric", "parameters", "command", "early_terminate", "run_cap", "name",
             "description", "project", "entity"}  # fmt: skip
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]
+PARAMETER_KEYS = ("value", "values", "distribution", "min", "max", "q")  # `probabilities`, `mu`, ... not translated
+METRIC_KEYS = ("name", "goal")  # `target` (stop the sweep at a value) is not translated
+# the macros `wandb agent` expands (wandb.sdk.launch.sweeps.utils); `${envvar:NAME}` is expanded too
+MACROS = (
+    "env", "interpreter", "program", "args", "args_no_equals", "args_no_hyphens", "args_no_boolean_flags",
+    "args_json", "args_json_file", "args_append_hydra", "args_override_hydra",
+)  # fmt: skip
 
 
 def load_sweep(path: str | Path) -> dict:
@@ -42,20 +49,45 @@ def load_sweep(path: str | Path) -> dict:
     if sweep.get("method") not in METHODS:
         raise ConfigError(f"sweep file {path}: method {sweep.get('method')!r}; choose one of: {', '.join(METHODS)}")
     metric = sweep.get("metric") or {}
-    if not metric.get("name") or metric.get("goal", "minimize") not in ("minimize", "maximize"):
+    if isinstance(metric, dict) and (extra := sorted(set(metric) - set(METRIC_KEYS))):
+        raise ConfigError(
+            f"sweep file {path}: metric key {extra[0]!r} is not translated; known: {', '.join(METRIC_KEYS)}"
+        )
+    if (
+        not isinstance(metric, dict)
+        or not metric.get("name")
+        or metric.get("goal", "minimize") not in ("minimize", "maximize")
+    ):
         raise ConfigError(f"sweep file {path}: metric needs a name and goal minimize or maximize")
     if not isinstance(sweep.get("parameters"), dict) or not sweep["parameters"]:
         raise ConfigError(f"sweep file {path}: parameters must be a non-empty mapping of CLI keys")
     for name, spec in sweep["parameters"].items():
         distribution(name, spec, sweep["method"])
+    check_command(sweep.get("command", DEFAULT_COMMAND), path)
+    cap = sweep.get("run_cap")
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+        raise ConfigError(f"sweep file {path}: run_cap must be a positive integer, got {cap!r}")
     pruner(sweep)
     return sweep
+
+
+def check_command(command, path: Path) -> None:
+    """Every `${...}` chunk must be a macro `wandb agent` expands: an unknown one would vanish silently."""
+    if not isinstance(command, list):
+        raise ConfigError(f"sweep file {path}: command must be a list of strings")
+    for chunk in map(str, command):
+        if chunk.startswith("${") and chunk.endswith("}") and chunk[2:-1] not in MACROS:
+            if not chunk.startswith("${envvar:"):
+                raise ConfigError(f"sweep file {path}: unknown macro {chunk!r} in command; known: {', '.join(MACROS)}")
 
 
 def distribution(name: str, spec: dict, method: str) -> str:
     """The W&B distribution of one parameter (inferred as W&B does when not given)."""
     if not isinstance(spec, dict):
         raise ConfigError(f"parameter {name!r}: expected a mapping with value, values or a distribution")
+    if "value" in spec and len(spec) > 1:
+        other = sorted(set(spec) - {"value"})[0]
+        raise ConfigError(f"parameter {name!r}: `value` (a constant) cannot be combined with {other!r}")
     if "value" in spec:
         return "constant"
     kind = spec.get("distribution") or ("categorical" if "values" in spec else None)
@@ -64,6 +96,11 @@ def distribution(name: str, spec: dict, method: str) -> str:
     if kind not in DISTRIBUTIONS:
         raise ConfigError(
             f"parameter {name!r}: distribution {kind!r} is not translated; use one of: {', '.join(DISTRIBUTIONS)}"
+        )
+    unknown = sorted(set(spec) - set(PARAMETER_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"parameter {name!r}: key {unknown[0]!r} is not translated; known: {', '.join(PARAMETER_KEYS)}"
         )
     if method == "grid" and kind not in ("constant", "categorical"):
         raise ConfigError(f"parameter {name!r}: a grid sweep needs `values` (or `value`), got distribution {kind!r}")
@@ -145,8 +182,15 @@ def direction(sweep: dict) -> str:
     return sweep["metric"].get("goal", "minimize")
 
 
+def wandb_env(sweep: dict) -> dict[str, str]:
+    """`project` and `entity` of the sweep file, as `wandb agent` hands them to its runs."""
+    keys = {"project": "WANDB_PROJECT", "entity": "WANDB_ENTITY"}
+    return {env: str(sweep[key]) for key, env in keys.items() if sweep.get(key)}
+
+
 def trial_budget(sweep: dict) -> int | None:
-    """Grid: the product size (capped by run_cap); random and bayes: run_cap (None = until stopped)."""
+    """Trials the sweep starts: grid, the product size capped by run_cap; random and bayes, run_cap
+    (None = until stopped). The runner stops asking for trials once this many have started."""
     cap = sweep.get("run_cap")
     if sweep["method"] == "grid":
         size = len(grid_points(sweep))

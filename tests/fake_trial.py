@@ -1,0 +1,43 @@
+"""A fake trial program for the sweep runner's tests: starts in a fraction of a second and writes the run
+record `cli.py fit` writes (`$PE_OUT_DIR/runs/<name>/record.json`: status, final, history), so the runner's
+sampling, budget and pruning are tested end to end without training a model.
+
+    fake_trial.py --mode=quadratic|first_wins [--steps=N] [--pause=SECONDS] [--x=...] [other --key=value ...]
+
+quadratic: val/score = -(x - 0.3)^2 at every validation. first_wins: val/score = 1 for trial 0 and 0 for
+every later trial (each trial's directory is `trial-<n>`), a metric a pruner must cut.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+args = dict(arg[2:].split("=", 1) for arg in sys.argv[1:] if arg.startswith("--"))
+out = Path(os.environ["PE_OUT_DIR"])
+trial = int(out.name.rsplit("-", 1)[-1])
+if args["mode"] == "quadratic":
+    value = -((float(args["x"]) - 0.3) ** 2)
+else:
+    value = 1.0 if trial == 0 else 0.0
+path = out / "runs" / f"fake-{os.getpid()}" / "record.json"
+path.parent.mkdir(parents=True, exist_ok=True)
+record = {"task": "fake", "encoding": "fake", "seed": trial, "sweep": os.environ.get("PE_SWEEP"),
+          "status": "running", "config": {"args": args}, "final": {}, "best": {}, "history": [],
+          "wandb_project": os.environ.get("WANDB_PROJECT")}  # fmt: skip
+
+
+def write() -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, path)
+
+
+for step in range(1, int(args.get("steps", 1)) + 1):
+    time.sleep(float(args.get("pause", 0)))
+    record["history"].append({"step": step, "val/score": value})
+    record["final"]["val/score"] = value
+    write()
+record["status"] = "finished"
+write()
