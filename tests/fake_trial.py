@@ -4,6 +4,8 @@ sampling, budget and pruning are tested end to end without training a model.
 
     fake_trial.py --mode=quadratic|first_wins [--steps=N] [--pause=SECONDS] [--x=...] [other --key=value ...]
 
+$FAKE_STEPS, when set, overrides --steps (a re-run sweep can then finish quickly).
+
 quadratic: val/score = -(x - 0.3)^2 at every validation. first_wins: val/score = 1 for trial 0 and 0 for
 every later trial (each trial's directory is `trial-<n>`), a metric a pruner must cut.
 """
@@ -34,7 +36,7 @@ def write() -> None:
     os.replace(tmp, path)
 
 
-for step in range(1, int(args.get("steps", 1)) + 1):
+for step in range(1, int(os.environ.get("FAKE_STEPS", args.get("steps", 1))) + 1):
     time.sleep(float(args.get("pause", 0)))
     record["history"].append({"step": step, "val/score": value})
     record["final"]["val/score"] = value

@@ -1,5 +1,6 @@
 """`cli.py sweep` end to end on seconds-long trials: resume, kill -9, failures, NaN, parallel workers."""
 
+import json
 import os
 import signal
 import subprocess
@@ -63,31 +64,82 @@ def test_sweep_runs_and_resumes_without_repeating(tmp_path):
     assert len(trials(tmp_path)) == 2  # nothing new started
 
 
-def test_kill_9_then_rerun_completes_each_point_once(tmp_path):
+def children(pid: int) -> list[int]:
+    """Child processes of every thread of `pid` (trial children are started by worker threads)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return [int(c) for task in tasks.iterdir() for c in (task / "children").read_text().split()]
+
+
+def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path):
+    """The sweep is killed while trial 0's child is frozen (SIGSTOP) with a readable checkpoint, so the dead
+    trial can neither finish nor be adopted: the re-run must fail it, re-queue it and resume its run from
+    that checkpoint (the resumed run's first step is the checkpoint's step + 1)."""
+    import torch
+
+    from tracking.sweep import readable
+
     grid = {"model.encoding": {"values": ["rope", "alibi", "none"]}}
     path = tiny_sweep(tmp_path, grid)
     env = {**os.environ, "WANDB_MODE": "disabled"}
     sweep = subprocess.Popen(sweep_cmd(path, tmp_path), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.time() + 120
-    while not list((tmp_path / "sweeps" / "s").glob("trial-*/runs/*/checkpoints/last.ckpt")):
-        assert time.time() < deadline and sweep.poll() is None, "no trial reached a checkpoint"
-        time.sleep(0.2)
+    checkpoint, deadline = None, time.time() + 180
+    while checkpoint is None:
+        assert time.time() < deadline and sweep.poll() is None, "trial 0 never reached a checkpoint"
+        found = list((tmp_path / "sweeps" / "s").glob("trial-0/runs/*/checkpoints/last.ckpt"))
+        (child,) = children(sweep.pid) or [None]
+        if found and child:
+            os.kill(child, signal.SIGSTOP)
+            if readable(found[0]):
+                checkpoint = found[0]
+            else:  # frozen mid-write: let it finish the file and try again
+                os.kill(child, signal.SIGCONT)
+        time.sleep(0.05)
     sweep.send_signal(signal.SIGKILL)
     sweep.wait()
+    os.kill(child, signal.SIGKILL)
+    step = torch.load(checkpoint, map_location="cpu", weights_only=False)["global_step"]
     (running,) = [t for t in trials(tmp_path) if t.state == TrialState.RUNNING]
-    had_checkpoint = bool(list(Path(running.user_attrs["trial_dir"]).glob("runs/*/checkpoints/last.ckpt")))
+    assert running.number == 0
     run_sweep(path, tmp_path)
     ts = trials(tmp_path)
     assert complete_points(ts) == sorted({(("model.encoding", e),) for e in ["rope", "alibi", "none"]})
     dead = [t for t in ts if t.state == TrialState.FAIL]
-    assert len(dead) == 1 and "died" in dead[0].user_attrs["reason"]
-    retry = [t for t in ts if t.state == TrialState.COMPLETE and t.params == dead[0].params]
-    assert len(retry) == 1
-    if "adopted" in retry[0].user_attrs["reason"]:  # the orphaned child had finished: its result is taken
-        assert len(list((tmp_path / "sweeps" / "s").glob("trial-*/runs/*/record.json"))) == 3
-    else:
-        assert retry[0].user_attrs.get("resumed_from", "").endswith("last.ckpt") == had_checkpoint
+    assert [t.number for t in dead] == [0] and "died" in dead[0].user_attrs["reason"]
+    (retry,) = [t for t in ts if t.state == TrialState.COMPLETE and t.params == dead[0].params]
+    assert retry.user_attrs["reason"] == "retry of trial 0" and retry.user_attrs["resumed_from"] == str(checkpoint)
+    (record,) = Path(retry.user_attrs["trial_dir"]).glob("runs/*/record.json")
+    resumed = json.loads(record.read_text())
+    assert resumed["status"] == "finished" and resumed["first_step"] == step + 1 > 1
+
+
+def test_stale_heartbeat_of_a_trial_from_another_host_is_retried(tmp_path):
+    """Process A runs a long fake trial with a 1 s heartbeat and is killed; its trial is made to look like
+    another host's (so the same-host pid check cannot see it). Process B, started once the heartbeat is older
+    than 3 x 1 s, must fail it through Optuna's stale-heartbeat check and run its retry."""
+    path = fake_sweep(tmp_path, "grid", {"x": {"values": [0.5]}}, "--mode=quadratic", "--steps=200", "--pause=0.5")
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    first = subprocess.Popen(sweep_cmd(path, tmp_path, "--heartbeat=1"), cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 120
+    while not list((tmp_path / "sweeps" / "s").glob("trial-0/runs/*/record.json")):
+        assert time.time() < deadline and first.poll() is None, "the first trial never started"
+        time.sleep(0.1)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'sweeps' / 's' / 'optuna.db'}")
+    (running,) = [t for t in trials(tmp_path) if t.state == TrialState.RUNNING]
+    storage.set_trial_user_attr(running._trial_id, "host", "another-host")
+    time.sleep(4.0)  # the heartbeat is now stale (> 3 x 1 s): the state any other host would see
+    fast = {**env, "FAKE_STEPS": "1"}
+    second = subprocess.run(sweep_cmd(path, tmp_path, "--heartbeat=1"), cwd=ROOT, env=fast, capture_output=True,
+                            text=True)  # fmt: skip
+    assert second.returncode == 0, second.stderr[-3000:]
+    ts = sorted(trials(tmp_path), key=lambda t: t.number)
+    assert [t.state for t in ts] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert "died" not in ts[0].user_attrs.get("reason", "")  # not the same-host pid path
+    assert optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(ts[1]) == 0
+    assert ts[1].value == pytest.approx(-0.04)
 
 
 def test_failing_and_diverging_trials_are_recorded_and_the_sweep_goes_on(tmp_path):
