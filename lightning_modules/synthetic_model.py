@@ -2,7 +2,7 @@
 
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import MaxMetric, MeanMetric
+from torchmetrics import MaxMetric, MeanMetric, SumMetric
 
 from lightning_modules import metrics as M
 from lightning_modules.compiling import compile_blocks
@@ -51,6 +51,7 @@ class SyntheticTaskModel(TaskModule):
         self.head = nn.Linear(dim, vocab_size)
         self.per_length = nn.ModuleDict({s: M.PerLengthAccuracy(max_length) for s in ("val", "test")})
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
+        self.examples = nn.ModuleDict({s: SumMetric() for s in ("val", "test")})  # evaluated, over all ranks
         self.best_acc = MaxMetric()
 
     @property
@@ -77,12 +78,14 @@ class SyntheticTaskModel(TaskModule):
         if inside.any():  # loss in distribution only: beyond-length losses would swamp it
             self.losses[stage].update(self.loss(logits[inside], batch["targets"][inside]))
         self.per_length[stage].update(logits.argmax(-1), batch["targets"], batch["length"])
+        self.examples[stage].update(len(batch["length"]))
 
     def _eval_epoch_end(self, stage: str) -> dict[str, float]:
         values = M.summarise(self.per_length[stage].compute(), stage, self.train_max_len)
         values[M.name(stage, M.LOSS)] = self.losses[stage].compute().item()
-        self.per_length[stage].reset()
-        self.losses[stage].reset()
+        values[M.name(stage, "examples")] = self.examples[stage].compute().item()
+        for metric in (self.per_length[stage], self.losses[stage], self.examples[stage]):
+            metric.reset()
         self.log_dict(values, sync_dist=False)  # already reduced across devices by torchmetrics
         return values
 

@@ -110,9 +110,26 @@ def test_config_saved_with_record(tiny_fit_args):
 
 @pytest.mark.slow
 def test_ddp_fit_on_two_cpu_processes(tiny_fit_args, tmp_path):
-    """gloo DDP with 2 processes: one run directory, one record, metrics reduced across ranks."""
+    """gloo DDP with 2 processes: one run directory, one record; then the trained checkpoint validated by 2
+    processes and by 1 evaluates the same number of examples with the same metrics (reduced across ranks)."""
     result = run_cli(*tiny_fit_args, "--trainer.devices=2", "--trainer.strategy=ddp", "--model.encoding=alibi")
     assert result.returncode == 0, result.stderr[-3000:]
     (record,) = load_records(tmp_path)
     assert record["status"] == "finished" and str(record["config"]["trainer"]["devices"]) == "2"
-    assert len(record["history"]) == 2 and 0.0 <= record["final"]["val/acc"] <= 1.0
+    assert len(record["history"]) == 2
+    (checkpoint,) = Path(record["run_dir"]).glob("checkpoints/last.ckpt")
+    finals = {}
+    for devices in (1, 2):
+        out = tmp_path / f"validate-{devices}"
+        args = [a.replace(f"--run.out_dir={tmp_path}", f"--run.out_dir={out}") for a in tiny_fit_args]
+        args = ["validate", *args[1:], "--model.encoding=alibi", f"--ckpt_path={checkpoint}"]
+        result = run_cli(
+            *args, f"--trainer.devices={devices}", "--trainer.strategy=" + ("ddp" if devices > 1 else "auto")
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        (validated,) = load_records(out)
+        finals[devices] = {k: v for k, v in validated["final"].items() if k.startswith("val/")}
+    assert finals[1]["val/examples"] == 8 * 8  # eval_max_len 8 x eval_per_length 8: none dropped or repeated
+    assert finals[2].keys() == finals[1].keys()
+    for key, value in finals[1].items():
+        assert finals[2][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
