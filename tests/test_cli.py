@@ -25,6 +25,7 @@ def fit(args: list[str]) -> dict:
     return record
 
 
+@pytest.mark.slow  # trains a model or starts a process
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_fit_every_encoding(tiny_fit_args, encoding, causal):
@@ -41,6 +42,7 @@ def test_fit_every_encoding(tiny_fit_args, encoding, causal):
     assert len(record["history"]) == 2
 
 
+@pytest.mark.slow  # trains a model or starts a process
 @pytest.mark.parametrize("task", TASKS)
 def test_fit_every_task(tiny_fit_args, task):
     record = fit([*tiny_fit_args, f"--data.task={task}", "--model.encoding=alibi"])
@@ -48,6 +50,7 @@ def test_fit_every_task(tiny_fit_args, task):
     assert 0.0 <= record["final"]["val/acc"] <= 1.0
 
 
+@pytest.mark.slow  # trains a model or starts a process
 def test_same_seed_same_metrics(tiny_fit_args, tmp_path):
     first = fit(tiny_fit_args)
     second = fit([*tiny_fit_args[:-1], f"--run.out_dir={tmp_path / 'again'}"])
@@ -61,6 +64,7 @@ def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "cli.py", *args], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
+@pytest.mark.slow  # trains a model or starts a process
 def test_wandb_offline_without_key(tiny_fit_args, tmp_path):
     """No key, no WANDB_MODE: the run logs offline (in a fresh process: W&B keeps global state)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
@@ -84,6 +88,7 @@ def test_wandb_offline_without_key(tiny_fit_args, tmp_path):
         (["--model.encoding_options={bogus: 1}"], "encoding 'rope' has no option 'bogus'; its options: base"),
     ],
 )
+@pytest.mark.slow  # trains a model or starts a process
 def test_bad_names_are_one_line(tmp_path, args, expected):
     result = run_cli("fit", "--config=configs/synthetic.yaml", f"--run.out_dir={tmp_path}", *args)
     assert result.returncode == 2
@@ -102,6 +107,7 @@ def test_learned_table_too_short_is_clear(tiny_fit_args):
         model(torch.zeros(1, 6, dtype=torch.long))
 
 
+@pytest.mark.slow  # trains a model or starts a process
 def test_config_saved_with_record(tiny_fit_args):
     record = fit(tiny_fit_args)
     saved = json.loads((Path(record["run_dir"]) / "record.json").read_text())

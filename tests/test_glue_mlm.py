@@ -136,6 +136,7 @@ def pretrain(tmp_path: Path, encoding: str = "tupe_a") -> Path:
     return checkpoint
 
 
+@pytest.mark.slow  # trains a model or starts a process
 def test_fine_tune_loads_the_pretrained_encoder_and_tokenizer(tmp_path):
     checkpoint = pretrain(tmp_path)
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
@@ -159,6 +160,7 @@ def test_fine_tune_loads_the_pretrained_encoder_and_tokenizer(tmp_path):
     assert final["val/score"] == pytest.approx((final["val/f1"] + final["val/acc"]) / 2)
 
 
+@pytest.mark.slow  # trains a model or starts a process
 def test_mismatched_checkpoint_is_a_one_line_error(tmp_path, capsys):
     checkpoint = pretrain(tmp_path)
     base = ["fit", "--config=configs/glue_finetune.yaml", *TINY_MODEL, f"--model.init_from={checkpoint}",
@@ -179,6 +181,7 @@ def test_mismatched_checkpoint_is_a_one_line_error(tmp_path, capsys):
         GLUEDataModule(task="sst2", init_from=str(tmp_path / "missing.ckpt"))
 
 
+@pytest.mark.slow  # trains a model or starts a process
 @pytest.mark.parametrize("task", ["cola", "stsb"])
 def test_from_scratch_classifier_config_trains(task, tmp_path):
     cli_main([

@@ -116,6 +116,7 @@ def test_context_beyond_an_encodings_table_is_inf_not_a_crash():
     assert goal("val/ppl") == "min" and context_name("val", 16) == "val/ppl_ctx_16"
 
 
+@pytest.mark.slow  # trains a model or starts a process
 @pytest.mark.parametrize("config", ["lm_tinyshakespeare", "lm_wikitext2"])
 @pytest.mark.parametrize("encoding", ["learned", "alibi"])
 def test_few_step_fit_logs_perplexity_per_context(config, encoding, tmp_path, monkeypatch):

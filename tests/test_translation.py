@@ -246,6 +246,7 @@ def test_test_step_logs_beam_and_greedy_bleu(dm):
     assert 0.0 <= result["test/bleu"] <= 100.0
 
 
+@pytest.mark.slow  # trains a model or starts a process
 @pytest.mark.parametrize("encoder, decoder", [("learned", "rope"), ("t5_bias", "alibi"), ("none", "xpos")])
 def test_few_step_fit_with_independent_encodings(encoder, decoder, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
