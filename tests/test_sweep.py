@@ -1,4 +1,25 @@
-"""`cli.py sweep` end to end on seconds-long trials: resume, kill -9, failures, NaN, parallel workers."""
+"""`cli.py sweep` end to end on seconds-long trials: resume, kill -9, failures, NaN, parallel workers, and every
+method on a fake trial program.
+
+README claims covered here:
+- "Resume: run the same command again. Finished trials are never repeated":
+  test_sweep_runs_and_resumes_without_repeating
+- "a grid is queued once ... workers ... take distinct points": test_two_workers_never_repeat_a_grid_point,
+  test_two_processes_share_a_postgres_study
+- "Dead trials ... found at once on the same host (its pid is gone) ... the retry resumes from the dead run's
+  last.ckpt": test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint
+- "... or by Optuna's heartbeat from any host (--heartbeat; stale after 3x)":
+  test_stale_heartbeat_of_a_trial_from_another_host_is_retried
+- "Failures: a trial that raises or diverges is recorded failed with a one-line reason":
+  test_failing_and_diverging_trials_are_recorded_and_the_sweep_goes_on
+- "DDP inside a trial ... one record": test_ddp_trial_in_a_sweep
+- "Dashboard: optuna-dashboard sqlite:///...": test_optuna_dashboard_lists_the_trials
+- "random -> RandomSampler, bayes -> TPESampler ... run_cap -> trial budget", "project ... -> the runs' W&B
+  project": test_random_and_bayes_sweeps_run_end_to_end, test_run_cap_bounds_a_grid_sweep
+- "hyperband ... HyperbandPruner with one resource unit per validation":
+  test_hyperband_prunes_a_trial_that_is_worse_at_the_first_rung
+- "the same cli.py fit an agent would start": test_every_sweep_command_parses_with_cli
+"""
 
 import json
 import os

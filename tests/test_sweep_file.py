@@ -1,4 +1,16 @@
-"""W&B sweep file -> Optuna translation: grid product, distributions, pruner, and clear errors."""
+"""W&B sweep file -> Optuna translation: grid product, distributions, pruner, and clear errors.
+
+README claims covered here:
+- "grid -> GridSampler over the full product": test_grid_is_the_exact_product
+- "values -> categorical, int_uniform, uniform, ... -> the matching suggest_*":
+  test_each_distribution_maps_to_its_suggest_call
+- "metric.goal -> direction; hyperband -> HyperbandPruner": test_methods_and_goal, test_hyperband_maps_to_optuna
+- "run_cap -> trial budget of every method": test_run_cap_bounds_the_runner_for_every_method
+- "Anything else is a one-line error ... unknown key at any level, value and values, unknown ${...}":
+  test_untranslatable_is_a_clear_error, test_parameter_keys_are_checked, test_metric_command_and_run_cap_are_checked
+- "project and entity -> the runs' W&B project and entity": test_known_macros_and_project_are_honoured,
+  test_the_cli_reads_a_sweeps_project_from_the_environment
+"""
 
 import math
 from pathlib import Path
