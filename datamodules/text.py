@@ -1,7 +1,8 @@
 """Causal language modelling on text corpora, with evaluation at longer contexts (length extrapolation).
 
 Protocol (PE-Study, Wang & Chen 2020, section LM: block size 128; Press et al. 2022, ALiBi: train at
-context L, evaluate perplexity at L, 2L, 4L with non-overlapping windows). Data comes through Hugging
+context L, evaluate perplexity at L, 2L, 4L with non-overlapping windows and, with `eval_stride`, with
+their sliding window too). Data comes through Hugging
 Face `datasets` from local files (the `text` builder, cached in datasets' cache) or, with `hub_name`, from
 the hub; tokenizers come from the `tokenizers` library, are trained on the training split only and are
 cached to a JSON file.
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPECIAL_TOKENS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]  # ids 0..4; [UNK] for unseen chars/words
 TOKENIZERS = ("auto", "char", "word", "bpe")
 CACHE_ENV = "PE_TOKENIZER_CACHE"  # overrides the tokenizer cache folder
+IGNORE_INDEX = -100  # target of a token that is context only (F.cross_entropy's default ignore_index)
 TRAIN_FRACTION, VAL_FRACTION = 0.90, 0.05  # tinyshakespeare; the test split is the rest (5 %)
 WIKITEXT_TRAIN_FRACTION = 0.90  # of valid.txt; the rest is validation
 
@@ -256,6 +258,34 @@ class Windows(Dataset):
         return {"tokens": self.inputs[i], "targets": self.targets[i]}
 
 
+class SlidingWindows(Dataset):
+    """Press et al. 2022's sliding-window evaluation (HF's perplexity guide, "strided"): windows of `length`
+    tokens moved by `stride`; the first window scores all its predictions, every later one only those not
+    scored yet (its last `stride`, or fewer for the last window), so each of them has length - stride or
+    more tokens of context before it. The predictions scored are exactly `Windows(ids, length)`'s, the first
+    (len(ids) - 1) // length * length, each once; with stride = length the two are the same windows.
+    Items: tokens (L,), targets (L,) with IGNORE_INDEX at the context-only positions, stride ()."""
+
+    def __init__(self, ids: Tensor, length: int, stride: int):
+        last = (len(ids) - 1) // length * length  # one past the last prediction scored
+        ends = list(range(length, last + 1, stride))
+        if ends and ends[-1] < last:
+            ends.append(last)  # a last window flush with `last`, scoring the remainder (< stride)
+        self.ids, self.length, self.stride = ids, length, stride
+        self.ends = torch.tensor(ends, dtype=torch.long)
+        self.first_scored = torch.cat([torch.zeros(1, dtype=torch.long), self.ends[:-1]]) - (self.ends - length)
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        start = int(self.ends[i]) - self.length
+        targets = self.ids[start + 1 : start + self.length + 1].clone()
+        targets[: int(self.first_scored[i])] = IGNORE_INDEX
+        return {"tokens": self.ids[start : start + self.length], "targets": targets,
+                "stride": torch.tensor(self.stride)}  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------------------
 # DataModule
 
@@ -270,6 +300,11 @@ class TextDataModule(pl.LightningDataModule):
     NON-OVERLAPPING windows of block_size * f (stride = window, no sliding window), every token scored
     once; `val_dataloader()`/`test_dataloader()` return one loader per factor in `eval_factors` order
     (dataloader_idx i -> context `eval_contexts[i]`; a batch's context is also its width).
+    `eval_stride` S in [1, block_size] (default null: non-overlapping only, i.e. stride = window): one more
+    loader per factor follows them, over `SlidingWindows` of the same contexts and stride S (Press et al.'s
+    sliding evaluation; the same tokens scored, each with at least window - S tokens of context; at a
+    window equal to S, the non-overlapping windows again); its batches carry `stride`, and the model logs
+    them under their own names (`val/ppl_ctx_<n>_stride_<S>`).
     `max_train_blocks` keeps the first N training blocks; `max_eval_tokens` keeps the first N tokens of
     each evaluation stream (raised to one window of the longest context + 1 when smaller).
     Tokenizer "auto": char for tinyshakespeare, word for wikitext2. The tokenizer is trained on the
@@ -279,10 +314,14 @@ class TextDataModule(pl.LightningDataModule):
     """
 
     @staticmethod
-    def check_args(task: str = "tinyshakespeare", tokenizer: str = "auto", **_) -> None:
-        """Cheap check of names, run by cli.py before anything is instantiated."""
+    def check_args(task: str = "tinyshakespeare", tokenizer: str = "auto", block_size: int = 128,
+                   eval_stride: int | None = None, **_) -> None:  # fmt: skip
+        """Cheap check of names and the stride, run by cli.py before anything is instantiated."""
         check_task(task)
         check_tokenizer(tokenizer)
+        if eval_stride is not None and not 1 <= eval_stride <= block_size:
+            raise ConfigError(f"eval_stride must be in [1, block_size={block_size}] (the training window; "
+                              f"null = non-overlapping only), got {eval_stride}")  # fmt: skip
 
     def __init__(
         self,
@@ -299,10 +338,12 @@ class TextDataModule(pl.LightningDataModule):
         seed: int = 0,
         num_workers: int = 0,
         hub_name: str | None = None,
+        eval_stride: int | None = None,  # sliding-window evaluation stride; None: non-overlapping only
     ):
         super().__init__()
         self.save_hyperparameters()
-        self.check_args(task, tokenizer)
+        self.check_args(task, tokenizer, block_size, eval_stride)
+        self.eval_stride = eval_stride
         eval_factors = [1, 2, 4] if eval_factors is None else list(eval_factors)
         _check_sizes(causal, block_size, eval_factors, batch_size, vocab_size_limit, max_train_blocks, max_eval_tokens)
         self.task, self.causal, self.seed, self.data_dir = task, causal, seed, data_dir
@@ -318,11 +359,12 @@ class TextDataModule(pl.LightningDataModule):
         self.vocab_size = self.tokenizer.get_vocab_size()
         self.train_set = self.val_sets = self.test_sets = None
 
-    def _eval_sets(self, text: str) -> list[Windows]:
+    def _eval_sets(self, text: str) -> list[Windows | SlidingWindows]:
         ids = encode_cached(self.tokenizer, text, self.tokenizer_file)
         if self.max_eval_tokens is not None:
             ids = ids[: max(self.max_eval_tokens, self.max_seq_len + 1)]
-        return [Windows(ids, n) for n in self.eval_contexts]
+        sliding = [SlidingWindows(ids, n, self.eval_stride) for n in self.eval_contexts] if self.eval_stride else []
+        return [Windows(ids, n) for n in self.eval_contexts] + sliding
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit") and self.train_set is None:

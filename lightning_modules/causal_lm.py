@@ -8,6 +8,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics import Metric
 
+from datamodules.text import IGNORE_INDEX
 from lightning_modules import metrics as M
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.errors import ConfigError
@@ -18,9 +19,10 @@ from lightning_modules.transformer import transformer_from_hparams
 PPL = "ppl"
 
 
-def context_name(stage: str, context: int) -> str:
-    """Per-context perplexity name, e.g. "val/ppl_ctx_256"."""
-    return M.name(stage, f"{PPL}_ctx_{context}")
+def context_name(stage: str, context: int, stride: int | None = None) -> str:
+    """Per-context perplexity name: "val/ppl_ctx_256" (non-overlapping windows) or, for the sliding-window
+    evaluation with stride S, "val/ppl_ctx_256_stride_S"."""
+    return M.name(stage, f"{PPL}_ctx_{context}" + ("" if stride is None else f"_stride_{stride}"))
 
 
 class PerContextLoss(Metric):
@@ -50,9 +52,11 @@ class CausalLMModel(TaskModule):
 
     Protocol: PE-Study (Wang & Chen 2020) trains GPT-2-style LMs at block size 128 and compares
     position embeddings by perplexity; Press et al. 2022 (ALiBi) train at context L and evaluate at
-    L, 2L, 4L with non-overlapping windows, where sinusoidal and learned absolute blow up. Logs
-    `train/loss`; `val/loss` and `val/ppl` at the training context (the datamodule's block_size) and
-    `val/ppl_ctx_<n>` for every evaluation context n (same for `test/`). `max_length` is linked to the
+    L, 2L, 4L with non-overlapping windows, where sinusoidal and learned absolute blow up, and with a
+    sliding window. Logs `train/loss`; `val/loss` and `val/ppl` at the training context (the datamodule's
+    block_size) and `val/ppl_ctx_<n>` for every evaluation context n (same for `test/`); batches that
+    carry a `stride` S (the data's `eval_stride`: sliding windows, targets IGNORE_INDEX where context only)
+    go to `val/ppl_ctx_<n>_stride_<S>` instead. Only scored targets count. `max_length` is linked to the
     data's longest context, so learned tables have rows for it (rows beyond the training context stay
     untrained, as in the ALiBi paper); should an encoding still serve fewer positions than a context, that
     context's perplexity is logged as inf with one warning instead of failing the run. `compile`:
@@ -88,7 +92,9 @@ class CausalLMModel(TaskModule):
             compile_blocks(self.transformer)
         self.head = nn.Linear(dim, vocab_size)
         self.per_context = nn.ModuleDict({s: PerContextLoss(max_length) for s in ("val", "test")})
-        self.unservable: dict[str, set[int]] = {"val": set(), "test": set()}
+        self.sliding = nn.ModuleDict({s: PerContextLoss(max_length) for s in ("val", "test")})  # eval_stride
+        self.stride: int | None = None  # the sliding windows' stride, once a batch has shown it
+        self.unservable: dict[str, set[tuple[int, int | None]]] = {"val": set(), "test": set()}
         self.warned: set[int] = set()  # contexts already warned about (once per run)
 
     @property
@@ -101,7 +107,7 @@ class CausalLMModel(TaskModule):
         return self.head(self.transformer(tokens))  # (B, L, V)
 
     def token_losses(self, tokens: Tensor, targets: Tensor) -> Tensor:
-        """(B, L) next-token cross-entropy."""
+        """(B, L) next-token cross-entropy; 0 where the target is IGNORE_INDEX (context only)."""
         logits = self(tokens)
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none").view_as(targets)
 
@@ -117,6 +123,9 @@ class CausalLMModel(TaskModule):
 
     def _eval_step(self, batch: dict, stage: str) -> None:
         context = batch["tokens"].shape[1]
+        stride = int(batch["stride"][0]) if "stride" in batch else None
+        if stride is not None:
+            self.stride = stride
         if not self.servable(context):
             if context not in self.warned:
                 self.warned.add(context)
@@ -124,16 +133,21 @@ class CausalLMModel(TaskModule):
                     f"encoding {self.hparams.encoding!r} serves {self.encoding.max_positions} positions, "
                     f"not {context}: {context_name(stage, context)} is logged as inf"
                 )
-            self.unservable[stage].add(context)
+            self.unservable[stage].add((context, stride))
             return
         losses = self.token_losses(batch["tokens"], batch["targets"])
-        self.per_context[stage].update(losses.sum(), losses.numel(), context)
+        scored = int((batch["targets"] != IGNORE_INDEX).sum())
+        metric = self.per_context[stage] if stride is None else self.sliding[stage]
+        metric.update(losses.sum(), scored, context)
 
     def _eval_epoch_end(self, stage: str) -> dict[str, float]:
         losses = self.per_context[stage].compute()
+        sliding = self.sliding[stage].compute()
         self.per_context[stage].reset()
+        self.sliding[stage].reset()
         values = {context_name(stage, n): _ppl(loss) for n, loss in losses.items()}
-        values |= {context_name(stage, n): math.inf for n in self.unservable[stage]}
+        values |= {context_name(stage, n, self.stride): _ppl(loss) for n, loss in sliding.items()}
+        values |= {context_name(stage, n, stride): math.inf for n, stride in self.unservable[stage]}
         train_context = self.train_context or min(losses, default=None)
         if train_context in losses:
             values[M.name(stage, M.LOSS)] = losses[train_context]

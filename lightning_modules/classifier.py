@@ -82,7 +82,7 @@ class SequenceClassifier(TaskModule):
         check_lr_decay(lr_decay)
         if pooling not in POOLINGS:
             raise ConfigError(f"unknown pooling {pooling!r}; choose one of: {', '.join(POOLINGS)}")
-        self.transformer = transformer_from_hparams(self.hparams, causal=False)
+        self.transformer = transformer_from_hparams(self.hparams, causal=False, cls_first=True)
         if compile:
             compile_blocks(self.transformer)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, num_labels))

@@ -64,7 +64,7 @@ class MaskedLMModel(TaskModule):
         super().__init__()
         self.save_hyperparameters()
         check_lr_decay(lr_decay)
-        self.transformer = transformer_from_hparams(self.hparams, causal=False)
+        self.transformer = transformer_from_hparams(self.hparams, causal=False, cls_first=True)
         if compile:
             compile_blocks(self.transformer)
         self.head = MLMHead(self.transformer.token_emb)

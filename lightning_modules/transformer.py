@@ -140,11 +140,12 @@ class Transformer(nn.Module):
         max_length: int = 512,
         causal: bool = True,
         post_norm: bool = False,
+        cls_first: bool = False,
     ):
         super().__init__()
         self.causal = causal
         self.encoding = build_encoding(
-            encoding, dim=dim, num_heads=num_heads, max_length=max_length, causal=causal,
+            encoding, dim=dim, num_heads=num_heads, max_length=max_length, causal=causal, cls_first=cls_first,
             **(encoding_options or {}),
         )  # fmt: skip
         self.token_emb = nn.Embedding(vocab_size, dim)
@@ -184,9 +185,10 @@ ARCHITECTURE_KEYS = ("vocab_size", "encoding", "encoding_options", "dim", "depth
                      "dropout", "max_length", "post_norm")  # fmt: skip
 
 
-def transformer_from_hparams(hparams, causal: bool) -> Transformer:
-    """The Transformer a task module describes with its (saved) hyper-parameters."""
-    return Transformer(causal=causal, **{key: hparams[key] for key in ARCHITECTURE_KEYS})
+def transformer_from_hparams(hparams, causal: bool, cls_first: bool = False) -> Transformer:
+    """The Transformer a task module describes with its (saved) hyper-parameters; `cls_first`: its data puts
+    [CLS] at position 0 (masked-LM, classification)."""
+    return Transformer(causal=causal, cls_first=cls_first, **{key: hparams[key] for key in ARCHITECTURE_KEYS})
 
 
 def init_weights(module: nn.Module) -> None:

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import randomize_
+from torch import nn
 from x_transformers.x_transformers import (
     AlibiPositionalBias,
     RelativePositionBias,
@@ -21,6 +22,7 @@ from lightning_modules.encodings.sinusoidal import sinusoid_table
 from lightning_modules.encodings.t5_bias import t5_bucket
 from lightning_modules.encodings.tupe import TupeA
 from lightning_modules.errors import ConfigError
+from lightning_modules.transformer import Transformer
 
 DIM, HEADS, MAX_LEN = 32, 4, 64
 HEAD_DIM = DIM // HEADS
@@ -29,9 +31,11 @@ CAUSAL = [True, False]
 
 
 def make(name: str, causal: bool, max_length: int = MAX_LEN, heads: int = HEADS, dim: int = DIM, **options):
+    """A randomized encoding, built as a [CLS]-first model would (`cls_first`: TUPE's [CLS] scheme on)."""
     if ENCODINGS[name].causal_only and not causal:
         pytest.skip(f"{name} is causal-only")
-    enc = build_encoding(name, dim=dim, num_heads=heads, max_length=max_length, causal=causal, **options)
+    enc = build_encoding(name, dim=dim, num_heads=heads, max_length=max_length, causal=causal, cls_first=True,
+                         **options)  # fmt: skip
     return randomize_(enc).eval()
 
 
@@ -483,6 +487,20 @@ def test_tupe_a_tied_is_tupe_a_without_the_cls_reset():
     assert tied.untie_cls is False and make("tupe_a", causal=False).untie_cls is True
 
 
+@pytest.mark.parametrize("name", ["tupe_a", "tupe_r"])
+def test_untie_cls_only_where_position_0_holds_cls(name):
+    """Unset, [CLS] untying follows `cls_first` (off for causal / synthetic models) and is off for BERT-Ad;
+    forced on without [CLS] at position 0 it is a one-line error."""
+    common = dict(dim=DIM, num_heads=HEADS, max_length=MAX_LEN)
+    for causal in CAUSAL:
+        assert build_encoding(name, causal=causal, **common).untie_cls is False
+        assert build_encoding(name, causal=causal, cls_first=True, **common).untie_cls is True
+        assert build_encoding(name, causal=causal, cls_first=True, mode="bert_ad", **common).untie_cls is False
+        with pytest.raises(ConfigError, match="untie_cls needs \\[CLS\\] at position 0"):
+            build_encoding(name, causal=causal, untie_cls=True, **common)
+    assert "cls_first" not in encoding_options(name)  # set by the model, not a user option
+
+
 @pytest.mark.parametrize("name", ["sinusoidal", "scaled_sinusoidal"])
 def test_sinusoidal_scale_tokens_is_vaswanis_sqrt_d_input_scaling(name):
     plain, scaled = make(name, causal=True), make(name, causal=True, scale_tokens=True)
@@ -491,3 +509,121 @@ def test_sinusoidal_scale_tokens_is_vaswanis_sqrt_d_input_scaling(name):
     table = plain.embed(torch.zeros_like(x), positions)
     torch.testing.assert_close(scaled.embed(x, positions), x * DIM**0.5 + table)
     torch.testing.assert_close(plain.embed(x, positions), x + table)
+
+
+# ----------------------------------------------------------------------------- initialisation, every encoding
+
+INIT_STD_FACTOR = 1.25  # a sample std must lie within this factor of the reference's (tensors of >= 64 values)
+BERT = ("normal", 0.02)  # init_bert_params / initializer_range (BERT, TUPE, DeBERTa)
+ONES, ZEROS = ("const", 1.0), ("const", 0.0)
+
+
+def torch_linear(fan_in: int) -> tuple:
+    """PyTorch's default nn.Linear init (kaiming_uniform, a=sqrt(5)): weight and bias U(+-1/sqrt(fan_in))."""
+    return ("uniform", -(fan_in**-0.5), fan_in**-0.5)
+
+
+TUPE_A_INIT = {"table.weight": BERT, "norm.weight": ONES, "norm.bias": ZEROS, "proj_q.weight": BERT,
+               "proj_k.weight": BERT}  # fmt: skip
+FIRE_WIDTH, INIT_DIM, INIT_HEADS = 32, 128, 16  # FIRE's default mlp_width; dynamic_bias's width is C / 4 = 32
+
+# Each trainable position tensor of each registered encoding (default options) and the reference init its
+# docstring states: ("normal", std), ("uniform", low, high), ("const", value) or ("exact", table); a value
+# may be a function of the encoding. A new encoding must be added here, or test_initialisation fails.
+INIT_REFERENCE = {
+    "none": {}, "sinusoidal": {}, "alibi": {}, "rope": {}, "xpos": {},
+    "learned": {"table.weight": BERT},
+    "t5_bias": {"table.weight": ("normal", lambda e: e.dim**-0.5 / e.scale)},  # bias N(0, 1/C), T5
+    "tupe_a": TUPE_A_INIT,
+    "tupe_a_tied": TUPE_A_INIT,
+    "tupe_r": {**TUPE_A_INIT, "relative_table.weight": BERT},
+    "bert_r": {"table.weight": BERT, "relative_table.weight": BERT},
+    "scaled_sinusoidal": {"scale": ("const", INIT_DIM**-0.5)},
+    "sinusoidal_learnable": {"table": ("exact", lambda e: sinusoid_table(torch.arange(e.num_positions), e.dim, 1e4))},
+    "shaw": {"key_table.weight": ("uniform", -math.sqrt(6 / (33 + INIT_DIM // INIT_HEADS)),
+                                  math.sqrt(6 / (33 + INIT_DIM // INIT_HEADS)))},  # Glorot, tensor2tensor
+    "deberta": {"table.weight": BERT, "norm.weight": ONES, "norm.bias": ZEROS, "pos_key.weight": BERT,
+                "pos_key.bias": ZEROS, "pos_query.weight": BERT, "pos_query.bias": ZEROS},
+    "kerple_log": {"r1": ("uniform", 0.0, 2.0), "r2": ("uniform", 0.0, 1.0)},  # official ParallelKerpleLog
+    "kerple_power": {"r1": ("uniform", 0.0, 1.0), "r2": ("uniform", 0.0, 2.0)},  # official ParallelKerplePower
+    "fire": {"c": ("const", 0.1), "threshold_multiplier": ONES, "mlp.0.weight": torch_linear(1),
+             "mlp.0.bias": torch_linear(1), "mlp.2.weight": torch_linear(FIRE_WIDTH),
+             "mlp.2.bias": torch_linear(FIRE_WIDTH)},
+    "dynamic_bias": {"mlp.0.weight": torch_linear(1), "mlp.0.bias": torch_linear(1),
+                     **{f"mlp.{i}.{p}": torch_linear(INIT_DIM // 4) for i in (2, 4) for p in ("weight", "bias")}},
+}  # fmt: skip
+
+
+def check_init(value: torch.Tensor, spec: tuple, enc) -> None:
+    kind, *args = spec
+    args = [arg(enc) if callable(arg) else arg for arg in args]
+    x = value.detach().double().flatten()
+    if kind in ("exact", "const"):
+        torch.testing.assert_close(value.detach(), torch.as_tensor(args[0], dtype=value.dtype).expand_as(value))
+        return
+    if kind == "normal":
+        (std,) = args
+        assert x.mean().abs() <= 4 * std / math.sqrt(x.numel()), f"mean {x.mean():.3g} for N(0, {std:.3g}^2)"
+    else:
+        low, high = args
+        assert low <= x.min() and x.max() <= high, f"values in [{x.min():.3g}, {x.max():.3g}], not U({low}, {high})"
+        assert x.max() - x.min() >= (high - low) / 2, f"values span [{x.min():.3g}, {x.max():.3g}] of U({low}, {high})"
+        std = (high - low) / math.sqrt(12)
+    if x.numel() >= 64:
+        assert std / INIT_STD_FACTOR <= x.std() <= std * INIT_STD_FACTOR, f"std {x.std():.3g}, reference {std:.3g}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_initialisation_matches_the_reference(name):
+    """Every trainable tensor of every encoding starts as its reference code does (INIT_REFERENCE), so a
+    wrong init (e.g. PyTorch's N(0, 1) Embedding default) fails here."""
+    assert name in INIT_REFERENCE, f"{name}: add its trainable tensors' reference init to INIT_REFERENCE"
+    torch.manual_seed(0)
+    enc = build_encoding(name, dim=INIT_DIM, num_heads=INIT_HEADS, max_length=256,
+                         causal=ENCODINGS[name].causal_only, cls_first=True)  # fmt: skip
+    trainable = {key: p for key, p in enc.named_parameters() if p.requires_grad}
+    assert set(trainable) == set(INIT_REFERENCE[name]), f"{name}: tensors {sorted(trainable)}"
+    for key, param in trainable.items():
+        try:
+            check_init(param, INIT_REFERENCE[name][key], enc)
+        except AssertionError as error:
+            raise AssertionError(f"{name}.{key}: {error}") from None
+
+
+@pytest.mark.parametrize("spec", [("normal", 0.02), ("uniform", 0.0, 1.0)])
+def test_check_init_rejects_the_defects_it_exists_for(spec):
+    """PyTorch's N(0, 1) Embedding default, a Linear default at C=128, and KERPLE-power's swapped ranges."""
+    torch.manual_seed(0)
+    wrong = {"normal": [torch.randn(33, 16), nn.Linear(128, 128).weight],
+             "uniform": [2 * torch.rand(16), 0.5 * torch.rand(64)]}[spec[0]]  # fmt: skip
+    for value in wrong:
+        with pytest.raises(AssertionError):
+            check_init(value, spec, None)
+
+
+# ----------------------------------------------------------------------------- fully masked rows, every encoding
+
+MASK_VARIANTS = [(name, {}) for name in NAMES] + [("shaw", {"values": True})]
+
+
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name, options", MASK_VARIANTS, ids=[f"{n}{'-values' * bool(o)}" for n, o in MASK_VARIANTS])
+def test_fully_masked_rows_stay_finite_and_do_not_touch_real_tokens(name, options, causal):
+    """A fully padded row and a left-padded row (whose first queries, causal, see no key at all): every output
+    is finite, a real row matches its run alone, and real tokens do not depend on what the padding holds."""
+    if ENCODINGS[name].causal_only and not causal:
+        pytest.skip(f"{name} is causal-only")
+    vocab, L = 50, 8
+    model = Transformer(vocab_size=vocab, encoding=name, encoding_options=options, dim=DIM, depth=2,
+                        num_heads=HEADS, max_length=MAX_LEN, causal=causal)  # fmt: skip
+    model = randomize_(model).eval()
+    tokens = torch.randint(1, vocab, (3, L), generator=torch.Generator().manual_seed(0))
+    real = torch.ones(3, L, dtype=torch.bool)
+    real[1] = False  # fully padded
+    real[2, :3] = False  # left-padded
+    with torch.no_grad():
+        out = model(tokens, padding_mask=real)
+        assert out.isfinite().all(), f"non-finite outputs in rows {(~out.isfinite()).any(-1).any(-1).tolist()}"
+        torch.testing.assert_close(out[0], model(tokens[:1])[0], atol=1e-5, rtol=1e-5)
+        refilled = model(torch.where(real, tokens, (tokens + 7) % vocab), padding_mask=real)
+    torch.testing.assert_close(refilled[real], out[real], atol=1e-5, rtol=1e-5)

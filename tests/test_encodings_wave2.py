@@ -389,7 +389,8 @@ def test_tupe_bert_ad_written_out(name, causal):
 
 def test_tupe_bert_ad_cls_reset_touches_only_the_position_term():
     B, L = 1, 6
-    tied, untied = make("tupe_a", mode="bert_ad", untie_cls=False), make("tupe_a", mode="bert_ad")
+    tied, untied = make("tupe_a", mode="bert_ad"), make("tupe_a", mode="bert_ad", untie_cls=True, cls_first=True)
+    assert tied.untie_cls is False  # BERT-Ad (the paper) has no [CLS] untying: tied by default
     q, k = qk(B, L)
     i = torch.arange(L)
     assert torch.equal(tied.content_bias(q, k, i), untied.content_bias(q, k, i))  # cross terms: no reset

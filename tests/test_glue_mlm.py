@@ -225,3 +225,23 @@ def test_glue_token_ids_are_cached_for_the_next_run(monkeypatch):
     second.setup()
     assert second.datasets["train"].ids == first.datasets["train"].ids
     assert second.datasets["dev"].ids == first.datasets["dev"].ids
+
+
+@pytest.mark.parametrize("encoding", ["tupe_a", "tupe_r"])
+def test_untie_cls_follows_where_cls_sits(encoding):
+    """On by default where position 0 holds [CLS] (masked LM, classification), off for causal LM and synthetic
+    models (causal or not), where forcing it on is a one-line error."""
+    from lightning_modules.causal_lm import CausalLMModel
+    from lightning_modules.masked_lm import MaskedLMModel
+    from lightning_modules.synthetic_model import SyntheticTaskModel
+
+    small = {"encoding": encoding, "dim": 16, "depth": 1, "num_heads": 2, "vocab_size": 20, "max_length": 16}
+    assert MaskedLMModel(**small).encoding.untie_cls is True
+    assert SequenceClassifier(num_labels=2, **small).encoding.untie_cls is True
+    assert MaskedLMModel(**small, encoding_options={"mode": "bert_ad"}).encoding.untie_cls is False  # BERT-Ad
+    without_cls = [CausalLMModel, lambda **kw: SyntheticTaskModel(causal=True, **kw),
+                   lambda **kw: SyntheticTaskModel(causal=False, **kw)]  # fmt: skip
+    for build in without_cls:
+        assert build(**small).encoding.untie_cls is False
+        with pytest.raises(ConfigError, match="untie_cls needs \\[CLS\\] at position 0"):
+            build(**small, encoding_options={"untie_cls": True})

@@ -1,6 +1,7 @@
 """Text LM data (tokenizers, cache, packed blocks, evaluation windows) and the causal LM module."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,7 @@ def test_context_beyond_an_encodings_table_is_inf_not_a_crash():
     batch = {"tokens": torch.zeros(2, 16, dtype=torch.long), "targets": torch.zeros(2, 16, dtype=torch.long)}
     with pytest.warns(UserWarning, match="serves 8 positions, not 16"):
         model._eval_step(batch, "val")
-    assert model.unservable["val"] == {16}
+    assert model.unservable["val"] == {(16, None)}
     assert goal("val/ppl") == "min" and context_name("val", 16) == "val/ppl_ctx_16"
 
 
@@ -125,12 +126,13 @@ def test_few_step_fit_logs_perplexity_per_context(config, encoding, tmp_path, mo
     cli_main([
         "fit", f"--config=configs/{config}.yaml", f"--model.encoding={encoding}", "--model.dim=32",
         "--model.depth=1", "--data.block_size=16", "--data.max_train_blocks=32", "--data.max_eval_tokens=256",
-        "--data.batch_size=8", "--trainer.max_steps=3", "--trainer.val_check_interval=3",
+        "--data.batch_size=8", "--data.eval_stride=8", "--trainer.max_steps=3", "--trainer.val_check_interval=3",
         "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", f"--run.out_dir={tmp_path}",
     ])  # fmt: skip
     (record,) = Path(tmp_path, "runs").glob("*/record.json")
     final = json.loads(record.read_text())["final"]
-    for name in ["val/ppl", "val/loss", "val/ppl_ctx_16", "val/ppl_ctx_32", "val/ppl_ctx_64"]:
+    sliding = ["val/ppl_ctx_16_stride_8", "val/ppl_ctx_32_stride_8", "val/ppl_ctx_64_stride_8"]
+    for name in ["val/ppl", "val/loss", "val/ppl_ctx_16", "val/ppl_ctx_32", "val/ppl_ctx_64", *sliding]:
         assert torch.isfinite(torch.tensor(final[name])), name
     assert final["val/ppl"] == pytest.approx(final["val/ppl_ctx_16"])
 
@@ -144,3 +146,80 @@ def test_token_ids_are_cached_for_the_next_run(monkeypatch):
     second.setup("fit")
     assert not calls and torch.equal(second.train_set.inputs, first.train_set.inputs)
     assert list(first.tokenizer_file.parent.glob(f"{first.tokenizer_file.stem}-*.ids.npy"))
+
+
+# ----------------------------------------------------------------------------- sliding-window evaluation
+
+
+def scored(windows) -> list[tuple[int, list[int]]]:
+    """(window start, the target ids it scores) for every window of a SlidingWindows."""
+    out = []
+    for i in range(len(windows)):
+        item = windows[i]
+        keep = item["targets"] != text.IGNORE_INDEX
+        out.append((int(item["tokens"][0]), item["targets"][keep].tolist()))
+    return out
+
+
+def test_sliding_windows_hand_checked():
+    """12 tokens 0..11, window 4: the non-overlapping windows score targets 1..8 (two windows); stride 2 and 3
+    score the same eight, each once, a later window only its new targets."""
+    ids = torch.arange(12)
+    assert scored(text.SlidingWindows(ids, 4, 2)) == [(0, [1, 2, 3, 4]), (2, [5, 6]), (4, [7, 8])]
+    assert scored(text.SlidingWindows(ids, 4, 3)) == [(0, [1, 2, 3, 4]), (3, [5, 6, 7]), (4, [8])]
+    assert scored(text.SlidingWindows(ids, 4, 1)) == [(0, [1, 2, 3, 4]), (1, [5]), (2, [6]), (3, [7]), (4, [8])]
+    window = text.SlidingWindows(ids, 4, 2)[1]
+    assert window["tokens"].tolist() == [2, 3, 4, 5] and window["targets"].tolist() == [-100, -100, 5, 6]
+    assert int(window["stride"]) == 2
+
+
+@pytest.mark.parametrize("stride", [1, 3, 7, 16])
+def test_sliding_windows_score_each_token_once_with_enough_context(stride):
+    L = 16
+    ids = torch.randint(5, 60, (300,), generator=torch.Generator().manual_seed(0))
+    plain = text.Windows(ids, L)
+    sliding = text.SlidingWindows(ids, L, stride)
+    items = [sliding[i] for i in range(len(sliding))]
+    targets = torch.cat([item["targets"] for item in items])
+    assert torch.equal(targets[targets != text.IGNORE_INDEX], plain.targets.flatten())  # once each, in order
+    for item in items[1:]:  # a later window: at least L - stride tokens of context before a scored one
+        assert (item["targets"][: L - stride] == text.IGNORE_INDEX).all()
+    if stride == L:
+        assert torch.equal(torch.stack([item["tokens"] for item in items]), plain.inputs)
+        assert torch.equal(targets.view(-1, L), plain.targets)
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_sliding_perplexity_equals_non_overlapping_at_stride_window():
+    torch.manual_seed(0)
+    L, vocab = 8, 11
+    model = CausalLMModel(encoding="alibi", dim=16, depth=1, num_heads=2, vocab_size=vocab, max_length=16).eval()
+    ids = torch.randint(0, vocab, (70,), generator=torch.Generator().manual_seed(1))
+    batches = lambda data: [torch.utils.data.default_collate([data[i] for i in range(len(data))])]
+    with torch.no_grad():
+        for data in (text.Windows(ids, L), text.Windows(ids, 2 * L), text.SlidingWindows(ids, L, L),
+                     text.SlidingWindows(ids, 2 * L, L)):  # fmt: skip
+            for batch in batches(data):
+                model._eval_step(batch, "val")
+        values = model._eval_epoch_end("val")
+    assert values["val/ppl_ctx_8"] == pytest.approx(values["val/ppl_ctx_8_stride_8"], rel=1e-6)
+    assert math.isfinite(values["val/ppl_ctx_16_stride_8"])
+    assert values["val/ppl_ctx_16_stride_8"] != pytest.approx(values["val/ppl_ctx_16"], rel=1e-6)  # more context
+    assert {k for k in values if "ctx" in k} == {"val/ppl_ctx_8", "val/ppl_ctx_16", "val/ppl_ctx_8_stride_8",
+                                                 "val/ppl_ctx_16_stride_8"}  # fmt: skip
+
+
+@pytest.mark.parametrize("stride", ["0", "-3", "17"])
+def test_bad_eval_stride_is_one_line_exit_2_and_writes_nothing(stride, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["fit", "--config=configs/lm_tinyshakespeare.yaml", "--data.block_size=16",
+                  f"--data.eval_stride={stride}", f"--run.out_dir={tmp_path}"])  # fmt: skip
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (
+        lines[-1] == f"error: eval_stride must be in [1, block_size=16] (the training window; null = "
+        f"non-overlapping only), got {stride}"
+    )
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(ConfigError, match="eval_stride must be in"):
+        TextDataModule(task="tinyshakespeare", eval_stride=int(stride), **SMALL)

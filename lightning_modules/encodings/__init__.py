@@ -37,7 +37,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
 def encoding_options(name: str) -> list[str]:
     """The keyword options of `name` (beyond dim, num_heads, max_length, causal): its own and its parents',
     up to the base class's (`randomize_positions`, shared by every encoding)."""
-    common = {"self", "dim", "num_heads", "max_length", "causal"}
+    common = {"self", "dim", "num_heads", "max_length", "causal", "cls_first"}
     names = set()
     mro = ENCODINGS[name].__mro__
     for cls in mro[: mro.index(PositionalEncoding) + 1]:
@@ -61,11 +61,13 @@ def check_encoding(name: str, options: dict) -> None:
 
 
 def build_encoding(
-    name: str, *, dim: int, num_heads: int, max_length: int, causal: bool, **options
+    name: str, *, dim: int, num_heads: int, max_length: int, causal: bool, cls_first: bool = False, **options
 ) -> PositionalEncoding:
-    """Build the registered encoding `name`; unknown names and options are one-line errors."""
+    """Build the registered encoding `name`; unknown names and options are one-line errors. `cls_first`:
+    position 0 always holds [CLS] (the masked-LM and classification models set it)."""
     check_encoding(name, options)
-    return ENCODINGS[name](dim=dim, num_heads=num_heads, max_length=max_length, causal=causal, **options)
+    return ENCODINGS[name](dim=dim, num_heads=num_heads, max_length=max_length, causal=causal,
+                           cls_first=cls_first, **options)  # fmt: skip
 
 
 __all__ = [

@@ -86,14 +86,17 @@ class PositionalEncoding(nn.Module):
     `randomize_positions` (Ruoss et al. 2023, every encoding): at training time the Transformer feeds
     sorted distinct positions sampled from [0, randomize_positions) instead of 0..L-1; encodings with a
     table size it by `num_positions = max(max_length, randomize_positions)`.
+    `cls_first`: set by the model (not an option) when position 0 always holds [CLS] (masked-LM and
+    classification); TUPE's [CLS] untying is on by default only then.
+    Initialisation: every trainable tensor starts as the method's reference code does, stated with its
+    source in the encoding's docstring; `INIT_REFERENCE` in tests/test_encodings.py holds the table of them.
     """
 
     causal_only: ClassVar[bool] = False  # refuses bidirectional use (e.g. xPos)
     shift_invariant: ClassVar[bool] = False  # logits unchanged when every position moves by a constant
 
-    def __init__(
-        self, *, dim: int, num_heads: int, max_length: int, causal: bool, randomize_positions: int | None = None
-    ):
+    def __init__(self, *, dim: int, num_heads: int, max_length: int, causal: bool, cls_first: bool = False,
+                 randomize_positions: int | None = None):  # fmt: skip
         super().__init__()
         if dim % num_heads:
             raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
@@ -104,6 +107,7 @@ class PositionalEncoding(nn.Module):
                 f"randomize_positions={randomize_positions} must be >= the longest sequence (max_length={max_length})"
             )
         self.dim, self.num_heads, self.max_length, self.causal = dim, num_heads, max_length, causal
+        self.cls_first = cls_first  # position 0 holds [CLS] (set by the model, never by the user)
         self.head_dim = dim // num_heads
         self.randomize_positions = randomize_positions
         self.num_positions = max(max_length, randomize_positions or 0)  # rows a position table needs

@@ -2,6 +2,7 @@ from torch import Tensor, nn
 
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.t5_bias import bucket_bias, relative_distance, t5_bucket
+from lightning_modules.encodings.tupe import bert_init
 
 
 class BertR(LearnedAbsolute):
@@ -11,6 +12,8 @@ class BertR(LearnedAbsolute):
     absolute embedding (as `learned`, all of its options) and the relative term of TUPE-R, i.e. T5's
     buckets (32, max distance 128) into a (buckets, heads) table shared by all layers and added to the
     logits unscaled, with no [CLS] reset (that belongs to TUPE). `positional_logits` is the relative term.
+    Init: both tables N(0, 0.02), as the official TUPE code's `init_bert_params` (github.com/guolinke/TUPE,
+    `--rel-pos` without TUPE's untied term is this baseline).
     """
 
     name = "bert_r"
@@ -19,6 +22,7 @@ class BertR(LearnedAbsolute):
         super().__init__(**kwargs)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.relative_table = nn.Embedding(num_buckets, self.num_heads)
+        bert_init(self.relative_table)
 
     def buckets(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, L) bucket ids."""

@@ -26,7 +26,9 @@ class DeBERTa(PositionalEncoding):
     indexes p2c by i - j too, where the paper writes delta(j, i)). Kr, Qr = projections of LayerNorm(a
     (2S, C) relative table), as v2/v3; our choice: the encoding owns ONE pair of position projections
     shared by all layers (DeBERTa has them per layer, v2/v3 reuse each layer's content W^Q, W^K). Relative
-    only (position_biased_input off, as v2/v3; no enhanced mask decoder). BERT init N(0, 0.02). Checked
+    only (position_biased_input off, as v2/v3; no enhanced mask decoder). Init as the official code's
+    `init_weights` (microsoft/DeBERTa, `initializer_range` 0.02): table and projection weights N(0, 0.02),
+    biases 0, LayerNorm 1 / 0. Checked
     against a written-out copy of the official `disentangled_attention_bias`.
     Shapes: q, k (B, H, L, D); Kr, Qr (H, 2S, D); content_bias (B, H, L, L).
     """

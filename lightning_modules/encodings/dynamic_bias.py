@@ -12,6 +12,8 @@ class DynamicBias(PositionalEncoding):
     x-transformers' `DynamicPositionBias` (after Wang et al. 2021, CrossFormer), checked against it with
     copied weights: Linear(1, W) -> SiLU, (`depth` - 1) x [Linear(W, W) -> SiLU], Linear(W, H); width W =
     `hidden_dim` (default C / 4, as x-transformers); `log_distance`: the input is sign(x) log(|x| + 1).
+    Init: PyTorch's default Linear init (U(-1/sqrt(fan_in), 1/sqrt(fan_in))), as x-transformers, which
+    does not re-initialise it.
     Added unscaled, shared by all layers. The MLP runs on every (i, j) pair, so positions need not be
     contiguous. As x-transformers, the MLP runs once per distinct distance (at most 2L - 1 rows for 0..L-1,
     instead of L^2 pairs) and the pairs look their row up; the distinct distances and each pair's row

@@ -11,7 +11,8 @@ class FIRE(PositionalEncoding):
     Transformers". As the reference PyTorch implementation: f = Linear(1, `mlp_width`) -> ReLU ->
     Linear(`mlp_width`, H); learned c (init `init_c` 0.1, used as |c x|) and threshold
     L_thr = |multiplier * `init_threshold`| (a learned multiplier, init 1, times a frozen 512), eps 1e-6
-    added to the normaliser. i is the query's position, so the bias depends on where the query sits
+    added to the normaliser; the MLP keeps PyTorch's default Linear init, as that code (weights and biases
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in))). i is the query's position, so the bias depends on where the query sits
     (not shift-invariant once i > L_thr). Causal: i - j >= 0 under the mask (the paper); bidirectional: the
     same formula on |i - j| (our choice). One MLP shared by all layers.
     Checked against the closed form with a hand-set MLP. Shapes: bias (H, L, L) or (B, H, L, L).

@@ -50,9 +50,10 @@ class LearnedAbsolute(PositionalEncoding):
     """Learned absolute position table added to the token embeddings (BERT, GPT-2).
 
     Devlin et al. 2019; Radford et al. 2019; studied in Wang & Chen 2020 (PE-Study, PAPERS.md section 1).
-    Table (num_positions, C), initialised N(0, init_std^2) as in BERT/GPT-2; with `randomize_positions` it has
-    that many rows. Positions beyond it are refused with a clear error (never an index error). Checked against
-    x-transformers' `AbsolutePositionalEmbedding` (with its l2norm/scale options off).
+    Table (num_positions, C), initialised N(0, init_std^2), 0.02 by default as BERT's `initializer_range`
+    (google-research/bert config; HF `BertPreTrainedModel._init_weights`, also HF GPT-2's); with
+    `randomize_positions` it has that many rows. Positions beyond it are refused with a clear error (never an
+    index error). Checked against x-transformers' `AbsolutePositionalEmbedding` (with its l2norm/scale options off).
     PE-Study transfer: `init_from` a saved (max_len, d') table, a local .pt (one tensor) or .npy file only -
     Hugging Face models cannot be loaded offline, so export e.g. `position_embeddings.weight` first; reduced
     by PCA to C when d' != C, rows `init_rows` "first" or "every_k" (every `init_stride`-th: the paper's skip

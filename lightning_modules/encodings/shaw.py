@@ -9,13 +9,17 @@ from lightning_modules.errors import ConfigError
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float) -> Tensor:
     """SDPA's softmax weights written out: (B, H, L, L) from q, k and a bool (True = may attend), float or
-    absent mask, with the same meaning as `scaled_dot_product_attention`'s."""
+    absent mask, with the same meaning as `scaled_dot_product_attention`'s. A query that may attend no key
+    (a fully padded row, or a left-padded causal one) gets all-zero weights, as SDPA gives it, not NaN (which
+    would reach the real tokens through 0 * NaN in the next layer); its logits are zeroed before the softmax
+    so the backward stays finite too."""
     logits = q @ k.transpose(-1, -2) * scale  # (B, H, L, L)
     if is_causal:
         mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
     if mask is not None:
         logits = logits.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else logits + mask
-    return logits.softmax(dim=-1)
+    empty = logits.isneginf().all(dim=-1, keepdim=True)  # (B, H, L, 1) queries with no key
+    return logits.masked_fill(empty, 0.0).softmax(dim=-1).masked_fill(empty, 0.0)
 
 
 class Shaw(PositionalEncoding):
@@ -26,7 +30,10 @@ class Shaw(PositionalEncoding):
     `values`: z_i = sum_j w_ij (v_j + a^V_ij), through the `attend` hook (explicit softmax, the only path
     that needs the weights; without it attention stays on SDPA). a^K, a^V: (2k + 1, D) tables, k =
     `max_relative`, shared by the heads (as the paper) and, our choice, by all layers (the paper has one pair
-    per layer); init N(0, 0.02). Checked against written-out formulas.
+    per layer). Init as the reference tensor2tensor code (`_generate_relative_positions_embeddings`, a
+    `tf.get_variable` under transformer_base's `uniform_unit_scaling` initializer, gain 1: variance scaling,
+    fan_avg, uniform), i.e. Glorot uniform U(-a, a), a = sqrt(6 / (2k + 1 + D)).
+    Checked against written-out formulas.
     Shapes: q, k, v (B, H, L, D); index (L, L) or (B, L, L); content_bias (B, H, L, L).
     """
 
@@ -42,7 +49,7 @@ class Shaw(PositionalEncoding):
         self.value_table = nn.Embedding(2 * max_relative + 1, self.head_dim) if values else None  # a^V
         for table in (self.key_table, self.value_table):
             if table is not None:
-                nn.init.normal_(table.weight, std=0.02)
+                nn.init.xavier_uniform_(table.weight)
 
     def relative_index(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, L) table rows clip(j - i, -k, k) + k; once per length (`cached`)."""

@@ -50,19 +50,21 @@ class T5Bias(PositionalEncoding):
     Checked against x-transformers' `RelativePositionBias` (scale 1) with the same table.
     `scale`: the table is multiplied by it, sqrt(D) by default as in x-transformers: the same family
     of biases, but Adam moves them sqrt(D) times faster (T5 itself trained with lr 1e-2). `init_std`:
-    the table starts N(0, init_std^2).
+    the table starts N(0, init_std^2); unset, C^-0.5 / scale, so the bias itself starts N(0, 1/C) as T5's
+    `relative_attention_bias` (HF transformers' T5 port, `T5PreTrainedModel._init_weights`, factor 1: std
+    d_model^-0.5); x-transformers' own default (N(0, 1) times sqrt(D)) is not T5's.
     """
 
     name = "t5_bias"
     shift_invariant = True
 
-    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, init_std: float = 0.02,
+    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, init_std: float | None = None,
                  scale: float | None = None, **common):  # fmt: skip
         super().__init__(**common)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.scale = self.head_dim**0.5 if scale is None else scale
         self.table = nn.Embedding(num_buckets, self.num_heads)
-        nn.init.normal_(self.table.weight, std=init_std)
+        nn.init.normal_(self.table.weight, std=self.dim**-0.5 / self.scale if init_std is None else init_std)
 
     def buckets(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, L) bucket ids."""

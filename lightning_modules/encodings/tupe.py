@@ -8,6 +8,16 @@ from lightning_modules.errors import ConfigError
 MODES = ("untied", "bert_ad")
 
 
+def bert_init(*modules: nn.Module) -> None:
+    """The official TUPE code's `init_bert_params` (github.com/guolinke/TUPE, applied to the whole model by
+    `BertModel.__init__`, so also to its position table, U^Q / U^K and relative table): Linear and Embedding
+    weights N(0, 0.02), Linear biases 0."""
+    for module in modules:
+        nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
 class TupeA(PositionalEncoding):
     """TUPE-A: untied absolute positional attention, no position added to the word embeddings.
 
@@ -15,7 +25,12 @@ class TupeA(PositionalEncoding):
     section 2). Logits = (x W^Q)(x W^K)^T / sqrt(2D) + (p U^Q)(p U^K)^T / sqrt(2D), p = LayerNorm of a
     learned table, U^Q, U^K per head and shared across layers (so the term is one shared bias).
     `untie_cls`: row 0 ([CLS] attending) := theta_1, column 0 for rows >= 1 := theta_2, as in the
-    official code: table row 0 is p_theta1, row 1 is position 0 and also gives p_theta2.
+    official code: table row 0 is p_theta1, row 1 is position 0 and also gives p_theta2. Only meaningful
+    where position 0 holds [CLS]: unset, it follows `cls_first` (on for the masked-LM and classification
+    models, off for causal, synthetic and translation models) and is off for `mode="bert_ad"` (the paper's
+    BERT-Ad has no [CLS] untying); set true without [CLS] at position 0 it is refused.
+    Init (`bert_init`): table, U^Q, U^K N(0, 0.02), biases 0, LayerNorm 1 / 0, as the official code's
+    `init_bert_params` (github.com/guolinke/TUPE); PyTorch's default Linear init would be 2.5x larger at C=128.
     `proj_bias`: the official code's bias on U^Q, U^K (off: the paper has none).
     `mode="bert_ad"`: the paper's BERT-Ad ablation, the cross terms kept with untied projections:
     ((x W^Q)(x W^K)^T + (x W^Q)(p U^K)^T + (p U^Q)(x W^K)^T + (p U^Q)(p U^K)^T) / sqrt(4D); the cross terms
@@ -27,16 +42,22 @@ class TupeA(PositionalEncoding):
 
     name = "tupe_a"
 
-    def __init__(self, *, untie_cls: bool = True, proj_bias: bool = False, mode: str = "untied", **common):
+    def __init__(self, *, untie_cls: bool | None = None, proj_bias: bool = False, mode: str = "untied", **common):
         super().__init__(**common)
         if mode not in MODES:
             raise ConfigError(f"unknown tupe mode {mode!r}; choose one of: {', '.join(MODES)}")
+        if untie_cls and not self.cls_first:
+            raise ConfigError(f"{self.name}: untie_cls needs [CLS] at position 0 (masked-LM or classification "
+                              "models); this model has none: leave untie_cls unset or false")  # fmt: skip
+        if untie_cls is None:
+            untie_cls = self.cls_first and mode != "bert_ad"
         self.max_positions, self.untie_cls, self.mode = self.num_positions, untie_cls, mode
         self.table = nn.Embedding(self.num_positions + 1, self.dim)  # row 0: p_theta1; row p+1: position p
-        nn.init.normal_(self.table.weight, std=0.02)
+        bert_init(self.table)
         self.norm = nn.LayerNorm(self.dim)
         self.proj_q = nn.Linear(self.dim, self.dim, bias=proj_bias)
         self.proj_k = nn.Linear(self.dim, self.dim, bias=proj_bias)
+        bert_init(self.proj_q, self.proj_k)
 
     def attention_scale(self) -> float:
         return ((4 if self.mode == "bert_ad" else 2) * self.head_dim) ** -0.5
@@ -89,7 +110,8 @@ class TupeR(TupeA):
     Ke, He & Liu, ICLR 2021 (PAPERS.md section 2). Buckets as T5 (32, max distance 128). With
     `untie_cls` the [CLS] row and column get their own buckets, as in the official code: row 0 ->
     bucket 16 (never produced bidirectionally), column 0 -> an extra bucket 32; causal mode uses
-    two extra buckets (32, 33) since all 32 are produced there.
+    two extra buckets (32, 33) since all 32 are produced there. Relative table N(0, 0.02) (`bert_init`,
+    the official code's `init_bert_params`; PyTorch's default N(0, 1) would shape attention from step 0).
     """
 
     name = "tupe_r"
@@ -100,6 +122,7 @@ class TupeR(TupeA):
         self.cls_buckets = (num_buckets // 2, num_buckets) if not self.causal else (num_buckets, num_buckets + 1)
         extra = (1 if not self.causal else 2) if self.untie_cls else 0
         self.relative_table = nn.Embedding(num_buckets + extra, self.num_heads)
+        bert_init(self.relative_table)
 
     def relative_buckets(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, L) bucket ids, with the [CLS] reset when untied; once per length
