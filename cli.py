@@ -58,9 +58,10 @@ class PECLI(LightningCLI):
         parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.max_seq_len", "model.init_args.max_length", apply_on="instantiate")
         # classifier only: a link whose source attribute is missing is skipped, one whose target parameter
-        # is missing still lands in the model's hparams, hence the GLUE-only source names
-        parser.link_arguments("data.glue_task", "model.init_args.task", apply_on="instantiate")
+        # is missing still lands in the model's hparams, hence source names only classification data has
+        parser.link_arguments("data.classifier_task", "model.init_args.task", apply_on="instantiate")
         parser.link_arguments("data.num_labels", "model.init_args.num_labels", apply_on="instantiate")
+        parser.link_arguments("data.label_names", "model.init_args.labels", apply_on="instantiate")
         parser.link_arguments("model.init_args.causal", "data.init_args.causal", apply_on="parse")
         # fine-tuning: the data reads the pre-trained checkpoint's tokenizer (links skip classes without these)
         parser.link_arguments("model.init_args.init_from", "data.init_args.init_from", apply_on="parse")
@@ -106,7 +107,8 @@ class PECLI(LightningCLI):
         }  # fmt: skip
         resolved = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_link_targets=False))
         model_args = resolved["model"]["init_args"]  # values linked at instantiation are not in `config`
-        model_args.update({k: v for k, v in self.model.hparams.items() if k in model_args})
+        # (a None default is left out of the dump: a value linked into it, e.g. the class names, is added)
+        model_args.update({k: v for k, v in self.model.hparams.items() if k in model_args or v is not None})
         callbacks = [RunRecord(run_dir, identity, resolved)]
         if config.trainer.enable_checkpointing is not False:
             callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True))
