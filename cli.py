@@ -8,6 +8,7 @@ To run:
     python cli.py sweep sweeps/quickstart.yaml --workers 2
     python cli.py compare --sweep quickstart --report out/report
     python cli.py probe --encoding sinusoidal --max-length 512 --dim 768
+    python cli.py probe --hf-model path/to/gpt2          # a pre-trained model's position table
 
 `fit | validate | test | predict` are LightningCLI's; every run logs to W&B (offline without an API
 key) and leaves a record under `<run.out_dir>/runs/<name>-<time>/`.
@@ -129,7 +130,7 @@ def sweep_main(args: list[str]):
 
 
 def probe_main(args: list[str]):
-    """`cli.py probe --encoding NAME --max-length N --dim D | --ckpt PATH [--report DIR]`"""
+    """`cli.py probe --encoding NAME --max-length N --dim D | --ckpt PATH | --hf-model NAME_OR_DIR | --table FILE`"""
     from lightning_modules.probes import probe_main as main
 
     return main(args)
