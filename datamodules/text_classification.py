@@ -283,7 +283,7 @@ class TextClassificationDataModule(SplitDataModule):
         if hub_name:
             splits, train_source = self._read_hub(hub_name, spec, text_column, label_column, data_dir)
         else:
-            splits, train_source = self._read_files(spec, preset, train_file, val_file, test_file, data_dir)
+            splits, train_source = self._read_files(spec, train_file, val_file, test_file, data_dir)
         self.task = preset or "cls-" + Path(train_file).stem
         self.classifier_task = self.task  # source of cli.py's link to the classifier (its metrics)
         self.label_names = sorted_labels(splits["train"][1])
@@ -309,7 +309,7 @@ class TextClassificationDataModule(SplitDataModule):
         texts = list(zip(*(column(table, name, path) for name in self.text_columns)))
         return texts, column(table, self.label_column, path)
 
-    def _read_files(self, spec, preset, train_file, val_file, test_file, data_dir) -> tuple[dict, str]:
+    def _read_files(self, spec, train_file, val_file, test_file, data_dir) -> tuple[dict, str]:
         if train_file is None and spec.local is None:
             raise ConfigError(spec.offline)
         train_path = resolve_dir(train_file) if train_file else resolve_dir(data_dir) / spec.local
