@@ -364,7 +364,8 @@ class TextClassificationDataModule(SplitDataModule):
             rows, val = cut(labels, rows, self.val_fraction, self.split_seed)
             given["val"] = ([texts[i] for i in val], [labels[i] for i in val])
             where["val"] = f"{source} (held-out {self.val_fraction:.0%} of the training rows)"
-        rows = np.sort(rows)
+        # the cuts return their rows shuffled (by split_seed): keep that order, so `max_train_examples` takes a
+        # random subset even of a file sorted by class (SentEval files list one class after the other)
         given["train"] = ([texts[i] for i in rows], [labels[i] for i in rows])
         return {name: (*given[name], where[name]) for name in ("train", "val", "test")}
 

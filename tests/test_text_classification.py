@@ -158,6 +158,7 @@ def test_local_presets_read_senteval_files_with_10_fold_protocol(preset):
     total = {"mr": 10662, "cr": 3771, "subj": 10000, "mpqa": 10603}[preset]
     assert dm.folds == 10 and dm.num_labels == 2 and abs(sizes["test"] - total / 10) <= 1
     assert set(dm.label_names) in ({"neg", "pos"}, {"objective", "subjective"})
+    assert set(dm.splits["train"][1]) == {0.0, 1.0}  # the files list one class first: a cut subset has both
 
 
 @pytest.mark.parametrize("preset", [p for p, spec in PRESETS.items() if not spec.local])
