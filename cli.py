@@ -8,6 +8,7 @@ To run:
     python cli.py sweep sweeps/quickstart.yaml --workers 2
     python cli.py compare --sweep quickstart --report out/report
     python cli.py probe --encoding sinusoidal --max-length 512 --dim 768
+    python cli.py probe --hf-model path/to/gpt2          # a pre-trained model's position table
 
 `fit | validate | test | predict` are LightningCLI's; every run logs to W&B (offline without an API
 key) and leaves a record under `<run.out_dir>/runs/<name>-<time>/`.
@@ -59,9 +60,10 @@ class PECLI(LightningCLI):
         parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.max_seq_len", "model.init_args.max_length", apply_on="instantiate")
         # classifier only: a link whose source attribute is missing is skipped, one whose target parameter
-        # is missing still lands in the model's hparams, hence the GLUE-only source names
-        parser.link_arguments("data.glue_task", "model.init_args.task", apply_on="instantiate")
+        # is missing still lands in the model's hparams, hence source names only classification data has
+        parser.link_arguments("data.classifier_task", "model.init_args.task", apply_on="instantiate")
         parser.link_arguments("data.num_labels", "model.init_args.num_labels", apply_on="instantiate")
+        parser.link_arguments("data.label_names", "model.init_args.labels", apply_on="instantiate")
         parser.link_arguments("model.init_args.causal", "data.init_args.causal", apply_on="parse")
         # fine-tuning: the data reads the pre-trained checkpoint's tokenizer (links skip classes without these)
         parser.link_arguments("model.init_args.init_from", "data.init_args.init_from", apply_on="parse")
@@ -107,7 +109,8 @@ class PECLI(LightningCLI):
         }  # fmt: skip
         resolved = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_link_targets=False))
         model_args = resolved["model"]["init_args"]  # values linked at instantiation are not in `config`
-        model_args.update({k: v for k, v in self.model.hparams.items() if k in model_args})
+        # (a None default is left out of the dump: a value linked into it, e.g. the class names, is added)
+        model_args.update({k: v for k, v in self.model.hparams.items() if k in model_args or v is not None})
         callbacks = [RunRecord(run_dir, identity, resolved)]
         if config.trainer.enable_checkpointing is not False:
             callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True))
@@ -128,7 +131,7 @@ def sweep_main(args: list[str]):
 
 
 def probe_main(args: list[str]):
-    """`cli.py probe --encoding NAME --max-length N --dim D | --ckpt PATH [--report DIR]`"""
+    """`cli.py probe --encoding NAME --max-length N --dim D | --ckpt PATH | --hf-model NAME_OR_DIR | --table FILE`"""
     from lightning_modules.probes import probe_main as main
 
     return main(args)

@@ -205,10 +205,11 @@ class GLUEDataModule(pl.LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.check_args(task, tokenizer)
-        self.task = self.glue_task = task  # glue_task: the source of cli.py's link to the classifier
+        self.task = self.classifier_task = task  # classifier_task: the source of cli.py's link to the classifier
         self.spec, self.seed = GLUE_TASKS[task], seed
         self.batch_size, self.num_workers, self.max_length = batch_size, num_workers, max_length
         self.num_labels = 1 if self.spec.labels is None else len(self.spec.labels)
+        self.label_names = None if self.spec.labels is None else list(self.spec.labels)  # linked to the model
         self.splits = self._read(data_dir, hub_name, max_train_examples, max_eval_examples)
         self.max_seq_len = max_length
         if init_from:

@@ -1,4 +1,5 @@
-"""LightningModule for sentence(-pair) classification and regression: GLUE fine-tuning and from scratch."""
+"""LightningModule for sentence(-pair) classification and regression: GLUE fine-tuning and from scratch, and
+any text-classification set with any number of classes (datamodules/text_classification.py)."""
 
 from pathlib import Path
 
@@ -6,7 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
-from torchmetrics.classification import BinaryAccuracy, BinaryF1Score, BinaryMatthewsCorrCoef
+from torchmetrics.classification import (
+    BinaryAccuracy,
+    BinaryF1Score,
+    BinaryMatthewsCorrCoef,
+    MulticlassAccuracy,
+    MulticlassF1Score,
+)
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
 from lightning_modules import metrics as M
@@ -36,9 +43,22 @@ SCORE = "score"
 
 
 def task_metrics(task: str, num_labels: int) -> MetricCollection:
-    """The task's GLUE metrics (accuracy for an unknown task with classes, Pearson/Spearman for regression)."""
-    names = GLUE_METRICS.get(task) or (("acc",) if num_labels > 1 else ("pearson", "spearman"))
-    return MetricCollection({n: METRICS[n]() for n in names})
+    """The task's GLUE metrics; for any other task with classes accuracy and macro-F1 over `num_labels`
+    classes (`acc`, `macro_f1`); Pearson/Spearman for regression (one output)."""
+    if task in GLUE_METRICS:
+        return MetricCollection({n: METRICS[n]() for n in GLUE_METRICS[task]})
+    if num_labels > 1:
+        return MetricCollection({
+            "acc": MulticlassAccuracy(num_labels, average="micro"),
+            "macro_f1": MulticlassF1Score(num_labels, average="macro"),
+        })  # fmt: skip
+    return MetricCollection({n: METRICS[n]() for n in ("pearson", "spearman")})
+
+
+def score_names(task: str, names) -> list[str]:
+    """Metrics averaged into `score`: all of a GLUE task's (as the leaderboard), else accuracy when there is
+    one (PE-Study's metric), else all."""
+    return list(names) if task in GLUE_METRICS or "acc" not in names else ["acc"]
 
 
 class SequenceClassifier(TaskModule):
@@ -51,7 +71,9 @@ class SequenceClassifier(TaskModule):
     d=256, 8 heads, FFN 512 (configs/glue_from_scratch.yaml). Two classes use cross-entropy; one output
     (STS-B) regresses the score with mean squared error. Logs `train/loss`, `val/loss`, every GLUE
     metric of the task (`val/acc`, `val/f1`, `val/mcc`, `val/pearson`, `val/spearman`) and `val/score`,
-    their mean. `task`, `num_labels`, `vocab_size` and `max_length` are linked from the data.
+    their mean. Any other task (datamodules/text_classification.py) logs `val/acc` and `val/macro_f1` over
+    `num_labels` classes and `val/score` = accuracy. `task`, `num_labels`, `labels` (the class names, kept in
+    the hparams so a checkpoint knows them), `vocab_size` and `max_length` are linked from the data.
     """
 
     def __init__(
@@ -73,6 +95,7 @@ class SequenceClassifier(TaskModule):
         lr_decay: str = "linear",
         task: str = "sst2",  # linked from data.task
         num_labels: int = 2,  # linked from data.num_labels; 1 = regression
+        labels: list[str] | None = None,  # linked from data.label_names: class names in id order
         vocab_size: int = 8000,  # linked from data.vocab_size
         max_length: int = 128,  # linked from data.max_seq_len
         compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
@@ -82,6 +105,8 @@ class SequenceClassifier(TaskModule):
         check_lr_decay(lr_decay)
         if pooling not in POOLINGS:
             raise ConfigError(f"unknown pooling {pooling!r}; choose one of: {', '.join(POOLINGS)}")
+        if labels is not None and len(labels) != num_labels:
+            raise ConfigError(f"num_labels={num_labels} but {len(labels)} class names were given: {labels}")
         self.transformer = transformer_from_hparams(self.hparams, causal=False, cls_first=True)
         if compile:
             compile_blocks(self.transformer)
@@ -138,8 +163,10 @@ class SequenceClassifier(TaskModule):
         self.metrics[stage].update(predictions, labels)
 
     def _eval_epoch_end(self, stage: str) -> None:
-        values = {M.name(stage, k): v.item() for k, v in self.metrics[stage].compute().items()}
-        values[M.name(stage, SCORE)] = sum(values.values()) / len(values)
+        computed = {k: v.item() for k, v in self.metrics[stage].compute().items()}
+        scored = score_names(self.hparams.task, computed)
+        values = {M.name(stage, k): v for k, v in computed.items()}
+        values[M.name(stage, SCORE)] = sum(computed[k] for k in scored) / len(scored)
         values[M.name(stage, M.LOSS)] = self.losses[stage].compute().item()
         self.metrics[stage].reset()
         self.losses[stage].reset()

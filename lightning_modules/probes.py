@@ -6,8 +6,10 @@ Two linear probes on a matrix E of position vectors (PAPERS.md section 1) and th
 - relative position classification: concat(E[i], E[j]) -> (j > i), logistic regression, 5-fold CV,
   error rate over `pairs` sampled pairs, repeated over seeds (the official 512 pairs move with the seed);
 - cosine-similarity heatmap of E, 2-D PCA of E, and the encoding's positional logits per head.
-E is the encoding's table (`.weight`) when it has one, else the first-layer hidden states of a constant
-input, which is how table-free encodings (rope, t5_bias, alibi, tupe_*, none) are probed here. Caveat:
+E is a pre-trained model's table (`--hf-model`: GPT-2, BERT, RoBERTa through transformers, RoBERTa's padding
+offset removed; `--table`: a .npy / .pt file; see lightning_modules/position_tables.py), or the encoding's
+table (`.weight`) when it has one, else the first-layer hidden states of a constant input, which is how
+table-free encodings (rope, t5_bias, alibi, tupe_*, none) are probed here. Caveat:
 those encodings act only on attention weights, and attention over a constant input averages identical
 values, so their hidden states carry no position: the rows come out identical, which is flagged
 (`identical_rows`) and scored at chance instead of fitting float rounding noise.
@@ -15,6 +17,8 @@ values, so their hidden states carry no position: the rows come out identical, w
 To run:
     python cli.py probe --encoding sinusoidal --max-length 512 --dim 768 --report out/probe-sinusoidal
     python cli.py probe --ckpt out/runs/<run>/checkpoints/last.ckpt --report out/probe-run
+    python cli.py probe --hf-model path/to/gpt2 --report out/probe-gpt2     # a folder saved by transformers
+    python cli.py probe --table table.npy
 
 Shape legend: N positions, C model width, H heads, L length.
 """
@@ -31,6 +35,7 @@ from sklearn.model_selection import KFold
 
 from lightning_modules.encodings import ENCODINGS, check_encoding_name
 from lightning_modules.errors import ConfigError
+from lightning_modules.position_tables import hf_position_table, load_table_file
 from lightning_modules.transformer import Transformer
 from tracking.options import parse_options
 
@@ -47,7 +52,9 @@ class ProbeOptions:
 
     encoding: str | None = None  # registry name: probe a freshly built (untrained) encoding
     ckpt: str | None = None  # SyntheticTaskModel checkpoint: probe its trained encoding
-    max_length: int | None = None  # positions probed; default 512, or the checkpoint's max_length
+    hf_model: str | None = None  # Hugging Face GPT-2 / BERT / RoBERTa folder (or hub name): its position table
+    table: str | None = None  # a (positions, width) table in a .npy or .pt file
+    max_length: int | None = None  # positions probed; default 512, the checkpoint's max_length, or all rows
     dim: int = 768  # bare encoding only (the paper's 768-d embeddings)
     num_heads: int = 12  # bare encoding only
     causal: bool = True  # bare encoding only: the 1-layer Transformer used for hidden states
@@ -197,8 +204,10 @@ def check_length(length: int) -> None:
 
 def check_options(opts: ProbeOptions) -> None:
     """One-line ConfigErrors for bad options, before anything is built or loaded."""
-    if (opts.encoding is None) == (opts.ckpt is None):
-        raise ConfigError(f"give exactly one of --encoding ({', '.join(ENCODINGS)}) or --ckpt PATH")
+    sources = [opts.encoding, opts.ckpt, opts.hf_model, opts.table]
+    if sum(source is not None for source in sources) != 1:
+        raise ConfigError(f"give exactly one of --encoding ({', '.join(ENCODINGS)}), --ckpt PATH, "
+                          "--hf-model NAME_OR_DIR or --table FILE")  # fmt: skip
     if opts.encoding is not None:
         check_encoding_name(opts.encoding)
     if opts.ckpt is not None and not Path(opts.ckpt).is_file():
@@ -207,6 +216,21 @@ def check_options(opts: ProbeOptions) -> None:
         check_length(opts.max_length)
     if opts.pairs < MIN_PAIRS or opts.seeds < 1:
         raise ConfigError(f"need --pairs >= {MIN_PAIRS} and --seeds >= 1, got {opts.pairs} and {opts.seeds}")
+
+
+def saved_table(opts: ProbeOptions) -> tuple[np.ndarray, str, list[str]]:
+    """E (N, C) in float64 from `--hf-model` or `--table` (its first max_length rows), its name and notes."""
+    if opts.hf_model is not None:
+        table, name = hf_position_table(opts.hf_model), Path(opts.hf_model.rstrip("/")).name
+        notes = [f"pre-trained position table of the Hugging Face model {opts.hf_model}"]
+    else:
+        table, name = load_table_file(opts.table, "--table"), Path(opts.table).stem
+        notes = [f"table read from {opts.table}"]
+    length = opts.max_length or table.shape[0]
+    check_length(length)
+    if length > table.shape[0]:
+        raise ConfigError(f"max_length={length} exceeds the {table.shape[0]} rows of the table")
+    return table[:length].double().numpy(), name, notes
 
 
 def resolve(opts: ProbeOptions) -> tuple[Transformer, int, list[str]]:
@@ -238,11 +262,11 @@ def pca_2d(E: np.ndarray) -> np.ndarray:
     return centred @ vt[:2].T
 
 
-def figure_arrays(E: np.ndarray, transformer: Transformer, length: int) -> dict[str, np.ndarray]:
+def figure_arrays(E: np.ndarray, transformer: Transformer | None, length: int) -> dict[str, np.ndarray]:
     """The arrays behind the figures: cosine (N, N), pca (N, 2) and, when the encoding has them,
-    logits (H, L, L) from `positional_logits`."""
+    logits (H, L, L) from `positional_logits` (none for a saved table: `transformer` None)."""
     arrays = {"cosine": cosine_similarity_matrix(E), "pca": pca_2d(E)}
-    logits = transformer.encoding.positional_logits(length)
+    logits = None if transformer is None else transformer.encoding.positional_logits(length)
     if logits is not None:
         arrays["logits"] = logits.float().cpu().numpy()
     return arrays
@@ -351,9 +375,15 @@ def results_table(result: ProbeResult):
 
 def run_probe(opts: ProbeOptions) -> ProbeResult:
     """Both PE-Study probes (Wang & Chen 2020) on a bare encoding or a checkpoint, plus the report."""
-    transformer, length, notes = resolve(opts)
-    name = transformer.encoding.name
-    E, source = position_vectors(transformer, length, opts.token, opts.hidden)
+    check_options(opts)
+    if opts.hf_model is not None or opts.table is not None:
+        transformer = None
+        E, name, notes = saved_table(opts)
+        source, length = TABLE, len(E)
+    else:
+        transformer, length, notes = resolve(opts)
+        name = transformer.encoding.name
+        E, source = position_vectors(transformer, length, opts.token, opts.hidden)
     E, identical = collapse_rounding_noise(E)
     if source == HIDDEN:
         notes.append(f"probed: {HIDDEN} (token {opts.token}), not an embedding table")
@@ -376,7 +406,8 @@ def run_probe(opts: ProbeOptions) -> ProbeResult:
 
 
 def probe_main(args: list[str]) -> ProbeResult:
-    """`cli.py probe (--encoding NAME | --ckpt PATH) [--max-length N] [--pairs 512] [--seeds 5] ...`"""
+    """`cli.py probe (--encoding NAME | --ckpt PATH | --hf-model NAME_OR_DIR | --table FILE) [--max-length N]
+    [--pairs 512] [--seeds 5] ...`"""
     from rich.console import Console
 
     opts = parse_options(ProbeOptions, args)

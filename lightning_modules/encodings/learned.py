@@ -1,26 +1,17 @@
-from pathlib import Path
-
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.errors import ConfigError
+from lightning_modules.position_tables import read_table
 
 INIT_ROWS = ("first", "every_k")
 
 
 def load_table(path: str) -> Tensor:
-    """A saved (max_len, d') position table: a .pt file holding one tensor, or a .npy array; float32."""
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"init_from: no file {path!r} (a local .pt or .npy table; hub names are not loaded)")
-    if file.suffix not in (".pt", ".npy"):
-        raise ConfigError(f"init_from: {path!r} is neither a .pt nor a .npy file")
-    table = torch.from_numpy(np.load(file)) if file.suffix == ".npy" else torch.load(file, weights_only=True)
-    if not isinstance(table, Tensor) or table.dim() != 2:
-        raise ConfigError(f"init_from: {path!r} must hold one 2-D (positions, width) table")
-    return table.detach().float().cpu()
+    """A saved (max_len, d') position table: a .pt (one tensor) or .npy file, or the table of a Hugging Face
+    GPT-2 / BERT / RoBERTa model folder or hub name (lightning_modules/position_tables.py); float32."""
+    return read_table(path, "init_from")
 
 
 def transfer_table(table: Tensor, rows: int, dim: int, init_rows: str, stride: int, scale: float | None) -> Tensor:
@@ -54,8 +45,8 @@ class LearnedAbsolute(PositionalEncoding):
     (google-research/bert config; HF `BertPreTrainedModel._init_weights`, also HF GPT-2's); with
     `randomize_positions` it has that many rows. Positions beyond it are refused with a clear error (never an
     index error). Checked against x-transformers' `AbsolutePositionalEmbedding` (with its l2norm/scale options off).
-    PE-Study transfer: `init_from` a saved (max_len, d') table, a local .pt (one tensor) or .npy file only -
-    Hugging Face models cannot be loaded offline, so export e.g. `position_embeddings.weight` first; reduced
+    PE-Study transfer: `init_from` a saved (max_len, d') table, a .pt (one tensor) or .npy file, or a Hugging
+    Face GPT-2 / BERT / RoBERTa model folder (or hub name, online) whose position table is read; reduced
     by PCA to C when d' != C, rows `init_rows` "first" or "every_k" (every `init_stride`-th: the paper's skip
     setting with 4), standardised, times `init_scale` (0.02 in the paper's LM runs); `freeze` stops its
     gradient. Shapes: x (B, L, C), positions (L,) or (B, L).
