@@ -34,6 +34,7 @@ from datamodules.text import (
     resolve_dir,
     tokenizer_cache_dir,
 )
+from lightning_modules.checkpoint_io import load_checkpoint
 from lightning_modules.errors import ConfigError
 
 PAD, CLS, SEP = (SPECIAL_TOKENS.index(t) for t in ("[PAD]", "[CLS]", "[SEP]"))
@@ -106,10 +107,8 @@ def checkpoint_tokenizer(path: str):
 
     from lightning_modules.masked_lm import TOKENIZER_KEY
 
-    if not Path(path).is_file():
-        raise ConfigError(f"init_from: no checkpoint file {path!r}")
-    # our own Lightning checkpoint; memory-mapped, so reading the tokenizer does not load the weights
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    # memory-mapped, so reading the tokenizer does not load the weights
+    checkpoint = load_checkpoint(path)
     if TOKENIZER_KEY not in checkpoint:
         raise ConfigError(f"init_from: {path!r} holds no tokenizer; fine-tune from a MaskedLMModel checkpoint")
     return Tokenizer.from_str(checkpoint[TOKENIZER_KEY]), int(checkpoint["hyper_parameters"]["max_length"])

@@ -22,7 +22,8 @@ def write(tmp_path, sweep: dict) -> Path:
 
 def base(method="grid", **parameters) -> dict:
     return {"program": "cli.py", "method": method, "metric": {"name": "val/acc", "goal": "maximize"},
-            "parameters": parameters or {"model.encoding": {"values": ["rope", "alibi"]}}}  # fmt: skip
+            "parameters": parameters or {"model.encoding": {"values": ["rope", "alibi"]}},
+            "command": ["${env}", "${interpreter}", "${program}", "fit", "${args}"]}  # fmt: skip
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
@@ -120,3 +121,14 @@ def test_length_generalization_sweep_covers_the_registry():
     sweep = sf.load_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "length_generalization.yaml")
     assert set(sweep["parameters"]["model.encoding"]["values"]) == set(ENCODINGS)
     assert set(sweep["parameters"]["data.task"]["values"]) == set(TASKS)
+
+
+@pytest.mark.parametrize("command", [[], "python cli.py fit", None, [["fit"]], ["${env}", "${program}", "${args}"]])
+def test_bad_command_is_one_line(tmp_path, command):
+    sweep = base()
+    if command is None:
+        del sweep["command"]  # W&B's default command runs cli.py without a subcommand
+    else:
+        sweep["command"] = command
+    with pytest.raises(ConfigError, match="command must"):
+        sf.load_sweep(write(tmp_path, sweep))

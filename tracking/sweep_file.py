@@ -21,6 +21,7 @@ DISTRIBUTIONS = (
 TOP_KEYS = {"program", "method", "metric", "parameters", "command", "early_terminate", "run_cap", "name",
             "description", "project", "entity"}  # fmt: skip
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
 def load_sweep(path: str | Path) -> dict:
@@ -48,8 +49,23 @@ def load_sweep(path: str | Path) -> dict:
         raise ConfigError(f"sweep file {path}: parameters must be a non-empty mapping of CLI keys")
     for name, spec in sweep["parameters"].items():
         distribution(name, spec, sweep["method"])
+    check_command(sweep, path)
     pruner(sweep)
     return sweep
+
+
+def check_command(sweep: dict, path: Path) -> None:
+    """`program` a path, `command` (optional) a non-empty list of strings, as `wandb agent` requires."""
+    if not isinstance(sweep.get("program", "cli.py"), str) or not sweep.get("program", "cli.py"):
+        raise ConfigError(f"sweep file {path}: program must be a script path such as cli.py")
+    example = "[${env}, ${interpreter}, ${program}, fit, --config, configs/x.yaml, ${args}]"
+    command = sweep.get("command", DEFAULT_COMMAND)
+    if not isinstance(command, list) or not command or not all(isinstance(c, (str, int, float)) for c in command):
+        raise ConfigError(f"sweep file {path}: command must be a non-empty list of strings, e.g. {example}")
+    if Path(sweep.get("program", "cli.py")).name == "cli.py" and not set(map(str, command)) & set(SUBCOMMANDS):
+        raise ConfigError(
+            f"sweep file {path}: command must name a cli.py subcommand ({', '.join(SUBCOMMANDS)}), e.g. {example}"
+        )
 
 
 def distribution(name: str, spec: dict, method: str) -> str:
