@@ -122,7 +122,7 @@ def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url):
                     kills["sweeps"] += 1
                     killed_sweep = True
         results = [(s.wait(timeout=600), s.stderr.read()) for s in sweeps]
-        for code, err in results:
+        for _, err in results:
             assert "Traceback" not in err, err[-3000:]
         if round_ >= KILL_ROUNDS and all(code == 0 for code, _ in results):
             break
@@ -139,4 +139,178 @@ def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url):
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     reasons = [t.user_attrs.get("reason", "") for t in study.trials if t.state == TrialState.FAIL]
     assert not [r for r in reasons if "arn" in r], reasons  # never a warning line as a reason
-    assert any("killed by SIGKILL" in r for r in reasons), reasons
+
+
+def child_of_point(out: Path, name: str, x: int, deadline: float) -> int:
+    """The pid of the running fake trial with parameter x (waits for it to start)."""
+    while time.time() < deadline:
+        for run in (out / "sweeps" / name).glob("trial-*/runs/fake-*"):
+            pid = int(run.name.split("-")[1])
+            args = json.loads((run / "record.json").read_text())["args"] if (run / "record.json").exists() else {}
+            if args.get("x") == str(x) and pid in running_children(out, name):
+                return pid
+        time.sleep(0.2)
+    raise AssertionError(f"no running trial with x={x}")
+
+
+@pytest.mark.slow
+def test_killed_child_crash_and_signals(tmp_path):
+    """x=1 crashes (after a warning line): re-queued once (--max_retries 1), then failed for good with the
+    error line as its reason. x=2's child is SIGKILLed: re-queued. SIGINT, then SIGTERM, stop the sweep
+    with one line and exit 130 / 143, the running trial re-queued; a last run finishes x=2 exactly once."""
+    name = "sig"
+    path = fake_sweep(tmp_path, 2, name)
+    cmd = sweep_cmd(path, tmp_path, "--workers=2", "--max_retries=1")
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        sweep = start(cmd, FAKE_SLEEP="3", FAKE_CRASH_X="1")
+        deadline = time.time() + 180
+        pid = child_of_point(tmp_path, name, 2, deadline)
+        if sig == signal.SIGINT:
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)
+            pid = child_of_point(tmp_path, name, 2, deadline)  # its retry
+        sweep.send_signal(sig)
+        _, err = sweep.communicate(timeout=120)
+        assert sweep.returncode == code, err[-2000:]
+        assert "Traceback" not in err and [line for line in err.splitlines() if line.startswith("error:")] == [
+            f"error: sweep {name} stopped by {sig.name}: 1 running trial(s) stopped and re-queued; "
+            "run the same command again to resume"
+        ], err[-2000:]
+        time.sleep(0.5)
+        assert pid not in running_children(tmp_path, name)  # the child was stopped with the sweep
+    last = start(cmd, FAKE_SLEEP="0.1", FAKE_CRASH_X="1")
+    _, err = last.communicate(timeout=300)
+    assert last.returncode == 0, err[-2000:]
+    trials = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / 'sweeps' / name / 'optuna.db'}").trials
+    by_x = {x: [t for t in trials if t.params["x"] == x] for x in (1, 2)}
+    crashed = [t.user_attrs["reason"] for t in by_x[1]]
+    assert [t.state for t in by_x[1]] == [TrialState.FAIL] * 2, crashed
+    assert crashed[0].startswith("exit code 1: RuntimeError: boom") and "not re-queued" in crashed[1], crashed
+    reasons = [t.user_attrs.get("reason", "") for t in by_x[2]]
+    assert reasons[0].startswith("killed by SIGKILL"), reasons
+    assert any("stopped by SIGINT" in r for r in reasons) and any("stopped by SIGTERM" in r for r in reasons)
+    assert [t.state for t in by_x[2]].count(TrialState.COMPLETE) == 1, reasons
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+# ---------------------------------------------------------------- every bad input: one line, exit 2
+
+RUNNER = """
+import contextlib, io, json, os, sys, traceback
+from cli import cli_main
+results = []
+for args, env in json.loads(sys.argv[1]):
+    saved = dict(os.environ)
+    os.environ.update(env)
+    err = io.StringIO()
+    code = 0
+    with contextlib.redirect_stderr(err):
+        try:
+            cli_main(args)
+        except SystemExit as exit:
+            code = exit.code
+        except BaseException:
+            code, _ = "raised", err.write(traceback.format_exc())
+    os.environ.clear()
+    os.environ.update(saved)
+    results.append({"code": code, "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+def write_glue(root: Path, train: str) -> Path:
+    folder = root / "glue" / "SST-2"
+    folder.mkdir(parents=True)
+    (folder / "train.tsv").write_text(train)
+    (folder / "dev.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    return root
+
+
+@pytest.mark.slow
+def test_every_bad_input_is_one_line_exit_2(tmp_path):
+    from conftest import TINY
+
+    sweep = fake_sweep(tmp_path, 2)
+    fit = ["fit", *TINY]
+    empty_text = tmp_path / "text"
+    (empty_text / "tinyshakespeare").mkdir(parents=True)
+    (empty_text / "tinyshakespeare" / "input.txt").write_text("")
+    glue = ["fit", "--config=configs/glue_from_scratch.yaml", "--trainer.max_steps=2"]
+    bad_command = tmp_path / "bad_command.yaml"
+    bad_command.write_text(yaml.safe_dump({**yaml.safe_load(sweep.read_text()), "command": []}))
+    good_glue = write_glue(tmp_path / "g0", "sentence\tlabel\nfine\t1\nbad\t0\n")
+    empty_tsv = write_glue(tmp_path / "g1", "")
+    ragged_tsv = write_glue(tmp_path / "g2", "sentence\tlabel\na\t1\tx\ty\n")
+    wrong_label = write_glue(tmp_path / "g3", "sentence\tlabel\nfine\t7\n")
+    cases = {
+        "dim=0": ([*fit, "--model.dim=0"], {}, "--model.dim must be an integer >= 1"),
+        "num_heads=0": ([*fit, "--model.num_heads=0"], {}, "--model.num_heads must be an integer >= 1"),
+        "depth=-1": ([*fit, "--model.depth=-1"], {}, "--model.depth must be an integer >= 1"),
+        "max_steps=0": ([*fit, "--trainer.max_steps=0"], {}, "--trainer.max_steps must be >= 1"),
+        "lr nan": ([*fit, "--model.lr=.nan"], {}, "--model.lr must be a finite number"),
+        "lr negative": ([*fit, "--model.lr=-0.1"], {}, "--model.lr must be a finite number > 0"),
+        "option type": ([*fit, "--model.encoding_options={base: abc}"], {}, "option 'base' must be a number"),
+        "negative base": ([*fit, "--model.encoding_options={base: -2}"], {}, "option 'base' must be > 1"),
+        "max_length linked": ([*fit, "--model.max_length=3"], {}, "--model.max_length is set from data.max_seq_len"),
+        "run name traversal": ([*fit, "--run.name=../../x"], {}, "--run.name '../../x'"),
+        "run name too long": ([*fit, "--run.name=" + "n" * 300], {}, "too long for a folder name"),
+        "empty corpus": (
+            ["fit", "--config=configs/lm_tinyshakespeare.yaml", f"--data.data_dir={empty_text}"],
+            {},
+            "input.txt is empty",
+        ),
+        "empty tsv": ([*glue, f"--data.data_dir={empty_tsv}"], {}, "train.tsv is empty"),
+        "ragged tsv": (
+            [*glue, f"--data.data_dir={ragged_tsv}"],
+            {},
+            "train.tsv",
+        ),
+        "wrong label": (
+            [*glue, f"--data.data_dir={wrong_label}"],
+            {},
+            "label '7' in column 'label'; accepted: 0, 1",
+        ),
+        "garbage checkpoint": (
+            [*glue, f"--data.data_dir={good_glue}", f"--model.init_from={sweep}"],
+            {},
+            "is not a readable checkpoint",
+        ),
+        "heartbeat 0": (
+            ["sweep", str(sweep), f"--out_dir={tmp_path}", "--heartbeat=0"],
+            {},
+            "--heartbeat must be an integer >= 1",
+        ),
+        "study traversal": (
+            ["sweep", str(sweep), f"--out_dir={tmp_path}", "--study-name=../../x"],
+            {},
+            "--study_name '../../x'",
+        ),
+        "sweep command []": (["sweep", str(bad_command), f"--out_dir={tmp_path}"], {}, "command must be a non-empty"),
+        "password in url": (
+            ["sweep", str(sweep), "--storage=postgresql://u:pa@ss@127.0.0.1:1/db?password=s3cret"],
+            {},
+            "cannot open sweep storage postgresql://u:***@127.0.0.1:1/db?password=***",
+        ),
+        "invalid wandb key": (
+            [*fit, "--trainer.max_steps=1"],
+            {"WANDB_MODE": "", "WANDB_API_KEY": "x" * 40, "WANDB_INIT_TIMEOUT": "10"},
+            "W&B",
+        ),
+    }
+    for name, (args, _, _) in cases.items():
+        if args[0] == "fit":
+            args.append(f"--run.out_dir={tmp_path / 'out' / name.replace(' ', '_')}")
+    payload = json.dumps([[args, env] for args, env, _ in cases.values()])
+    result = subprocess.run([sys.executable, "-c", RUNNER, payload], cwd=ROOT, capture_output=True, text=True,
+                            env=env(PYTHONPATH=str(ROOT), WANDB_MODE="disabled"), timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    problems = []
+    for (name, (args, _, expected)), outcome in zip(cases.items(), outcomes):
+        lines = [line for line in outcome["stderr"].splitlines() if line.startswith("error: ")]
+        if outcome["code"] != 2 or "Traceback" in outcome["stderr"] or len(lines) != 1 or expected not in lines[0]:
+            problems.append(f"{name}: exit {outcome['code']}: {outcome['stderr'][-600:]}")
+        elif name != "invalid wandb key" and args[0] == "fit" and (tmp_path / "out" / name.replace(" ", "_")).exists():
+            problems.append(f"{name}: left files under its out_dir")
+    assert not problems, "\n".join(problems)
+    assert "s3cret" not in outcomes[-2]["stderr"] and "ss@" not in outcomes[-2]["stderr"], outcomes[-2]["stderr"]

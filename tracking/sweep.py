@@ -36,7 +36,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import optuna
 import sqlalchemy
@@ -100,8 +100,22 @@ def redact_url(url: str) -> str:
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)
         netloc = f"{userinfo.split(':', 1)[0]}{':***' if ':' in userinfo else ''}@{host}"
-    query = urlencode([(k, "***" if "password" in k.lower() else v) for k, v in parse_qsl(parts.query)], safe="*")
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = urlencode([(k, "***" if "password" in k.lower() else v) for k, v in pairs], safe="*")
+    if (netloc, query) == (parts.netloc, urlencode(pairs)):
+        return url  # nothing to hide (and sqlite:////abs/path keeps its slashes)
     return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def quote_password(url: str) -> str:
+    """`user:pa@ss@host` -> `user:pa%40ss@host`: SQLAlchemy splits userinfo at the first '@', so a raw '@'
+    in a password would turn its tail into the host name (and print it in the error)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc or ":" not in parts.netloc.rsplit("@", 1)[0]:
+        return url
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, password = userinfo.split(":", 1)
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(unquote(password), safe='')}@{host}"))
 
 
 def hide_secrets(text: str, url: str) -> str:
@@ -111,7 +125,7 @@ def hide_secrets(text: str, url: str) -> str:
     secrets = [userinfo.split(":", 1)[1]] if ":" in userinfo else []
     secrets += [v for k, v in parse_qsl(parts.query) if "password" in k.lower()]
     text = text.replace(url, redact_url(url))
-    for secret in filter(None, secrets + [unquote(x) for x in secrets]):
+    for secret in sorted(filter(None, {*secrets, *map(unquote, secrets)}), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
 
@@ -182,7 +196,7 @@ def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
 
 def storage_url(opts: SweepOptions, study_name: str) -> str:
     if opts.storage is not None:
-        return opts.storage
+        return quote_password(opts.storage)
     path = Path(opts.out_dir) / "sweeps" / study_name / "optuna.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path.resolve()}"
