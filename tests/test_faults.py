@@ -124,6 +124,10 @@ def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url):
         results = [(s.wait(timeout=600), s.stderr.read()) for s in sweeps]
         for _, err in results:
             assert "Traceback" not in err, err[-3000:]
+        orphans_gone = time.time() + 15  # a killed sweep's children stop themselves (tracking/children.py)
+        while running_children(tmp_path, name) and time.time() < orphans_gone:
+            time.sleep(0.2)
+        assert not running_children(tmp_path, name)
         if round_ >= KILL_ROUNDS and all(code == 0 for code, _ in results):
             break
     url = storage_url or f"sqlite:///{tmp_path / 'sweeps' / name / 'optuna.db'}"
@@ -314,3 +318,158 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
             problems.append(f"{name}: left files under its out_dir")
     assert not problems, "\n".join(problems)
     assert "s3cret" not in outcomes[-2]["stderr"] and "ss@" not in outcomes[-2]["stderr"], outcomes[-2]["stderr"]
+
+
+# ---------------------------------------------------------------- files: code, names, corrupt, disk full
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, (f"touch {os.environ['PE_EVIL_MARKER']}",))
+
+
+def test_crafted_checkpoint_never_runs_code(tmp_path, monkeypatch):
+    import torch
+
+    from lightning_modules.checkpoint_io import load_checkpoint
+    from lightning_modules.errors import ConfigError
+    from tracking.sweep import readable
+
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("PE_EVIL_MARKER", str(marker))
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": Evil()}, path)
+    with pytest.raises(ConfigError, match="is not a readable checkpoint"):
+        load_checkpoint(str(path))
+    assert not readable(path)
+    truncated = tmp_path / "truncated.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(3)}}, truncated)
+    truncated.write_bytes(truncated.read_bytes()[:50])
+    with pytest.raises(ConfigError, match="is not a readable checkpoint"):
+        load_checkpoint(str(truncated))
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "-flag", "x" * 201, "", "a\x00b"])
+def test_names_that_leave_the_output_folder_are_refused(name):
+    from lightning_modules.errors import ConfigError
+    from tracking.records import check_name
+
+    with pytest.raises(ConfigError, match="--run.name"):
+        check_name("--run.name", name)
+
+
+def test_good_names_pass():
+    from tracking.records import check_name
+
+    for name in ("copy-rope-s0", "tupe_mlm-tupe_r", "lr=0.001", "x" * 200):
+        check_name("--run.name", name)
+
+
+def test_corrupt_record_is_skipped_with_a_warning_everywhere(tmp_path, capsys):
+    from tracking.compare import read_records
+    from tracking.records import find_checkpoint, load_records
+    from tracking.sweep import latest_record
+
+    good = tmp_path / "runs" / "good"
+    (good / "checkpoints").mkdir(parents=True)
+    (good / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    (good / "record.json").write_text(json.dumps({"name": "n", "status": "finished", "encoding": "rope"}))
+    bad = tmp_path / "runs" / "bad" / "record.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"name": "n", "stat')
+    assert [r["name"] for r in load_records(tmp_path)] == ["n"]
+    assert f"warning: skipping unreadable run record {bad}" in capsys.readouterr().err
+    assert len(read_records(str(tmp_path), None)) == 1  # `cli.py compare`
+    assert find_checkpoint("run:n", str(tmp_path), {}).endswith("good/checkpoints/last.ckpt")  # run:NAME
+    assert f"{bad}" in capsys.readouterr().err
+    assert latest_record(bad.parents[2]) is None or latest_record(bad.parents[2])["name"] == "n"  # sweep's table
+
+
+def test_ambiguous_run_reference_names_the_candidates(tmp_path):
+    from lightning_modules.errors import ConfigError
+    from tracking.records import find_checkpoint
+
+    for encoding in ("rope", "alibi"):
+        run = tmp_path / "runs" / encoding
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
+        (run / "record.json").write_text(json.dumps({"name": "pre", "status": "finished", "encoding": encoding}))
+    with pytest.raises(ConfigError, match="different encodings") as error:
+        find_checkpoint("run:pre", str(tmp_path), {})
+    assert "runs/rope" in str(error.value) and "runs/alibi" in str(error.value)
+
+
+def test_disk_full_leaves_no_temp_file_and_the_old_record(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from tracking.records import RunRecord, write_atomic
+
+    path = tmp_path / "record.json"
+    write_atomic(path, '{"status": "running"}')
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(path, '{"status": "finished"}')
+    assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
+    assert json.loads(path.read_text()) == {"status": "running"}
+
+    class Trainer:  # what RunRecord.on_exception reads
+        is_global_zero, global_step = True, 3
+
+    record = RunRecord(tmp_path, {"name": "n"}, {})
+    record.on_exception(Trainer(), None, OSError(errno.ENOSPC, "No space left on device"))  # warns, no raise
+    assert "warning: cannot update" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
+@pytest.mark.slow
+def test_disk_full_during_fit_ends_the_run_failed_in_one_line(tiny_fit_args, tmp_path, monkeypatch, capsys):
+    import errno
+
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from cli import cli_main
+    from tracking.records import load_records
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ModelCheckpoint, "_save_checkpoint", full)
+    with pytest.raises(SystemExit) as exit:
+        cli_main(tiny_fit_args)
+    assert exit.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "error: disk full: [Errno 28] No space left on device" in err
+    (record,) = load_records(tmp_path)
+    assert record["status"] == "failed" and "No space left on device" in record["error"]
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_passwords_never_printed():
+    from tracking.sweep import hide_secrets, quote_password, redact_url
+
+    url = quote_password("postgresql://user:pa@ss@db.example:5432/optuna?sslmode=require&password=s3cret")
+    assert redact_url(url) == "postgresql://user:***@db.example:5432/optuna?sslmode=require&password=***"
+    message = hide_secrets(f"could not connect to {url} with pa@ss (s3cret)", url)
+    assert "pa@ss" not in message and "s3cret" not in message and "pa%40ss" not in message
+    assert redact_url("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
+
+
+def test_unfinished_grid_points_are_named():
+    from tracking import sweep_file as sf
+    from tracking.sweep import QUEUED, queue_grid, unfinished_points
+
+    sweep = {"method": "grid", "parameters": {"x": {"values": [1, 2, 3]}}, "metric": {"name": "m"}}
+    study = optuna.create_study(sampler=sf.sampler(sweep))
+    queue_grid(study, sweep)
+    assert [p["x"] for p in unfinished_points(study)] == [1, 2, 3]
+    trial = study.ask()
+    assert QUEUED in study._storage.get_trial(trial._trial_id).system_attrs
+    study.tell(trial, 1.0)
+    failed = study.ask()
+    study.tell(failed, state=TrialState.FAIL)  # failed for good: not re-queued
+    assert [p["x"] for p in unfinished_points(study)] == [3]
