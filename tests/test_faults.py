@@ -473,3 +473,30 @@ def test_unfinished_grid_points_are_named():
     failed = study.ask()
     study.tell(failed, state=TrialState.FAIL)  # failed for good: not re-queued
     assert [p["x"] for p in unfinished_points(study)] == [3]
+
+
+@pytest.mark.slow
+def test_retry_resumes_and_continues_its_pruning_steps(tmp_path):
+    import torch
+
+    from tracking import sweep_file as sf
+    from tracking.sweep import Sweep, SweepOptions, TrialRun
+
+    path = fake_sweep(tmp_path, 1, "r")
+    runner = Sweep(sf.load_sweep(path), SweepOptions(file=str(path), out_dir=str(tmp_path), heartbeat=1))
+    study = runner.study
+    first = runner.next_trial(study)
+    first.report(0.1, 1)
+    first.report(0.2, 2)
+    checkpoint = tmp_path / "dead" / "runs" / "r" / "checkpoints" / "last.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, checkpoint)
+    first.set_user_attr("trial_dir", str(tmp_path / "dead"))
+    runner.finish(study, first, TrialState.FAIL, reason="killed by SIGKILL", requeue_as=("killed by SIGKILL", True))
+    retry = runner.next_trial(study)
+    assert retry.number == 1 and runner.next_trial(study) is None  # one point, taken once
+    TrialRun(runner, study, 0).run(retry)
+    done = study.trials[1]
+    assert done.state == TrialState.COMPLETE and done.user_attrs["resumed_from"] == str(checkpoint)
+    assert sorted(done.intermediate_values) == [1, 2, 3, 4]  # the child's two validations are steps 3 and 4
+    assert done.user_attrs["reason"] == "retry of trial 0: killed by SIGKILL"

@@ -405,10 +405,8 @@ class TrialRun:
         trial.set_user_attr("trial_dir", str(trial_dir))
         argv = build_command(self.sweep, params, trial_dir)
         dead = predecessor(self.study, trial._trial_id)
-        if dead is not None:
-            trial.set_user_attr("reason", f"retry of trial {dead.number}")
-            if self.adopt_finished(trial, dead):
-                return
+        if dead is not None and self.adopt_finished(trial, dead):  # its reason says whose retry it is
+            return
         checkpoint = resume_checkpoint(dead)
         offset = 0
         if checkpoint:
@@ -436,8 +434,8 @@ class TrialRun:
         return True
 
     def follow(self, trial: optuna.Trial, child: subprocess.Popen, trial_dir: Path, offset: int) -> str | None:
-        """Wait for the child; heartbeat; report each new value of the metric. Returns "pruned" or
-        "interrupted" when it stopped the child, None when the child ended by itself."""
+        """Wait for the child; heartbeat; report each new value of the metric (the last ones too, once it
+        has exited). Returns "pruned" or "interrupted" when it stopped the child, None when it ended."""
         reported, beat = 0, time.monotonic()
         try:
             while child.poll() is None:
@@ -447,10 +445,8 @@ class TrialRun:
                 if time.monotonic() - beat > self.opts.heartbeat:
                     self.runner.quietly(self.study._storage.record_heartbeat, trial._trial_id)
                     beat = time.monotonic()
-                record = latest_record(trial_dir) or {"history": []}
-                values = [h[self.metric] for h in record.get("history", []) if self.metric in h]
-                if len(values) > reported and self.runner.quietly(self.report, trial, values, reported, offset):
-                    reported = len(values)
+                if self.catch_up(trial, trial_dir, reported, offset) > reported:
+                    reported = self.catch_up(trial, trial_dir, reported, offset, report=True)
                     if self.runner.quietly(trial.should_prune):
                         stop_child(child)
                         return "pruned"
@@ -458,13 +454,23 @@ class TrialRun:
         except BaseException:
             stop_child(child)
             raise
+        self.catch_up(trial, trial_dir, reported, offset, report=True)
         return None
 
-    @staticmethod
-    def report(trial: optuna.Trial, values: list[float], reported: int, offset: int) -> bool:
-        for step in range(reported, len(values)):
-            trial.report(values[step], offset + step + 1)
-        return True
+    def catch_up(self, trial: optuna.Trial, trial_dir: Path, reported: int, offset: int, report=False) -> int:
+        """How many values of the metric the child's record holds; with `report`, report the new ones
+        (step = offset + validation index) and return how many are now reported."""
+        record = latest_record(trial_dir) or {"history": []}
+        values = [h[self.metric] for h in record.get("history", []) if self.metric in h]
+        if not report:
+            return len(values)
+
+        def send():
+            for step in range(reported, len(values)):
+                trial.report(values[step], offset + step + 1)
+            return len(values)
+
+        return self.runner.quietly(send) or reported
 
     def tell(self, trial, returncode: int, outcome: str | None, record: dict | None, trial_dir: Path) -> None:
         final = (record or {}).get("final", {})
