@@ -103,24 +103,26 @@ def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url):
     extra += [f"--storage={storage_url}"] if storage_url else []
     kills = {"sweeps": 0, "children": 0}
     for round_ in range(8):
-        sweeps = [start(sweep_cmd(path, tmp_path, *extra)) for _ in range(PROCESSES)]
-        if round_ < KILL_ROUNDS:
-            killed_sweep = False
-            deadline = time.time() + 120
-            while any(s.poll() is None for s in sweeps) and time.time() < deadline:
-                time.sleep(rng.uniform(0.5, 2.0))
-                children = running_children(tmp_path, name)
-                if children and rng.random() < 0.7:
-                    try:
-                        os.kill(rng.choice(children), signal.SIGKILL)
-                        kills["children"] += 1
-                    except ProcessLookupError:
-                        pass
-                elif not killed_sweep and children:
-                    alive = [s for s in sweeps if s.poll() is None]
-                    rng.choice(alive).kill()
-                    kills["sweeps"] += 1
-                    killed_sweep = True
+        sweeps = [start(sweep_cmd(path, tmp_path, *extra), FAKE_SLEEP="1") for _ in range(PROCESSES)]
+        killed = set()
+        deadline = time.time() + 180
+        while round_ < KILL_ROUNDS and any(s.poll() is None for s in sweeps) and time.time() < deadline:
+            time.sleep(rng.uniform(0.3, 1.0))
+            children = [pid for pid in running_children(tmp_path, name) if pid not in killed]
+            alive = [s for s in sweeps if s.poll() is None]
+            if not children:
+                continue
+            if kills["children"] and not kills["sweeps"] and len(alive) > 1:  # one sweep, after a first child
+                rng.choice(alive).kill()
+                kills["sweeps"] += 1
+            elif rng.random() < 0.6:
+                victim = rng.choice(children)
+                killed.add(victim)
+                try:
+                    os.kill(victim, signal.SIGKILL)
+                    kills["children"] += 1
+                except ProcessLookupError:  # it had just finished
+                    pass
         results = [(s.wait(timeout=600), s.stderr.read()) for s in sweeps]
         for _, err in results:
             assert "Traceback" not in err, err[-3000:]
@@ -145,13 +147,13 @@ def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url):
     assert not [r for r in reasons if "arn" in r], reasons  # never a warning line as a reason
 
 
-def child_of_point(out: Path, name: str, x: int, deadline: float) -> int:
+def child_of_point(out: Path, name: str, x: int, deadline: float, not_pid: int = 0) -> int:
     """The pid of the running fake trial with parameter x (waits for it to start)."""
     while time.time() < deadline:
         for run in (out / "sweeps" / name).glob("trial-*/runs/fake-*"):
             pid = int(run.name.split("-")[1])
             args = json.loads((run / "record.json").read_text())["args"] if (run / "record.json").exists() else {}
-            if args.get("x") == str(x) and pid in running_children(out, name):
+            if args.get("x") == str(x) and pid != not_pid and pid in running_children(out, name):
                 return pid
         time.sleep(0.2)
     raise AssertionError(f"no running trial with x={x}")
@@ -171,8 +173,7 @@ def test_killed_child_crash_and_signals(tmp_path):
         pid = child_of_point(tmp_path, name, 2, deadline)
         if sig == signal.SIGINT:
             os.kill(pid, signal.SIGKILL)
-            time.sleep(0.5)
-            pid = child_of_point(tmp_path, name, 2, deadline)  # its retry
+            pid = child_of_point(tmp_path, name, 2, deadline, not_pid=pid)  # its retry
         sweep.send_signal(sig)
         _, err = sweep.communicate(timeout=120)
         assert sweep.returncode == code, err[-2000:]
