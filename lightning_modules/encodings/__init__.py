@@ -55,9 +55,8 @@ def check_encoding_name(name: str) -> None:
 
 
 # options that are sizes, scales or rates: a value <= 0 is a mistake (and `base` <= 1 has no frequencies)
-POSITIVE = {"num_buckets", "max_distance", "max_relative", "position_buckets", "max_relative_positions", "rotary_dim",
-            "interpolation_factor", "ntk_base_rescale", "scale_base", "mlp_width", "depth", "hidden_dim", "eps",
-            "init_stride", "randomize_positions", "init_threshold"}  # fmt: skip
+POSITIVE = {"num_buckets", "max_distance", "max_relative", "rotary_dim", "interpolation_factor", "ntk_base_rescale",
+            "scale_base", "mlp_width", "eps", "init_threshold"}  # fmt: skip
 
 
 def option_parameters(name: str) -> dict[str, inspect.Parameter]:
