@@ -18,6 +18,11 @@ import time
 
 PROCESS_START = time.time()  # before the heavy imports: start-up cost is recorded with each run
 
+from tracking.children import start_watchdog  # noqa: E402
+
+start_watchdog()  # a sweep's trial exits with its sweep (tracking/children.py)
+
+import errno  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -28,10 +33,11 @@ import yaml  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from pytorch_lightning.cli import LightningCLI  # noqa: E402
 
+from lightning_modules.arg_checks import check_model_args, check_not_linked, check_trainer_args  # noqa: E402
 from lightning_modules.encodings import check_encoding  # noqa: E402
 from lightning_modules.errors import ConfigError, DivergedError  # noqa: E402
 from tracking.options import dashes_to_underscores, parse_options  # noqa: E402
-from tracking.records import RunRecord, find_checkpoint  # noqa: E402
+from tracking.records import RunRecord, check_name, find_checkpoint  # noqa: E402
 from tracking.wandb_setup import make_wandb_logger, run_group, run_name  # noqa: E402
 
 RUN_DIR_ENV = "PE_RUN_DIR"  # shared by the DDP ranks Lightning launches as child processes
@@ -73,7 +79,12 @@ class PECLI(LightningCLI):
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else self.config
+        if config.get("run.name") is not None:
+            check_name("--run.name", config.run.name)
+        check_not_linked([a for a in (args if isinstance(args, list) else sys.argv[1:]) if isinstance(a, str)])
         model_args = config.get("model.init_args") or {}
+        check_model_args(model_args)
+        check_trainer_args(config.get("trainer") or {})
         for key in [k for k in vars(model_args) if k.endswith("encoding")]:  # encoding, encoder_encoding, ...
             check_encoding(model_args[key], model_args.get(f"{key}_options") or {})
         if model_args.get("init_from"):  # `run:NAME` -> that run's checkpoint, for the model and its data
@@ -160,11 +171,35 @@ def cli_main(args: list[str] | None = None):
             args=args,
         )
     except Exception as error:
+        full = disk_full(error)
+        if full is not None:  # the run record (if it could be written) says `failed` with this reason
+            print(f"error: disk full: {full}", file=sys.stderr)
+            raise SystemExit(1) from None
+        service = wandb_error(error)
+        if service is not None:  # e.g. a rejected WANDB_API_KEY, or no network while online
+            reason = (str(service).strip().splitlines() or [""])[0][:200]
+            print(f"error: W&B could not start the run ({type(service).__name__}: {reason}); check WANDB_API_KEY "
+                  "and the network, or set WANDB_MODE=offline", file=sys.stderr)  # fmt: skip
+            raise SystemExit(2) from None
         cause = user_error(error)
         if cause is None:
             raise
         print(f"error: {cause}", file=sys.stderr)
         raise SystemExit(2 if isinstance(cause, ConfigError) else 3) from None
+
+
+def wandb_error(error: BaseException | None) -> BaseException | None:
+    """The W&B error (wandb.errors.Error: authentication, communication, usage) behind an exception."""
+    while error is not None and not type(error).__module__.startswith("wandb.errors"):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def disk_full(error: BaseException | None) -> OSError | None:
+    """The ENOSPC error behind an exception, if any."""
+    while error is not None and not (isinstance(error, OSError) and error.errno == errno.ENOSPC):
+        error = error.__cause__ or error.__context__
+    return error
 
 
 def user_error(error: BaseException | None) -> ConfigError | DivergedError | None:

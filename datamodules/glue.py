@@ -34,6 +34,7 @@ from datamodules.text import (
     resolve_dir,
     tokenizer_cache_dir,
 )
+from lightning_modules.checkpoint_io import load_checkpoint
 from lightning_modules.errors import ConfigError
 
 PAD, CLS, SEP = (SPECIAL_TOKENS.index(t) for t in ("[PAD]", "[CLS]", "[SEP]"))
@@ -72,12 +73,31 @@ def read_split(path: Path, spec: GlueTask) -> tuple[list[tuple[str, ...]], list[
     kwargs = {"sep": "\t", "quoting": csv.QUOTE_NONE, "encoding": "utf-8-sig", "keep_default_na": False}
     if spec.column_names:
         kwargs |= {"header": None, "names": list(spec.column_names)}
-    table = datasets.load_dataset("csv", data_files={"split": str(path)}, split="split", **kwargs)
-    texts = list(zip(*([str(v).strip() for v in table[c]] for c in spec.text_columns)))
-    raw = [str(v).strip() for v in table[spec.label_column]]
-    if spec.labels is None:
-        return texts, [float(v) for v in raw]
-    return texts, [float(spec.labels.index(v)) for v in raw]
+    columns = [*spec.text_columns, spec.label_column]
+    expected = f"expected a {spec.folder} TSV with columns {', '.join(columns)}"
+    if not path.read_bytes().strip():
+        raise ConfigError(f"{path} is empty; {expected}")
+    try:
+        table = datasets.load_dataset("csv", data_files={"split": str(path)}, split="split", **kwargs)
+        texts = list(zip(*([str(v).strip() for v in table[c]] for c in spec.text_columns)))
+        raw = [str(v).strip() for v in table[spec.label_column]]
+    except Exception as error:  # noqa: BLE001 - ragged rows, missing columns: pandas and datasets raise many kinds
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[-1][:160]
+        raise ConfigError(f"{path} cannot be read ({reason}); {expected}") from None
+    if not raw:
+        raise ConfigError(f"{path} has no rows; {expected}")
+    return texts, [label_value(v, spec, path, row) for row, v in enumerate(raw, start=1)]
+
+
+def label_value(value: str, spec: GlueTask, path: Path, row: int) -> float:
+    """A class id (classification) or a score (STS-B); anything else is a one-line error naming the row."""
+    try:
+        return float(value) if spec.labels is None else float(spec.labels.index(value))
+    except ValueError:
+        accepted = "a number" if spec.labels is None else ", ".join(spec.labels)
+        raise ConfigError(
+            f"{path} row {row}: label {value!r} in column {spec.label_column!r}; accepted: {accepted}"
+        ) from None
 
 
 def read_hub_task(spec: GlueTask, hub_name: str, data_dir: str):
@@ -106,10 +126,8 @@ def checkpoint_tokenizer(path: str):
 
     from lightning_modules.masked_lm import TOKENIZER_KEY
 
-    if not Path(path).is_file():
-        raise ConfigError(f"init_from: no checkpoint file {path!r}")
-    # our own Lightning checkpoint; memory-mapped, so reading the tokenizer does not load the weights
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    # memory-mapped, so reading the tokenizer does not load the weights
+    checkpoint = load_checkpoint(path)
     if TOKENIZER_KEY not in checkpoint:
         raise ConfigError(f"init_from: {path!r} holds no tokenizer; fine-tune from a MaskedLMModel checkpoint")
     return Tokenizer.from_str(checkpoint[TOKENIZER_KEY]), int(checkpoint["hyper_parameters"]["max_length"])

@@ -144,7 +144,16 @@ def read_corpus(task: str, data_dir: str, hub_name: str | None) -> tuple[tuple[s
     if hub_name:
         return read_hub(hub_name, data_dir), "hub-" + re.sub(r"[^\w.-]", "_", hub_name)
     paths = corpus_paths(task, data_dir)
-    return CORPORA[task][2](read_local(paths)), f"{task}-{files_stamp(paths.values())}"
+    for path in paths.values():
+        if not path.read_bytes().strip():
+            raise ConfigError(
+                f"data file {path} is empty; --data.task={task} needs its text there (or set --data.data_dir)"
+            )
+    texts = CORPORA[task][2](read_local(paths))
+    for split, text in zip(("train", "validation", "test"), texts):
+        if not text.strip():
+            raise ConfigError(f"the {split} split of --data.task={task} under {data_dir} is empty; check its files")
+    return texts, f"{task}-{files_stamp(paths.values())}"
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,9 +1,6 @@
 """LightningModule for sentence(-pair) classification and regression: GLUE fine-tuning and from scratch, and
 any text-classification set with any number of classes (datamodules/text_classification.py)."""
 
-from pathlib import Path
-
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
@@ -17,6 +14,7 @@ from torchmetrics.classification import (
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
 from lightning_modules import metrics as M
+from lightning_modules.checkpoint_io import load_checkpoint
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.errors import ConfigError
 from lightning_modules.optim import check_finite, check_lr_decay
@@ -118,9 +116,7 @@ class SequenceClassifier(TaskModule):
 
     def load_encoder(self, path: str) -> None:
         """Copy a pre-trained encoder in after checking that it has this model's encoding and sizes."""
-        if not Path(path).is_file():
-            raise ConfigError(f"init_from: no checkpoint file {path!r}")
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)  # our own checkpoint
+        checkpoint = load_checkpoint(path)
         saved = checkpoint.get("hyper_parameters", {})
         for key in ARCHITECTURE_KEYS:
             if key != "dropout" and saved.get(key) != self.hparams[key]:

@@ -34,7 +34,8 @@ def write(tmp_path, sweep: dict) -> Path:
 
 def base(method="grid", **parameters) -> dict:
     return {"program": "cli.py", "method": method, "metric": {"name": "val/acc", "goal": "maximize"},
-            "parameters": parameters or {"model.encoding": {"values": ["rope", "alibi"]}}}  # fmt: skip
+            "parameters": parameters or {"model.encoding": {"values": ["rope", "alibi"]}},
+            "command": ["${env}", "${interpreter}", "${program}", "fit", "${args}"]}  # fmt: skip
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
@@ -152,7 +153,10 @@ def test_parameter_keys_are_checked(tmp_path, parameters, message):
     "change, message",
     [
         ({"metric": {"name": "val/acc", "goal": "maximize", "target": 0.9}}, "metric key 'target' is not translated"),
-        ({"command": ["${env}", "${interpreter}", "${program}", "${argz}"]}, "unknown macro '\\${argz}' in command"),
+        (
+            {"command": ["${env}", "${interpreter}", "${program}", "fit", "${argz}"]},
+            "unknown macro '\\${argz}' in command",
+        ),
         ({"run_cap": 0}, "run_cap must be a positive integer, got 0"),
     ],
 )
@@ -162,7 +166,15 @@ def test_metric_command_and_run_cap_are_checked(tmp_path, change, message):
 
 
 def test_known_macros_and_project_are_honoured(tmp_path):
-    command = ["${env}", "${interpreter}", "${program}", "${envvar:HOME}", "${args_no_hyphens}", "${args_json_file}"]
+    command = [
+        "${env}",
+        "${interpreter}",
+        "${program}",
+        "fit",
+        "${envvar:HOME}",
+        "${args_no_hyphens}",
+        "${args_json_file}",
+    ]
     sweep = sf.load_sweep(write(tmp_path, {**base(), "command": command, "project": "p", "entity": "e"}))
     assert sf.wandb_env(sweep) == {"WANDB_PROJECT": "p", "WANDB_ENTITY": "e"}
 
@@ -192,3 +204,14 @@ def test_the_cli_reads_a_sweeps_project_from_the_environment(monkeypatch):
     assert RunOptions().project == "from-sweep"
     monkeypatch.delenv("WANDB_PROJECT")
     assert RunOptions().project == "pe-sweeps"
+
+
+@pytest.mark.parametrize("command", [[], "python cli.py fit", None, [["fit"]], ["${env}", "${program}", "${args}"]])
+def test_bad_command_is_one_line(tmp_path, command):
+    sweep = base()
+    if command is None:
+        del sweep["command"]  # W&B's default command runs cli.py without a subcommand
+    else:
+        sweep["command"] = command
+    with pytest.raises(ConfigError, match="command must"):
+        sf.load_sweep(write(tmp_path, sweep))

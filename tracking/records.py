@@ -8,6 +8,8 @@ killed mid-way still leaves what it had measured.
 
 import json
 import os
+import re
+import sys
 import time
 from pathlib import Path
 
@@ -41,10 +43,7 @@ class RunRecord(Callback):
 
     def write(self) -> None:
         self.record["updated_at"] = time.time()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.record, indent=1))
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(self.record, indent=1))
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
@@ -96,7 +95,10 @@ class RunRecord(Callback):
             self.record["status"] = status_of(exception)
             self.record["error"] = f"{type(exception).__name__}: {exception}"
             self.record["global_step"] = trainer.global_step
-            self.write()
+            try:
+                self.write()
+            except OSError as error:  # e.g. the disk that made the run fail is still full
+                print(f"warning: cannot update {self.path}: {error}", file=sys.stderr)
 
 
 def status_of(exception: BaseException) -> str:
@@ -108,14 +110,65 @@ def status_of(exception: BaseException) -> str:
     return "failed"
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write `path` through a temporary file and `os.replace`: readers see the old or the new file, never
+    half of one; on any failure (disk full) the temporary file is removed and the error raised."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def read_record(path: Path, warn: bool = True) -> dict | None:
+    """One record, or None (with a warning naming the file) when it is unreadable or not a record."""
+    try:
+        record = json.loads(Path(path).read_text())
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+        return record
+    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        if warn:
+            print(
+                f"warning: skipping unreadable run record {path}: {str(error).splitlines()[0][:120]}", file=sys.stderr
+            )
+        return None
+
+
 def load_records(root: Path) -> list[dict]:
-    """Every record under root (recursively), each with its `run_dir`."""
+    """Every readable record under root (recursively), each with its `run_dir`; unreadable ones are skipped
+    with a warning naming the file."""
     records = []
     for path in sorted(Path(root).rglob(RECORD_FILE)):
-        record = json.loads(path.read_text())
-        record["run_dir"] = str(path.parent)
-        records.append(record)
+        record = read_record(path)
+        if record is not None:
+            record["run_dir"] = str(path.parent)
+            records.append(record)
     return records
+
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+,@-]*")
+MAX_NAME_BYTES = 200  # a run directory adds -<date>-<time>-<pid> (< 40 bytes); file systems allow 255
+
+
+def check_name(option: str, name: str) -> None:
+    """A run or study name becomes one directory under the output folder: no separators, no `..`, not
+    hidden, and short enough for the file system."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
+        raise ConfigError(
+            f"{option} {name!r}: a name is one folder under the output folder: letters, digits and _ . = + , @ -, "
+            "not starting with '.' or '-', without '..' or '/'"
+        )
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise ConfigError(
+            f"{option}: {len(name.encode())} bytes is too long for a folder name; at most {MAX_NAME_BYTES}"
+        )
 
 
 RUN_PREFIX = "run:"
@@ -133,8 +186,17 @@ def find_checkpoint(reference: str, out_dir: str, fields: dict) -> str:
     except (KeyError, IndexError, ValueError) as error:
         raise ConfigError(f"init_from {reference!r}: cannot fill {error} from the model's arguments") from None
     runs = [r for r in load_records(Path(out_dir)) if r.get("name") == name and r.get("status") == "finished"]
-    checkpoints = [Path(r["run_dir"]) / "checkpoints" / "last.ckpt" for r in runs]
-    checkpoints = sorted((c for c in checkpoints if c.is_file()), key=lambda c: c.stat().st_mtime)
+    runs = [r for r in runs if (Path(r["run_dir"]) / "checkpoints" / "last.ckpt").is_file()]
+    encodings = sorted({str(r.get("encoding")) for r in runs})
+    if len(encodings) > 1:  # the same name for different models: refuse to guess
+        found = ", ".join(f"{r['run_dir']} ({r.get('encoding')})" for r in runs[:6])
+        raise ConfigError(
+            f"init_from {reference!r}: {len(runs)} finished runs named {name!r} with different encodings "
+            f"({', '.join(encodings)}): {found}; pass a checkpoint path or a name with {{encoding}}"
+        )
+    checkpoints = sorted(
+        (Path(r["run_dir"]) / "checkpoints" / "last.ckpt" for r in runs), key=lambda c: c.stat().st_mtime
+    )
     if not checkpoints:
         raise ConfigError(
             f"init_from {reference!r}: no finished run named {name!r} with a last.ckpt under {out_dir}; "

@@ -6,39 +6,55 @@ and may itself use DDP. The child writes its run record (tracking/records.py) at
 this process reads it, reports each value of the sweep metric to the trial (step = validation index,
 W&B's hyperband "iteration") and stops the child when the pruner says so.
 
+Exactly once: every grid point is queued once at study creation and popped by `study.ask()`. Steps that
+read and then write the study (ask and its queue pop, tell, recovering dead trials, creating the study)
+hold a `StudyLock`: a thread lock and, on SQLite, an flock on `<database>.lock` beside the database,
+because SQLite ignores Optuna's `SELECT ... FOR UPDATE`. PostgreSQL's row locks make those steps atomic
+across hosts. Storage errors in a worker are retried; `tell` on a trial another process already
+finished is skipped.
+
 Resuming: the study lives in SQLite under the output directory (or `--storage postgresql://...`).
 Finished trials are never repeated. A trial whose sweep process died is found either at once (same
-host, its pid is gone) or by Optuna's heartbeat (any host), marked failed and re-queued with
-`RetryHeartbeatStaleTrialCallback`; the retry resumes from the dead trial's last checkpoint.
+host and pid namespace, its pid is gone or reused) or by Optuna's heartbeat (any host), marked failed
+and re-queued; a trial whose child was killed by a signal or crashed is re-queued up to
+`--max_retries` times. A retry resumes from its predecessor's last checkpoint and continues its
+pruning steps. SIGINT / SIGTERM stop the children, re-queue their trials and exit 130 / 143.
 """
 
-import ctypes
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
 import warnings
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import optuna
 import sqlalchemy
 import yaml
+from filelock import FileLock
 from optuna.distributions import CategoricalDistribution
-from optuna.storages import RetryHeartbeatStaleTrialCallback
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
 
 from lightning_modules.errors import ConfigError
 from tracking import sweep_file as sf
-from tracking.records import RECORD_FILE
+from tracking.children import launch_child, stop_child
+from tracking.records import RECORD_FILE, check_name, read_record
 
 QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)
+CRASHES = "pe_crashes"  # system attr: how many predecessors of this retry had their child die or crash
+SQLITE_TIMEOUT_S = 20  # SQLite busy timeout; the heartbeat grace period is longer (see `grace_period`)
+TOKEN = uuid.uuid4().hex  # this sweep process, unlike a pid, is never reused
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -56,9 +72,113 @@ class SweepOptions:
     devices_per_trial: int = 0  # GPUs given to each trial (CUDA_VISIBLE_DEVICES); 0 = CPU threads
     out_dir: str = "out"
     seed: int = 0  # sampler seed
-    heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this is dead
-    max_retry: int = 2  # times a dead trial is re-queued
+    heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this (+ 20 s) is dead
+    max_retries: int = 2  # times a trial whose child was killed or crashed is re-queued
     set: str | None = None  # KEY=VALUE[,KEY=VALUE]: fix parameters (one study per value, e.g. per encoding)
+
+
+def check_options(opts: SweepOptions) -> None:
+    """One line per bad option, before any file or database is touched."""
+    for option, minimum in (("workers", 1), ("heartbeat", 1), ("max_retries", 0), ("devices_per_trial", 0)):
+        value = getattr(opts, option)
+        if not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"--{option} must be an integer >= {minimum}, got {value!r}")
+    if opts.study_name is not None:
+        check_name("--study_name", opts.study_name)
+
+
+def grace_period(heartbeat: int) -> int:
+    """Seconds without a heartbeat before a trial counts as dead: longer than a heartbeat that waited the
+    whole SQLite busy timeout for the database."""
+    return 3 * heartbeat + SQLITE_TIMEOUT_S
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password removed, from the userinfo (which may itself hold '@') and from the query."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}{':***' if ':' in userinfo else ''}@{host}"
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = urlencode([(k, "***" if "password" in k.lower() else v) for k, v in pairs], safe="*")
+    if (netloc, query) == (parts.netloc, urlencode(pairs)):
+        return url  # nothing to hide (and sqlite:////abs/path keeps its slashes)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def quote_password(url: str) -> str:
+    """`user:pa@ss@host` -> `user:pa%40ss@host`: SQLAlchemy splits userinfo at the first '@', so a raw '@'
+    in a password would turn its tail into the host name (and print it in the error)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc or ":" not in parts.netloc.rsplit("@", 1)[0]:
+        return url
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, password = userinfo.split(":", 1)
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(unquote(password), safe='')}@{host}"))
+
+
+def hide_secrets(text: str, url: str) -> str:
+    """`text` (an error message) with every password in `url` replaced, as written and URL-decoded."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else ""
+    secrets = [userinfo.split(":", 1)[1]] if ":" in userinfo else []
+    secrets += [v for k, v in parse_qsl(parts.query) if "password" in k.lower()]
+    text = text.replace(url, redact_url(url))
+    for secret in sorted(filter(None, {*secrets, *map(unquote, secrets)}), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+class StudyLock:
+    """Serialises the read-then-write steps of a study: across this process's threads always, and across
+    processes on SQLite by an flock on `<database>.lock` (released by the kernel if the holder dies)."""
+
+    def __init__(self, url: str):
+        self.thread = threading.Lock()
+        database = sqlalchemy.engine.make_url(url).database if url.startswith("sqlite") else None
+        self.file = FileLock(f"{database}.lock") if database and database != ":memory:" else None
+
+    def __enter__(self):
+        self.thread.acquire()
+        if self.file:
+            try:
+                self.file.acquire()
+            except BaseException:
+                self.thread.release()
+                raise
+        return self
+
+    def __exit__(self, *exc):
+        if self.file:
+            self.file.release()
+        self.thread.release()
+
+
+def retrying(action, *args, attempts: int = 8, what: str = "storage"):
+    """Run `action(*args)`, retrying database errors (a locked SQLite file, a dropped connection)."""
+    for attempt in range(attempts):
+        try:
+            return action(*args)
+        except sqlalchemy.exc.DBAPIError as error:  # OperationalError, InterfaceError, ...
+            if attempt == attempts - 1:
+                raise
+            print(f"warning: {what}: {str(error).splitlines()[0][:200]}; retrying", file=sys.stderr)
+            time.sleep(min(0.5 * 2**attempt, 5.0))
+
+
+def host_id() -> str:
+    """This machine and pid namespace: containers that share a hostname differ in boot id or pid namespace."""
+    parts = [socket.gethostname()]
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        try:
+            parts.append(os.readlink(path) if path.endswith("/pid") else Path(path).read_text().strip())
+        except OSError:
+            pass
+    return "/".join(parts)
+
+
+HOST_ID = host_id()
 
 
 def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
@@ -74,46 +194,59 @@ def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
     return sweep, "-".join(suffix)
 
 
-def open_storage(opts: SweepOptions, study_name: str) -> optuna.storages.RDBStorage:
-    url = opts.storage
-    if url is None:
-        path = Path(opts.out_dir) / "sweeps" / study_name / "optuna.db"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        url = f"sqlite:///{path.resolve()}"
-    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+def storage_url(opts: SweepOptions, study_name: str) -> str:
+    if opts.storage is not None:
+        return quote_password(opts.storage)
+    path = Path(opts.out_dir) / "sweeps" / study_name / "optuna.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path.resolve()}"
+
+
+def open_storage(opts: SweepOptions, url: str) -> optuna.storages.RDBStorage:
+    engine = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    failure: BaseException | None = None
     for attempt in range(5):
         try:
             return optuna.storages.RDBStorage(
-                url, engine_kwargs=engine, heartbeat_interval=opts.heartbeat, grace_period=3 * opts.heartbeat,
-                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=opts.max_retry),
+                url, engine_kwargs=engine, heartbeat_interval=opts.heartbeat, grace_period=grace_period(opts.heartbeat),
+                heartbeat_stale_trial_callback=lambda study, trial: requeue(study, trial, "no heartbeat from its sweep "
+                                                                           "process", opts.max_retries),
             )  # fmt: skip
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as error:
-            # Two hosts starting on an empty database both create Optuna's tables; the loser of that race
-            # gets a duplicate-key error and only has to open the tables the winner made.
+        except (
+            sqlalchemy.exc.IntegrityError,
+            sqlalchemy.exc.ProgrammingError,
+            sqlalchemy.exc.OperationalError,
+        ) as error:
+            # Two processes starting on an empty database both create Optuna's tables; the loser of that race
+            # gets a duplicate-key or "already exists" error and only has to open the tables the winner made.
             failure = error
+            if isinstance(error, sqlalchemy.exc.OperationalError) and "already exists" not in str(error):
+                break
             time.sleep(0.5 + attempt)
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError) as error:
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
             failure = error
             break
-    shown = sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)  # never print a password
-    reason = str(failure).strip().splitlines()[0][:200]
-    raise ConfigError(f"cannot open sweep storage {shown}: {reason}") from None
+    reason = hide_secrets(str(failure).strip().splitlines()[0][:200], url)
+    raise ConfigError(f"cannot open sweep storage {redact_url(url)}: {reason}") from None
 
 
-def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str) -> optuna.Study:
-    """Create the study (queueing every grid point once) or load it, checking it is the same sweep."""
+def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str, locked: bool) -> optuna.Study:
+    """Create the study (queueing every grid point once) or load it, checking it is the same sweep.
+    `locked`: this process holds the SQLite file lock, so a study that is not ready was left half-made
+    by a process that died while creating it (on PostgreSQL: not ready after a minute)."""
     digest = hashlib.sha256(json.dumps(sweep, sort_keys=True).encode()).hexdigest()[:16]
     kwargs = {"study_name": study_name, "storage": storage, "sampler": sf.sampler(sweep, opts.seed)}
     try:
         study = optuna.create_study(direction=sf.direction(sweep), pruner=sf.pruner(sweep), **kwargs)
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(pruner=sf.pruner(sweep), **kwargs)
-        attrs = wait_until_ready(study)
-        if attrs.get("sweep_digest") != digest:
+        attrs = study.user_attrs if locked else wait_until_ready(study)
+        if attrs.get("ready") and attrs.get("sweep_digest") != digest:
             raise ConfigError(
                 f"study {study_name!r} was made from a different sweep file; pass --study_name to start a new one"
             ) from None
-        return study
+        if attrs.get("ready"):
+            return study
     study.set_user_attr("sweep_digest", digest)
     study.set_user_attr("sweep", sweep)
     if sweep["method"] == "grid":
@@ -124,10 +257,14 @@ def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str) -> opt
 
 def queue_grid(study: optuna.Study, sweep: dict) -> None:
     """Queue every grid point once, tagged with its GridSampler grid id: workers in any process then pop
-    distinct points atomically (a plain GridSampler may hand the same point to two workers)."""
+    distinct points atomically (a plain GridSampler may hand the same point to two workers). Points a
+    dead creator already queued are not queued again."""
     space = {n: s["values"] for n, s in sweep["parameters"].items() if "values" in s}
     distributions = {n: CategoricalDistribution(v) for n, v in space.items()}
+    done = {t.system_attrs.get("grid_id") for t in study.get_trials(deepcopy=False) if QUEUED in t.system_attrs}
     for grid_id, point in enumerate(sf.grid_points(sweep)):
+        if grid_id in done:
+            continue
         attrs = {"grid_id": grid_id, "search_space": space, QUEUED: True}
         trial = optuna.create_trial(
             state=TrialState.WAITING, params=point, distributions=distributions, system_attrs=attrs
@@ -168,26 +305,21 @@ def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -
     return env
 
 
-def _die_with_parent() -> None:
-    """Child side: get SIGTERM when the sweep process dies (even by kill -9), so no orphan trains on."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def latest_record(trial_dir: Path) -> dict | None:
     paths = sorted(trial_dir.glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime)
-    try:
-        return json.loads(paths[-1].read_text()) if paths else None
-    except json.JSONDecodeError:  # caught mid-replace on a file system without atomic rename
-        return None
+    return read_record(paths[-1], warn=False) if paths else None  # None also while caught mid-write
 
 
-def resume_checkpoint(study: optuna.Study, trial: optuna.Trial) -> Path | None:
+def predecessor(study: optuna.Study, trial_id: int) -> FrozenTrial | None:
+    """The trial this one retries (the last of its retry history), if any."""
+    history = study._storage.get_trial(trial_id).system_attrs.get("retry_history") or []
+    return study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
+        study._study_id, history[-1])) if history else None  # fmt: skip
+
+
+def resume_checkpoint(dead: FrozenTrial | None) -> Path | None:
     """The last checkpoint of the dead trial this one retries, if any."""
-    number = RetryHeartbeatStaleTrialCallback.retried_trial_number(study._storage.get_trial(trial._trial_id))
-    if number is None:
-        return None
-    dead_dir = study.trials[number].user_attrs.get("trial_dir")
+    dead_dir = dead.user_attrs.get("trial_dir") if dead else None
     checkpoints = sorted(Path(dead_dir).glob("runs/*/checkpoints/last.ckpt")) if dead_dir else []
     return checkpoints[-1] if checkpoints and readable(checkpoints[-1]) else None
 
@@ -197,130 +329,193 @@ def readable(checkpoint: Path) -> bool:
     import torch
 
     try:
-        torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
+        torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=True)
         return True
     except Exception:  # truncated zip, partial write: any failure to open means "do not resume"
         return False
 
 
-class TrialRun:
-    """One trial: start the child, stream its metric into the trial, prune, and tell the result."""
+def retries_left(trial: FrozenTrial, max_retries: int, crashed: bool) -> bool:
+    """Interruptions and dead sweep processes are not the trial's fault and do not count as retries."""
+    return trial.system_attrs.get(CRASHES, 0) + crashed <= max_retries
 
-    def __init__(self, study: optuna.Study, sweep: dict, opts: SweepOptions, slot: int):
-        self.study, self.sweep, self.opts, self.slot = study, sweep, opts, slot
-        self.metric = sweep["metric"]["name"]
 
-    def run(self, trial: optuna.Trial) -> None:
-        params = {n: sf.suggest(trial, n, s, self.sweep["method"]) for n, s in self.sweep["parameters"].items()}
-        trial_dir = Path(self.opts.out_dir).resolve() / "sweeps" / self.study.study_name / f"trial-{trial.number}"
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        for key, value in {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "trial_dir": str(trial_dir),
-        }.items():
-            trial.set_user_attr(key, value)
-        argv = build_command(self.sweep, params, trial_dir)
-        retried = RetryHeartbeatStaleTrialCallback.retried_trial_number(self.study._storage.get_trial(trial._trial_id))
-        if retried is not None:
-            trial.set_user_attr("reason", f"retry of trial {retried}")
-            if self.adopt_finished(trial, retried):
-                return
-        checkpoint = resume_checkpoint(self.study, trial)
-        if checkpoint:
-            argv.append(f"--ckpt_path={checkpoint}")
-            trial.set_user_attr("resumed_from", str(checkpoint))
-        trial.set_user_attr("command", " ".join(argv))
-        env = {**child_env(self.study.study_name, trial_dir, self.slot, self.opts), **sf.wandb_env(self.sweep)}
-        with open(trial_dir / "output.log", "ab") as log:
-            child = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-            pruned = self.follow(trial, child, trial_dir)
-        self.tell(trial, child.returncode, pruned, latest_record(trial_dir), trial_dir)
-
-    def adopt_finished(self, trial: optuna.Trial, retried: int) -> bool:
-        """If the dead trial's child finished its run after the sweep died, take its result: no rerun."""
-        dead_dir = self.study.trials[retried].user_attrs.get("trial_dir")
-        record = latest_record(Path(dead_dir)) if dead_dir else None
-        if not record or record.get("status") != "finished" or self.metric not in record.get("final", {}):
-            return False
-        trial.set_user_attr("reason", f"trial {retried}'s run finished after its sweep died; result adopted")
-        trial.set_user_attr("trial_dir", dead_dir)
-        self.tell(trial, 0, False, record, Path(dead_dir))
-        return True
-
-    def follow(self, trial: optuna.Trial, child: subprocess.Popen, trial_dir: Path) -> bool:
-        """Wait for the child; report each new value of the metric; True if it was pruned."""
-        reported, beat = 0, 0.0
-        try:
-            while child.poll() is None:
-                if time.monotonic() - beat > self.opts.heartbeat:
-                    self.study._storage.record_heartbeat(trial._trial_id)
-                    beat = time.monotonic()
-                values = self.report(trial, trial_dir, reported)
-                reported = len(values)
-                if values and trial.should_prune():
-                    child.terminate()
-                    child.wait()
-                    return True
-                time.sleep(1.0)
-        except BaseException:
-            child.terminate()
-            child.wait()
-            raise
-        self.report(trial, trial_dir, reported)  # validations written between the last poll and the exit
+def requeue(study: optuna.Study, trial: FrozenTrial, why: str, max_retries: int, crashed: bool = False) -> bool:
+    """Queue a copy of the failed `trial` (same parameters and grid id; `why` in its reason) unless its
+    child has died or crashed more than `max_retries` times."""
+    if not retries_left(trial, max_retries, crashed):
         return False
+    attrs = {**trial.system_attrs, CRASHES: trial.system_attrs.get(CRASHES, 0) + crashed}
+    attrs["failed_trial"] = attrs.get("failed_trial", trial.number)
+    attrs["retry_history"] = [*attrs.get("retry_history", []), trial.number]
+    study.add_trial(optuna.create_trial(
+        state=TrialState.WAITING, params=trial.params, distributions=trial.distributions, system_attrs=attrs,
+        user_attrs={"reason": f"retry of trial {trial.number}: {why}"[:300]},
+    ))  # fmt: skip
+    return True
 
-    def report(self, trial: optuna.Trial, trial_dir: Path, reported: int) -> list[float]:
-        """Report the metric's values after the first `reported` (step = validation index); all values."""
-        record = latest_record(trial_dir) or {"history": []}
-        values = [h[self.metric] for h in record["history"] if self.metric in h]
-        for step in range(reported, len(values)):
-            trial.report(values[step], step + 1)
-        return values
 
-    def tell(self, trial, returncode: int, pruned: bool, record: dict | None, trial_dir: Path) -> None:
-        final = (record or {}).get("final", {})
-        if pruned:
-            reported = self.study._storage.get_trial(trial._trial_id).intermediate_values  # a live Trial has none
-            trial.set_user_attr("reason", f"pruned at validation {len(reported)}")
-            self.study.tell(trial, state=TrialState.PRUNED)
-        elif returncode == 0 and self.metric in final and final[self.metric] == final[self.metric]:
-            self.study.tell(trial, final[self.metric])
-        else:
-            trial.set_user_attr("reason", failure_reason(returncode, record, self.metric, trial_dir))
-            self.study.tell(trial, state=TrialState.FAIL)
+def crashed(returncode: int, record: dict | None) -> bool:
+    """Killed by a signal (-N, or 128+N through a shell), or died without the error a run reports itself
+    (exit 2 is a bad config, 3 a diverged loss: both would fail again)."""
+    return returncode < 0 or returncode > 128 or (returncode not in (0, 2, 3) and not (record or {}).get("error"))
+
+
+ERROR_LINE = re.compile(r"(^error:|^[\w.]*(Error|Exception|Interrupt)\b|Traceback|Killed|[Ee]rror)")
+WARNING_LINE = re.compile(r"[Ww]arn")
+
+
+def last_error_line(log: Path) -> str:
+    """The child's last line that reports an error (not a warning), else its last non-warning line."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines()] if log.is_file() else []
+    lines = [line for line in lines if line and not WARNING_LINE.search(line)]
+    errors = [line for line in lines if ERROR_LINE.search(line)]
+    return (errors or lines or ["no output"])[-1]
 
 
 def failure_reason(returncode: int, record: dict | None, metric: str, trial_dir: Path) -> str:
-    """One line: why a trial failed (diverged, raised, or never logged the sweep metric)."""
+    """One line: why a trial failed (killed, diverged, raised, or never logged the sweep metric)."""
     if record and record.get("error"):
         return f"{record['status']}: {record['error']}"[:300]
     if returncode == 0:
         logged = sorted((record or {}).get("final", {}))
         return f"metric {metric!r} was not logged (or is NaN); logged: {', '.join(logged[:12]) or 'nothing'}"
-    lines = (trial_dir / "output.log").read_text(errors="replace").strip().splitlines()
-    return f"exit code {returncode}: {lines[-1] if lines else 'no output'}"[:300]
+    if returncode < 0:
+        how = (
+            f"killed by {signal.Signals(-returncode).name}" if -returncode in signal.Signals._value2member_map_ else ""
+        )
+        how = how or f"killed by signal {-returncode}"
+    else:
+        how = f"exit code {returncode}"
+    return f"{how}: {last_error_line(trial_dir / 'output.log')}"[:300]
 
 
-def recover_dead_trials(study: optuna.Study, max_retry: int) -> None:
-    """Fail and re-queue RUNNING trials whose sweep process is gone: at once on this host (pid check),
-    and on any host once their heartbeat is stale (Optuna's own check)."""
-    host = socket.gethostname()
-    retry = RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+class TrialRun:
+    """One trial: start the child, stream its metric into the trial, prune, and tell the result."""
+
+    def __init__(self, runner: "Sweep", study: optuna.Study, slot: int):
+        self.runner, self.study, self.slot = runner, study, slot
+        self.sweep, self.opts = runner.sweep, runner.opts
+        self.metric = self.sweep["metric"]["name"]
+
+    def run(self, trial: optuna.Trial) -> None:
+        params = {n: sf.suggest(trial, n, s, self.sweep["method"]) for n, s in self.sweep["parameters"].items()}
+        trial_dir = Path(self.opts.out_dir).resolve() / "sweeps" / self.study.study_name / f"trial-{trial.number}"
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        trial.set_user_attr("trial_dir", str(trial_dir))
+        argv = build_command(self.sweep, params, trial_dir)
+        dead = predecessor(self.study, trial._trial_id)
+        if dead is not None and self.adopt_finished(trial, dead):  # its reason says whose retry it is
+            return
+        checkpoint = resume_checkpoint(dead)
+        offset = 0
+        if checkpoint:
+            argv.append(f"--ckpt_path={checkpoint}")
+            trial.set_user_attr("resumed_from", str(checkpoint))
+            for step, value in sorted(dead.intermediate_values.items()):  # the pruner sees one history
+                trial.report(value, step)
+                offset = step
+        trial.set_user_attr("command", " ".join(argv))
+        env = {**child_env(self.study.study_name, trial_dir, self.slot, self.opts), **sf.wandb_env(self.sweep)}
+        with open(trial_dir / "output.log", "ab") as log:
+            child = launch_child(argv, env, log)
+            outcome = self.follow(trial, child, trial_dir, offset)
+        self.tell(trial, child.returncode, outcome, latest_record(trial_dir), trial_dir)
+
+    def adopt_finished(self, trial: optuna.Trial, dead: FrozenTrial) -> bool:
+        """If the dead trial's child finished its run after the sweep died, take its result: no rerun."""
+        dead_dir = dead.user_attrs.get("trial_dir")
+        record = latest_record(Path(dead_dir)) if dead_dir else None
+        if not record or record.get("status") != "finished" or self.metric not in record.get("final", {}):
+            return False
+        trial.set_user_attr("reason", f"trial {dead.number}'s run finished after its sweep died; result adopted")
+        trial.set_user_attr("trial_dir", dead_dir)
+        self.tell(trial, 0, None, record, Path(dead_dir))
+        return True
+
+    def follow(self, trial: optuna.Trial, child: subprocess.Popen, trial_dir: Path, offset: int) -> str | None:
+        """Wait for the child; heartbeat; report each new value of the metric (the last ones too, once it
+        has exited). Returns "pruned" or "interrupted" when it stopped the child, None when it ended."""
+        reported, beat = 0, time.monotonic()
+        try:
+            while child.poll() is None:
+                if self.runner.stop.is_set():
+                    stop_child(child)
+                    return "interrupted"
+                if time.monotonic() - beat > self.opts.heartbeat:
+                    self.runner.quietly(self.study._storage.record_heartbeat, trial._trial_id)
+                    beat = time.monotonic()
+                if self.catch_up(trial, trial_dir, reported, offset) > reported:
+                    reported = self.catch_up(trial, trial_dir, reported, offset, report=True)
+                    if self.runner.quietly(trial.should_prune):
+                        stop_child(child)
+                        return "pruned"
+                time.sleep(0.5)
+        except BaseException:
+            stop_child(child)
+            raise
+        self.catch_up(trial, trial_dir, reported, offset, report=True)
+        return None
+
+    def catch_up(self, trial: optuna.Trial, trial_dir: Path, reported: int, offset: int, report=False) -> int:
+        """How many values of the metric the child's record holds; with `report`, report the new ones
+        (step = offset + validation index) and return how many are now reported."""
+        record = latest_record(trial_dir) or {"history": []}
+        values = [h[self.metric] for h in record.get("history", []) if self.metric in h]
+        if not report:
+            return len(values)
+
+        def send():
+            for step in range(reported, len(values)):
+                trial.report(values[step], offset + step + 1)
+            return len(values)
+
+        return self.runner.quietly(send) or reported
+
+    def tell(self, trial, returncode: int, outcome: str | None, record: dict | None, trial_dir: Path) -> None:
+        final = (record or {}).get("final", {})
+        if outcome == "interrupted":
+            reason = f"stopped by {self.runner.stop_signal_name()}; re-queued"
+            self.runner.finish(self.study, trial, TrialState.FAIL, reason=reason, requeue_as=(reason, False))
+        elif outcome == "pruned":
+            reported = self.study._storage.get_trial(trial._trial_id).intermediate_values  # a live Trial has none
+            reason = f"pruned at validation {len(reported)}"
+            self.runner.finish(self.study, trial, TrialState.PRUNED, reason=reason)
+        elif returncode == 0 and self.metric in final and final[self.metric] == final[self.metric]:
+            self.runner.finish(self.study, trial, TrialState.COMPLETE, value=final[self.metric])
+        else:
+            reason = failure_reason(returncode, record, self.metric, trial_dir)
+            died = crashed(returncode, record)
+            self.runner.finish(
+                self.study, trial, TrialState.FAIL, reason=reason, requeue_as=(reason, True) if died else None
+            )
+
+
+def recover_dead_trials(study: optuna.Study, max_retries: int, heartbeat: int) -> None:
+    """Fail and re-queue RUNNING trials whose sweep process is gone: at once on this host and pid namespace
+    (its pid is gone, or is now another process), and on any host once their heartbeat is stale (Optuna's
+    own check; also for a trial whose process died between `ask` and its first heartbeat)."""
+    too_old = datetime.now() - timedelta(seconds=grace_period(heartbeat))
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if trial.user_attrs.get("host") == host and not _alive(trial.user_attrs.get("pid", -1)):
+        attrs = trial.user_attrs
+        same_host = attrs.get("host_id") == HOST_ID and attrs.get("token") != TOKEN
+        gone = same_host and (attrs.get("pid") == os.getpid() or not _alive(attrs.get("pid", -1)))
+        never_started = "token" not in attrs and trial.datetime_start and trial.datetime_start < too_old
+        if not (gone or never_started):
+            continue
+        try:
             study._storage.set_trial_user_attr(trial._trial_id, "reason", "sweep process died; re-queued")
             if study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
-                retry(study, study._storage.get_trial(trial._trial_id))
+                requeue(study, study._storage.get_trial(trial._trial_id), "sweep process died", max_retries)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another process was first
+            pass
     optuna.storages.fail_stale_trials(study)
 
 
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
     try:
         os.kill(pid, 0)
-    except (ProcessLookupError, ValueError):
+    except (ProcessLookupError, ValueError, TypeError, OverflowError):
         return False
     except PermissionError:
         return True
@@ -328,12 +523,12 @@ def _alive(pid: int) -> bool:
 
 
 def budget_left(study: optuna.Study, sweep: dict) -> bool:
-    """Fewer trials started than the budget (run_cap, for every method; a dead trial that was re-queued
+    """Fewer trials started than run_cap (for every method, grid included; a failed trial that was re-queued
     counts once, through its retry), and for a grid, queued points remain."""
     trials = study.get_trials(deepcopy=False)
-    retried = {RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials}
+    retried = {n for t in trials for n in t.system_attrs.get("retry_history", [])}
     started = [t for t in trials if t.number not in retried and t.state != TrialState.WAITING]
-    if sweep["method"] == "grid":  # not the trials that lost a race for the last point (failed at once)
+    if sweep["method"] == "grid":
         started = [t for t in started if QUEUED in t.system_attrs]
     budget = sf.trial_budget(sweep)
     if budget is not None and len(started) >= budget:
@@ -341,40 +536,104 @@ def budget_left(study: optuna.Study, sweep: dict) -> bool:
     return sweep["method"] != "grid" or any(t.state == TrialState.WAITING for t in trials)
 
 
+def unfinished_points(study: optuna.Study) -> list[dict]:
+    """Grid points whose latest trial is neither finished nor failed for good (still queued or running)."""
+    latest: dict[int, FrozenTrial] = {}
+    for t in study.get_trials(deepcopy=False):
+        if QUEUED in t.system_attrs:
+            grid_id = t.system_attrs["grid_id"]
+            if grid_id not in latest or t.number > latest[grid_id].number:
+                latest[grid_id] = t
+    return [t.params for _, t in sorted(latest.items()) if t.state in (TrialState.WAITING, TrialState.RUNNING)]
+
+
 class Sweep:
-    """Workers that ask the study for trials and run them until the budget is spent."""
+    """Workers that ask the study for trials and run them until the budget is spent or a signal stops them."""
 
     def __init__(self, sweep: dict, opts: SweepOptions):
         self.sweep, self.opts = sweep, opts
         self.study_name = opts.study_name or Path(opts.file).stem
-        self.storage = open_storage(opts, self.study_name)
-        self.study = open_study(sweep, opts, self.storage, self.study_name)
-        self.lock = threading.Lock()  # asks are serialised within this process
-        self.errors: list[BaseException] = []
+        url = storage_url(opts, self.study_name)
+        self.url = url
+        self.lock = StudyLock(url)
+        with self.lock:  # on SQLite, creating the tables and queueing the grid happen once
+            self.storage = open_storage(opts, url)
+            self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, self.lock.file is not None)
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.stop_signal: int | None = None
+
+    def stop_signal_name(self) -> str:
+        return signal.Signals(self.stop_signal).name if self.stop_signal else "a stop request"
+
+    def request_stop(self, signum: int, frame=None) -> None:
+        self.stop_signal = self.stop_signal or signum
+        self.stop.set()
+
+    def quietly(self, action, *args):
+        """A storage call that may fail (heartbeat, report): warn and go on; the next loop tries again."""
+        try:
+            return action(*args)
+        except sqlalchemy.exc.DBAPIError as error:
+            print(f"warning: storage: {str(error).splitlines()[0][:200]}", file=sys.stderr)
+            return None
 
     def next_trial(self, study: optuna.Study) -> optuna.Trial | None:
         with self.lock:
-            recover_dead_trials(study, self.opts.max_retry)
+            if self.stop.is_set():
+                return None
+            recover_dead_trials(study, self.opts.max_retries, self.opts.heartbeat)
             if not budget_left(study, self.sweep):
                 return None
             trial = study.ask()
+            # before anything else: who runs it, and a first heartbeat, so it is never stranded
+            study._storage.record_heartbeat(trial._trial_id)
+            for key, value in {"host": socket.gethostname(), "host_id": HOST_ID, "pid": os.getpid(),
+                               "token": TOKEN}.items():  # fmt: skip
+                trial.set_user_attr(key, value)
             queued = QUEUED in study._storage.get_trial(trial._trial_id).system_attrs
             if self.sweep["method"] == "grid" and not queued:
                 trial.set_user_attr("reason", "grid already covered by other workers")
-                study.tell(trial, state=TrialState.FAIL)  # lost a race for the last queued point
+                study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)  # lost a race for the last point
                 return None
             return trial
 
+    def finish(self, study, trial, state, value=None, reason=None, requeue_as=None) -> None:
+        """Tell the trial's result (skipped if another process already failed it) and re-queue it if asked."""
+
+        def tell():
+            with self.lock:
+                if study._storage.get_trial(trial._trial_id).state.is_finished():
+                    return  # another process found it stale, failed and re-queued it
+                note = reason
+                if requeue_as and not retries_left(study._storage.get_trial(trial._trial_id), self.opts.max_retries,
+                                                   requeue_as[1]):  # fmt: skip
+                    note = f"{reason[:220]}; not re-queued: --max_retries {self.opts.max_retries} reached"
+                if note:
+                    trial.set_user_attr("reason", note[:300])
+                try:
+                    frozen = study.tell(trial, value, state=state)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    return  # the same, between the check and the tell (PostgreSQL: no file lock)
+                if requeue_as:
+                    requeue(study, frozen, requeue_as[0], self.opts.max_retries, crashed=requeue_as[1])
+
+        retrying(tell, what=f"trial {trial.number}")
+
     def worker(self, slot: int) -> None:
         try:
-            study = optuna.load_study(
+            study = retrying(lambda: optuna.load_study(
                 study_name=self.study_name, storage=self.storage, sampler=sf.sampler(self.sweep, self.opts.seed + slot),
                 pruner=sf.pruner(self.sweep),
-            )  # fmt: skip
-            while (trial := self.next_trial(study)) is not None:
-                TrialRun(study, self.sweep, self.opts, slot).run(trial)
-        except BaseException as error:  # reported by the main thread
-            self.errors.append(error)
+            ))  # fmt: skip
+            while (trial := retrying(self.next_trial, study)) is not None:
+                try:
+                    TrialRun(self, study, slot).run(trial)
+                except Exception as error:  # a bug or a storage failure: the trial is failed, not stranded
+                    reason = f"sweep runner error: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                    self.finish(study, trial, TrialState.FAIL, reason=reason)
+        except Exception as error:  # reported by the main thread; a trial left RUNNING is recovered later
+            self.errors.append(f"worker {slot} stopped: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
 
     def run(self, on_tick=None) -> None:
         threads = [threading.Thread(target=self.worker, args=(slot,), daemon=True) for slot in range(self.opts.workers)]
@@ -383,31 +642,52 @@ class Sweep:
             time.sleep(0.2)  # stagger the first asks
         while any(thread.is_alive() for thread in threads):
             if on_tick:
-                on_tick(self.study)
-            time.sleep(1.0)
+                self.quietly(on_tick, self.study)
+            time.sleep(0.5)
         if on_tick:
-            on_tick(self.study)
-        if self.errors:
-            raise self.errors[0]
+            self.quietly(on_tick, self.study)
 
 
 def run_sweep(opts: SweepOptions) -> optuna.Study:
-    """Run (or resume) the sweep with a live status line, then print the trial table."""
+    """Run (or resume) the sweep with a live status line, then print the trial table. Exits 130 / 143 on
+    SIGINT / SIGTERM (trials re-queued), 1 if grid points are left unfinished or a worker stopped."""
+    check_options(opts)
+    sweep, suffix = apply_overrides(sf.load_sweep(opts.file), opts.set.split(",") if opts.set else [])
+    if suffix and not opts.study_name:
+        opts.study_name = f"{Path(opts.file).stem}-{suffix}"
+    check_name("study name (--study_name, or the sweep file's name)", opts.study_name or Path(opts.file).stem)
+
     from rich.console import Console
 
     from tracking.compare import print_comparison
     from tracking.sweep_display import LiveStatus, trial_table
 
-    sweep, suffix = apply_overrides(sf.load_sweep(opts.file), opts.set.split(",") if opts.set else [])
-    if suffix and not opts.study_name:
-        opts.study_name = f"{Path(opts.file).stem}-{suffix}"
-    if opts.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {opts.workers}")
     runner = Sweep(sweep, opts)
+    handlers = {sig: signal.signal(sig, runner.request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     console = Console()
-    with LiveStatus(console) as live:
-        runner.run(on_tick=live.tick)
+    try:
+        with LiveStatus(console) as live:
+            runner.run(on_tick=live.tick)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    study = runner.study
+    if runner.stop_signal:
+        stopped = sum("stopped by" in t.user_attrs.get("reason", "") and t.user_attrs.get("token") == TOKEN
+                      for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))  # fmt: skip
+        print(f"error: sweep {study.study_name} stopped by {runner.stop_signal_name()}: {stopped} running trial(s) "
+              "stopped and re-queued; run the same command again to resume", file=sys.stderr)  # fmt: skip
+        raise SystemExit(128 + runner.stop_signal)
     console.print()
-    console.print(trial_table(runner.study, sweep["metric"]["name"]))
-    print_comparison(opts.out_dir, runner.study.study_name, sweep["metric"]["name"], console=console)
-    return runner.study
+    console.print(trial_table(study, sweep["metric"]["name"]))
+    print_comparison(opts.out_dir, study.study_name, sweep["metric"]["name"], console=console)
+    for error in runner.errors:
+        print(f"error: {error}", file=sys.stderr)
+    left = unfinished_points(study) if sweep["method"] == "grid" else []
+    if left:
+        shown = "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in left[:10])
+        print(f"error: sweep {study.study_name}: {len(left)} grid point(s) neither finished nor failed for good "
+              f"({shown}); run the same command again to finish them", file=sys.stderr)  # fmt: skip
+    if left or runner.errors:
+        raise SystemExit(1)
+    return study

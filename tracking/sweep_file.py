@@ -28,6 +28,7 @@ MACROS = (
     "env", "interpreter", "program", "args", "args_no_equals", "args_no_hyphens", "args_no_boolean_flags",
     "args_json", "args_json_file", "args_append_hydra", "args_override_hydra",
 )  # fmt: skip
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
 def load_sweep(path: str | Path) -> dict:
@@ -63,7 +64,7 @@ def load_sweep(path: str | Path) -> dict:
         raise ConfigError(f"sweep file {path}: parameters must be a non-empty mapping of CLI keys")
     for name, spec in sweep["parameters"].items():
         distribution(name, spec, sweep["method"])
-    check_command(sweep.get("command", DEFAULT_COMMAND), path)
+    check_command(sweep, path)
     cap = sweep.get("run_cap")
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
         raise ConfigError(f"sweep file {path}: run_cap must be a positive integer, got {cap!r}")
@@ -71,10 +72,18 @@ def load_sweep(path: str | Path) -> dict:
     return sweep
 
 
-def check_command(command, path: Path) -> None:
-    """Every `${...}` chunk must be a macro `wandb agent` expands: an unknown one would vanish silently."""
-    if not isinstance(command, list):
-        raise ConfigError(f"sweep file {path}: command must be a list of strings")
+def check_command(sweep: dict, path: Path) -> None:
+    """`program` a path, `command` (optional) a non-empty list of strings, as `wandb agent` requires."""
+    if not isinstance(sweep.get("program", "cli.py"), str) or not sweep.get("program", "cli.py"):
+        raise ConfigError(f"sweep file {path}: program must be a script path such as cli.py")
+    example = "[${env}, ${interpreter}, ${program}, fit, --config, configs/x.yaml, ${args}]"
+    command = sweep.get("command", DEFAULT_COMMAND)
+    if not isinstance(command, list) or not command or not all(isinstance(c, (str, int, float)) for c in command):
+        raise ConfigError(f"sweep file {path}: command must be a non-empty list of strings, e.g. {example}")
+    if Path(sweep.get("program", "cli.py")).name == "cli.py" and not set(map(str, command)) & set(SUBCOMMANDS):
+        raise ConfigError(
+            f"sweep file {path}: command must name a cli.py subcommand ({', '.join(SUBCOMMANDS)}), e.g. {example}"
+        )
     for chunk in map(str, command):
         if chunk.startswith("${") and chunk.endswith("}") and chunk[2:-1] not in MACROS:
             if not chunk.startswith("${envvar:"):

@@ -5,6 +5,9 @@ unknown name or option. Every test in tests/test_encodings.py runs over this reg
 """
 
 import inspect
+import math
+import types
+import typing
 
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
@@ -51,13 +54,57 @@ def check_encoding_name(name: str) -> None:
         raise ConfigError(f"unknown encoding {name!r}; choose one of: {', '.join(ENCODINGS)}")
 
 
+# options that are sizes, scales or rates: a value <= 0 is a mistake (and `base` <= 1 has no frequencies)
+POSITIVE = {"num_buckets", "max_distance", "max_relative", "rotary_dim", "interpolation_factor", "ntk_base_rescale",
+            "scale_base", "mlp_width", "eps", "init_threshold"}  # fmt: skip
+
+
+def option_parameters(name: str) -> dict[str, inspect.Parameter]:
+    """Each option of `name` with its declared type and default (the most derived declaration wins)."""
+    found = {}
+    mro = ENCODINGS[name].__mro__
+    for cls in mro[: mro.index(PositionalEncoding) + 1]:
+        for p in inspect.signature(cls.__init__).parameters.values():
+            found.setdefault(p.name, p)
+    return {k: found[k] for k in encoding_options(name)}
+
+
+def _accepted(annotation) -> tuple[type, ...]:
+    kinds = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    kinds = tuple(k for k in kinds if isinstance(k, type))
+    return kinds + ((int,) if float in kinds else ())  # 500 is a fine float
+
+
+def check_option_value(name: str, key: str, value, param: inspect.Parameter) -> None:
+    kinds = _accepted(param.annotation)
+    ok = value is None if value is None else isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
+    if kinds and not ok:
+        names = {type(None): "null", float: "a number", int: "an integer", bool: "true or false", str: "a string"}
+        wanted = " or ".join(
+            dict.fromkeys(names.get(k, k.__name__) for k in kinds if not (k is int and float in kinds))
+        )
+        raise ConfigError(f"encoding {name!r} option {key!r} must be {wanted}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"encoding {name!r} option {key!r} must be finite, got {value!r}")
+    if key == "base" and value is not None and value <= 1:
+        raise ConfigError(f"encoding {name!r} option 'base' must be > 1, got {value!r}")
+    if key in POSITIVE and isinstance(value, (int, float)) and value <= 0:
+        raise ConfigError(f"encoding {name!r} option {key!r} must be > 0, got {value!r}")
+
+
 def check_encoding(name: str, options: dict) -> None:
-    """Raise a one-line ConfigError for an unknown encoding name or option."""
+    """Raise a one-line ConfigError for an unknown encoding name or option, or an option value of the
+    wrong type or out of range."""
     check_encoding_name(name)
+    if not isinstance(options, dict):
+        raise ConfigError(f"encoding options must be a mapping such as {{base: 500}}, got {options!r}")
     unknown = sorted(set(options) - set(encoding_options(name)))
     if unknown:
         valid = ", ".join(encoding_options(name)) or "none"
         raise ConfigError(f"encoding {name!r} has no option {unknown[0]!r}; its options: {valid}")
+    params = option_parameters(name)
+    for key, value in options.items():
+        check_option_value(name, key, value, params[key])
 
 
 def build_encoding(

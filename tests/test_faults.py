@@ -1,0 +1,503 @@
+"""Fault injection: sweeps killed at random never lose or repeat a grid point; files never run code;
+names never leave the output folder; corrupt or unwritable records never break a command."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = ROOT / "tests" / "fake_fit.py"
+
+
+def fake_sweep(tmp_path: Path, points: int, name: str = "f") -> Path:
+    """A grid of `points` fake trials (tests/fake_fit.py: about a second each, no training)."""
+    sweep = {
+        "program": str(FAKE), "method": "grid", "metric": {"name": "val/acc", "goal": "maximize"},
+        "parameters": {"x": {"values": list(range(1, points + 1))}},
+        "command": ["${env}", "${interpreter}", "${program}", "${args}"],
+    }  # fmt: skip
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+def sweep_cmd(path: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "cli.py"), "sweep", str(path), f"--out_dir={out}", "--heartbeat=1", *extra]
+
+
+def env(**extra) -> dict:
+    return {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", **extra}
+
+
+def start(cmd: list[str], **extra) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=ROOT, env=env(**extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+
+
+def running_children(out: Path, name: str) -> list[int]:
+    """Pids of fake trials still running (each names its run folder fake-<pid>)."""
+    pids = []
+    for run in (out / "sweeps" / name).glob("trial-*/runs/fake-*"):
+        pid = int(run.name.split("-")[1])
+        try:
+            os.kill(pid, 0)
+            pids.append(pid)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def counts(study: optuna.Study, points: int) -> dict:
+    complete = [t.params["x"] for t in study.get_trials(states=(TrialState.COMPLETE,))]
+    per_point = {x: complete.count(x) for x in range(1, points + 1)}
+    return {
+        "points": points,
+        "duplicates": sum(max(0, n - 1) for n in per_point.values()),
+        "lost": sum(n == 0 for n in per_point.values()),
+    }
+
+
+@pytest.fixture
+def storage_url(request, tmp_path):
+    """SQLite under tmp_path (None: the sweep's default) or a new, empty PostgreSQL database."""
+    if request.param == "sqlite":
+        yield None
+        return
+    server = os.environ.get("PE_TEST_POSTGRES")
+    if not server and os.environ.get("CI"):
+        pytest.fail("CI must provide PE_TEST_POSTGRES (scripts/start_postgres.sh)")
+    if not server:
+        pytest.skip("no PostgreSQL: run scripts/start_postgres.sh and set PE_TEST_POSTGRES")
+    import psycopg
+
+    database = f"pe_faults_{os.getpid()}_{time.time_ns()}"
+    with psycopg.connect(server, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {database}")
+    yield server.rsplit("/", 1)[0] + "/" + database
+    with psycopg.connect(server, autocommit=True) as connection:
+        connection.execute(f"DROP DATABASE {database} WITH (FORCE)")
+
+
+PROCESSES, WORKERS, POINTS, KILL_ROUNDS = 3, 2, 12, 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("storage_url", ["sqlite", "postgresql"], indirect=True)
+def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url):
+    """PROCESSES sweeps x WORKERS workers on one study; in the first KILL_ROUNDS rounds a random sweep
+    process and random trial children are SIGKILLed; rounds are re-run until the sweeps exit 0."""
+    rng = random.Random(12)
+    name = "faults"
+    path = fake_sweep(tmp_path, POINTS, name)
+    extra = [f"--workers={WORKERS}", f"--study_name={name}", "--max_retries=20"]
+    extra += [f"--storage={storage_url}"] if storage_url else []
+    kills = {"sweeps": 0, "children": 0}
+    for round_ in range(8):
+        sweeps = [start(sweep_cmd(path, tmp_path, *extra), FAKE_SLEEP="1") for _ in range(PROCESSES)]
+        killed = set()
+        deadline = time.time() + 180
+        while round_ < KILL_ROUNDS and any(s.poll() is None for s in sweeps) and time.time() < deadline:
+            time.sleep(rng.uniform(0.3, 1.0))
+            children = [pid for pid in running_children(tmp_path, name) if pid not in killed]
+            alive = [s for s in sweeps if s.poll() is None]
+            if not children:
+                continue
+            if kills["children"] and not kills["sweeps"] and len(alive) > 1:  # one sweep, after a first child
+                rng.choice(alive).kill()
+                kills["sweeps"] += 1
+            elif rng.random() < 0.6:
+                victim = rng.choice(children)
+                killed.add(victim)
+                try:
+                    os.kill(victim, signal.SIGKILL)
+                    kills["children"] += 1
+                except ProcessLookupError:  # it had just finished
+                    pass
+        results = [(s.wait(timeout=600), s.stderr.read()) for s in sweeps]
+        for _, err in results:
+            assert "Traceback" not in err, err[-3000:]
+        orphans_gone = time.time() + 15  # a killed sweep's children stop themselves (tracking/children.py)
+        while running_children(tmp_path, name) and time.time() < orphans_gone:
+            time.sleep(0.2)
+        assert not running_children(tmp_path, name)
+        if round_ >= KILL_ROUNDS and all(code == 0 for code, _ in results):
+            break
+    url = storage_url or f"sqlite:///{tmp_path / 'sweeps' / name / 'optuna.db'}"
+    study = optuna.load_study(study_name=name, storage=url)
+    found = counts(study, POINTS)
+    storage = "postgresql" if storage_url else "sqlite"
+    report = {"storage": storage, "processes": PROCESSES, "workers": WORKERS, "rounds": round_ + 1, **kills, **found}
+    print("fault counts:", json.dumps(report))
+    with open(ROOT / "tests" / ".fault_counts.jsonl", "a") as log:  # for the issue note; git-ignored
+        log.write(json.dumps(report) + "\n")
+    assert found["duplicates"] == 0 and found["lost"] == 0, report
+    assert kills["sweeps"] >= 1 and kills["children"] >= 1, report
+    assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    reasons = [t.user_attrs.get("reason", "") for t in study.trials if t.state == TrialState.FAIL]
+    assert not [r for r in reasons if "arn" in r], reasons  # never a warning line as a reason
+
+
+def child_of_point(out: Path, name: str, x: int, deadline: float, not_pid: int = 0) -> int:
+    """The pid of the running fake trial with parameter x (waits for it to start)."""
+    while time.time() < deadline:
+        for run in (out / "sweeps" / name).glob("trial-*/runs/fake-*"):
+            pid = int(run.name.split("-")[1])
+            args = json.loads((run / "record.json").read_text())["args"] if (run / "record.json").exists() else {}
+            if args.get("x") == str(x) and pid != not_pid and pid in running_children(out, name):
+                return pid
+        time.sleep(0.2)
+    raise AssertionError(f"no running trial with x={x}")
+
+
+@pytest.mark.slow
+def test_killed_child_crash_and_signals(tmp_path):
+    """x=1 crashes (after a warning line): re-queued once (--max_retries 1), then failed for good with the
+    error line as its reason. x=2's child is SIGKILLed: re-queued. SIGINT, then SIGTERM, stop the sweep
+    with one line and exit 130 / 143, the running trial re-queued; a last run finishes x=2 exactly once."""
+    name = "sig"
+    path = fake_sweep(tmp_path, 2, name)
+    cmd = sweep_cmd(path, tmp_path, "--workers=2", "--max_retries=1")
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        sweep = start(cmd, FAKE_SLEEP="3", FAKE_CRASH_X="1")
+        deadline = time.time() + 180
+        pid = child_of_point(tmp_path, name, 2, deadline)
+        if sig == signal.SIGINT:
+            os.kill(pid, signal.SIGKILL)
+            pid = child_of_point(tmp_path, name, 2, deadline, not_pid=pid)  # its retry
+        sweep.send_signal(sig)
+        _, err = sweep.communicate(timeout=120)
+        assert sweep.returncode == code, err[-2000:]
+        assert "Traceback" not in err and [line for line in err.splitlines() if line.startswith("error:")] == [
+            f"error: sweep {name} stopped by {sig.name}: 1 running trial(s) stopped and re-queued; "
+            "run the same command again to resume"
+        ], err[-2000:]
+        time.sleep(0.5)
+        assert pid not in running_children(tmp_path, name)  # the child was stopped with the sweep
+    last = start(cmd, FAKE_SLEEP="0.1", FAKE_CRASH_X="1")
+    _, err = last.communicate(timeout=300)
+    assert last.returncode == 0, err[-2000:]
+    trials = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / 'sweeps' / name / 'optuna.db'}").trials
+    by_x = {x: [t for t in trials if t.params["x"] == x] for x in (1, 2)}
+    crashed = [t.user_attrs["reason"] for t in by_x[1]]
+    assert [t.state for t in by_x[1]] == [TrialState.FAIL] * 2, crashed
+    assert crashed[0].startswith("exit code 1: RuntimeError: boom") and "not re-queued" in crashed[1], crashed
+    reasons = [t.user_attrs.get("reason", "") for t in by_x[2]]
+    assert reasons[0].startswith("killed by SIGKILL"), reasons
+    assert any("stopped by SIGINT" in r for r in reasons) and any("stopped by SIGTERM" in r for r in reasons)
+    assert [t.state for t in by_x[2]].count(TrialState.COMPLETE) == 1, reasons
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+# ---------------------------------------------------------------- every bad input: one line, exit 2
+
+RUNNER = """
+import contextlib, io, json, os, sys, traceback
+from cli import cli_main
+results = []
+for args, env in json.loads(sys.argv[1]):
+    saved = dict(os.environ)
+    os.environ.update(env)
+    err = io.StringIO()
+    code = 0
+    with contextlib.redirect_stderr(err):
+        try:
+            cli_main(args)
+        except SystemExit as exit:
+            code = exit.code
+        except BaseException:
+            code, _ = "raised", err.write(traceback.format_exc())
+    os.environ.clear()
+    os.environ.update(saved)
+    results.append({"code": code, "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+def write_glue(root: Path, train: str) -> Path:
+    folder = root / "glue" / "SST-2"
+    folder.mkdir(parents=True)
+    (folder / "train.tsv").write_text(train)
+    (folder / "dev.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    return root
+
+
+@pytest.mark.slow
+def test_every_bad_input_is_one_line_exit_2(tmp_path):
+    from conftest import TINY
+
+    sweep = fake_sweep(tmp_path, 2)
+    fit = ["fit", *TINY]
+    empty_text = tmp_path / "text"
+    (empty_text / "tinyshakespeare").mkdir(parents=True)
+    (empty_text / "tinyshakespeare" / "input.txt").write_text("")
+    glue = ["fit", "--config=configs/glue_from_scratch.yaml", "--trainer.max_steps=2"]
+    bad_command = tmp_path / "bad_command.yaml"
+    bad_command.write_text(yaml.safe_dump({**yaml.safe_load(sweep.read_text()), "command": []}))
+    good_glue = write_glue(tmp_path / "g0", "sentence\tlabel\nfine\t1\nbad\t0\n")
+    empty_tsv = write_glue(tmp_path / "g1", "")
+    ragged_tsv = write_glue(tmp_path / "g2", "sentence\tlabel\na\t1\tx\ty\n")
+    wrong_label = write_glue(tmp_path / "g3", "sentence\tlabel\nfine\t7\n")
+    cases = {
+        "dim=0": ([*fit, "--model.dim=0"], {}, "--model.dim must be an integer >= 1"),
+        "num_heads=0": ([*fit, "--model.num_heads=0"], {}, "--model.num_heads must be an integer >= 1"),
+        "depth=-1": ([*fit, "--model.depth=-1"], {}, "--model.depth must be an integer >= 1"),
+        "max_steps=0": ([*fit, "--trainer.max_steps=0"], {}, "--trainer.max_steps must be >= 1"),
+        "lr nan": ([*fit, "--model.lr=.nan"], {}, "--model.lr must be a finite number"),
+        "lr negative": ([*fit, "--model.lr=-0.1"], {}, "--model.lr must be a finite number > 0"),
+        "option type": ([*fit, "--model.encoding_options={base: abc}"], {}, "option 'base' must be a number"),
+        "negative base": ([*fit, "--model.encoding_options={base: -2}"], {}, "option 'base' must be > 1"),
+        "max_length linked": ([*fit, "--model.max_length=3"], {}, "--model.max_length is set from data.max_seq_len"),
+        "run name traversal": ([*fit, "--run.name=../../x"], {}, "--run.name '../../x'"),
+        "run name too long": ([*fit, "--run.name=" + "n" * 300], {}, "too long for a folder name"),
+        "empty corpus": (
+            ["fit", "--config=configs/lm_tinyshakespeare.yaml", f"--data.data_dir={empty_text}"],
+            {},
+            "input.txt is empty",
+        ),
+        "empty tsv": ([*glue, f"--data.data_dir={empty_tsv}"], {}, "train.tsv is empty"),
+        "ragged tsv": (
+            [*glue, f"--data.data_dir={ragged_tsv}"],
+            {},
+            "train.tsv",
+        ),
+        "wrong label": (
+            [*glue, f"--data.data_dir={wrong_label}"],
+            {},
+            "label '7' in column 'label'; accepted: 0, 1",
+        ),
+        "garbage checkpoint": (
+            [*glue, f"--data.data_dir={good_glue}", f"--model.init_from={sweep}"],
+            {},
+            "is not a readable checkpoint",
+        ),
+        "heartbeat 0": (
+            ["sweep", str(sweep), f"--out_dir={tmp_path}", "--heartbeat=0"],
+            {},
+            "--heartbeat must be an integer >= 1",
+        ),
+        "study traversal": (
+            ["sweep", str(sweep), f"--out_dir={tmp_path}", "--study-name=../../x"],
+            {},
+            "--study_name '../../x'",
+        ),
+        "sweep command []": (["sweep", str(bad_command), f"--out_dir={tmp_path}"], {}, "command must be a non-empty"),
+        "password in url": (
+            ["sweep", str(sweep), "--storage=postgresql://u:pa@ss@127.0.0.1:1/db?password=s3cret"],
+            {},
+            "cannot open sweep storage postgresql://u:***@127.0.0.1:1/db?password=***",
+        ),
+        "invalid wandb key": (
+            [*fit, "--trainer.max_steps=1"],
+            {"WANDB_MODE": "", "WANDB_API_KEY": "x" * 40, "WANDB_INIT_TIMEOUT": "10"},
+            "W&B",
+        ),
+    }
+    for name, (args, _, _) in cases.items():
+        if args[0] == "fit":
+            args.append(f"--run.out_dir={tmp_path / 'out' / name.replace(' ', '_')}")
+    payload = json.dumps([[args, env] for args, env, _ in cases.values()])
+    result = subprocess.run([sys.executable, "-c", RUNNER, payload], cwd=ROOT, capture_output=True, text=True,
+                            env=env(PYTHONPATH=str(ROOT), WANDB_MODE="disabled"), timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    problems = []
+    for (name, (args, _, expected)), outcome in zip(cases.items(), outcomes):
+        lines = [line for line in outcome["stderr"].splitlines() if line.startswith("error: ")]
+        if outcome["code"] != 2 or "Traceback" in outcome["stderr"] or len(lines) != 1 or expected not in lines[0]:
+            problems.append(f"{name}: exit {outcome['code']}: {outcome['stderr'][-600:]}")
+        elif name != "invalid wandb key" and args[0] == "fit" and (tmp_path / "out" / name.replace(" ", "_")).exists():
+            problems.append(f"{name}: left files under its out_dir")
+    assert not problems, "\n".join(problems)
+    assert "s3cret" not in outcomes[-2]["stderr"] and "ss@" not in outcomes[-2]["stderr"], outcomes[-2]["stderr"]
+
+
+# ---------------------------------------------------------------- files: code, names, corrupt, disk full
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, (f"touch {os.environ['PE_EVIL_MARKER']}",))
+
+
+def test_crafted_checkpoint_never_runs_code(tmp_path, monkeypatch):
+    import torch
+
+    from lightning_modules.checkpoint_io import load_checkpoint
+    from lightning_modules.errors import ConfigError
+    from tracking.sweep import readable
+
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("PE_EVIL_MARKER", str(marker))
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": Evil()}, path)
+    with pytest.raises(ConfigError, match="is not a readable checkpoint"):
+        load_checkpoint(str(path))
+    assert not readable(path)
+    truncated = tmp_path / "truncated.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(3)}}, truncated)
+    truncated.write_bytes(truncated.read_bytes()[:50])
+    with pytest.raises(ConfigError, match="is not a readable checkpoint"):
+        load_checkpoint(str(truncated))
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "-flag", "x" * 201, "", "a\x00b"])
+def test_names_that_leave_the_output_folder_are_refused(name):
+    from lightning_modules.errors import ConfigError
+    from tracking.records import check_name
+
+    with pytest.raises(ConfigError, match="--run.name"):
+        check_name("--run.name", name)
+
+
+def test_good_names_pass():
+    from tracking.records import check_name
+
+    for name in ("copy-rope-s0", "tupe_mlm-tupe_r", "lr=0.001", "x" * 200):
+        check_name("--run.name", name)
+
+
+def test_corrupt_record_is_skipped_with_a_warning_everywhere(tmp_path, capsys):
+    from tracking.compare import read_records
+    from tracking.records import find_checkpoint, load_records
+    from tracking.sweep import latest_record
+
+    good = tmp_path / "runs" / "good"
+    (good / "checkpoints").mkdir(parents=True)
+    (good / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    (good / "record.json").write_text(json.dumps({"name": "n", "status": "finished", "encoding": "rope"}))
+    bad = tmp_path / "runs" / "bad" / "record.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"name": "n", "stat')
+    assert [r["name"] for r in load_records(tmp_path)] == ["n"]
+    assert f"warning: skipping unreadable run record {bad}" in capsys.readouterr().err
+    assert len(read_records(str(tmp_path), None)) == 1  # `cli.py compare`
+    assert find_checkpoint("run:n", str(tmp_path), {}).endswith("good/checkpoints/last.ckpt")  # run:NAME
+    assert f"{bad}" in capsys.readouterr().err
+    assert latest_record(bad.parents[2]) is None or latest_record(bad.parents[2])["name"] == "n"  # sweep's table
+
+
+def test_ambiguous_run_reference_names_the_candidates(tmp_path):
+    from lightning_modules.errors import ConfigError
+    from tracking.records import find_checkpoint
+
+    for encoding in ("rope", "alibi"):
+        run = tmp_path / "runs" / encoding
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
+        (run / "record.json").write_text(json.dumps({"name": "pre", "status": "finished", "encoding": encoding}))
+    with pytest.raises(ConfigError, match="different encodings") as error:
+        find_checkpoint("run:pre", str(tmp_path), {})
+    assert "runs/rope" in str(error.value) and "runs/alibi" in str(error.value)
+
+
+def test_disk_full_leaves_no_temp_file_and_the_old_record(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from tracking.records import RunRecord, write_atomic
+
+    path = tmp_path / "record.json"
+    write_atomic(path, '{"status": "running"}')
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(path, '{"status": "finished"}')
+    assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
+    assert json.loads(path.read_text()) == {"status": "running"}
+
+    class Trainer:  # what RunRecord.on_exception reads
+        is_global_zero, global_step = True, 3
+
+    record = RunRecord(tmp_path, {"name": "n"}, {})
+    record.on_exception(Trainer(), None, OSError(errno.ENOSPC, "No space left on device"))  # warns, no raise
+    assert "warning: cannot update" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
+@pytest.mark.slow
+def test_disk_full_during_fit_ends_the_run_failed_in_one_line(tiny_fit_args, tmp_path, monkeypatch, capsys):
+    import errno
+
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from cli import cli_main
+    from tracking.records import load_records
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ModelCheckpoint, "_save_checkpoint", full)
+    with pytest.raises(SystemExit) as exit:
+        cli_main(tiny_fit_args)
+    assert exit.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "error: disk full: [Errno 28] No space left on device" in err
+    (record,) = load_records(tmp_path)
+    assert record["status"] == "failed" and "No space left on device" in record["error"]
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_passwords_never_printed():
+    from tracking.sweep import hide_secrets, quote_password, redact_url
+
+    url = quote_password("postgresql://user:pa@ss@db.example:5432/optuna?sslmode=require&password=s3cret")
+    assert redact_url(url) == "postgresql://user:***@db.example:5432/optuna?sslmode=require&password=***"
+    message = hide_secrets(f"could not connect to {url} with pa@ss (s3cret)", url)
+    assert "pa@ss" not in message and "s3cret" not in message and "pa%40ss" not in message
+    assert redact_url("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
+
+
+def test_unfinished_grid_points_are_named():
+    from tracking import sweep_file as sf
+    from tracking.sweep import QUEUED, queue_grid, unfinished_points
+
+    sweep = {"method": "grid", "parameters": {"x": {"values": [1, 2, 3]}}, "metric": {"name": "m"}}
+    study = optuna.create_study(sampler=sf.sampler(sweep))
+    queue_grid(study, sweep)
+    assert [p["x"] for p in unfinished_points(study)] == [1, 2, 3]
+    trial = study.ask()
+    assert QUEUED in study._storage.get_trial(trial._trial_id).system_attrs
+    study.tell(trial, 1.0)
+    failed = study.ask()
+    study.tell(failed, state=TrialState.FAIL)  # failed for good: not re-queued
+    assert [p["x"] for p in unfinished_points(study)] == [3]
+
+
+@pytest.mark.slow
+def test_retry_resumes_and_continues_its_pruning_steps(tmp_path):
+    import torch
+
+    from tracking import sweep_file as sf
+    from tracking.sweep import Sweep, SweepOptions, TrialRun
+
+    path = fake_sweep(tmp_path, 1, "r")
+    runner = Sweep(sf.load_sweep(path), SweepOptions(file=str(path), out_dir=str(tmp_path), heartbeat=1))
+    study = runner.study
+    first = runner.next_trial(study)
+    first.report(0.1, 1)
+    first.report(0.2, 2)
+    checkpoint = tmp_path / "dead" / "runs" / "r" / "checkpoints" / "last.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, checkpoint)
+    first.set_user_attr("trial_dir", str(tmp_path / "dead"))
+    runner.finish(study, first, TrialState.FAIL, reason="killed by SIGKILL", requeue_as=("killed by SIGKILL", True))
+    retry = runner.next_trial(study)
+    assert retry.number == 1 and runner.next_trial(study) is None  # one point, taken once
+    TrialRun(runner, study, 0).run(retry)
+    done = study.trials[1]
+    assert done.state == TrialState.COMPLETE and done.user_attrs["resumed_from"] == str(checkpoint)
+    assert sorted(done.intermediate_values) == [1, 2, 3, 4]  # the child's two validations are steps 3 and 4
+    assert done.user_attrs["reason"] == "retry of trial 0: killed by SIGKILL"

@@ -1,0 +1,56 @@
+"""Trial children: start one, stop one, and make it exit when its sweep process is gone.
+
+Each child runs in a new session (`start_new_session=True`), so Ctrl-C in the terminal reaches only the
+sweep, which then stops its children itself, and so the child's whole process group (DDP ranks
+included) can be signalled at once. A child cannot learn portably that its parent died (Linux's
+PR_SET_PDEATHSIG needs `preexec_fn`, unsafe with threads and absent on macOS), so `cli.py` starts
+`start_watchdog()`: a daemon thread that polls its parent pid (named by PE_PARENT_PID) and, once the
+child has been re-parented, terminates its own process group. Works on Linux and macOS.
+"""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+PARENT_ENV = "PE_PARENT_PID"
+STOP_GRACE_S = 10.0  # SIGTERM first, SIGKILL after this many seconds
+
+
+def launch_child(argv: list[str], env: dict, log) -> subprocess.Popen:
+    """Start one trial's child in its own session, told which process supervises it."""
+    env = {**env, PARENT_ENV: str(os.getpid())}
+    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_child(child: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM the child's process group, SIGKILL it if still there after `grace` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            child.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    child.wait()
+
+
+def _watch(parent: int, interval: float) -> None:
+    while os.getppid() == parent:
+        time.sleep(interval)
+    os.killpg(os.getpgrp(), signal.SIGTERM)
+    time.sleep(STOP_GRACE_S)
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def start_watchdog(interval: float = 1.0) -> None:
+    """In a sweep's child (PE_PARENT_PID set, and the leader of the session `launch_child` made): exit with
+    the sweep, even if it is already gone. A no-op elsewhere, DDP ranks started by the child included."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit() or os.getsid(0) != os.getpid():
+        return
+    threading.Thread(target=_watch, args=(int(parent), interval), daemon=True, name="pe-watchdog").start()
