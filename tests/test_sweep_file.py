@@ -187,7 +187,7 @@ def test_run_cap_bounds_the_runner_for_every_method(method):
     spec = {"values": [1, 2, 3]} if method == "grid" else {"min": 1, "max": 3}
     sweep = {**base(method, x=spec), "run_cap": 2}
     storage = optuna.storages.InMemoryStorage()
-    study = open_study(sweep, SweepOptions(file="s.yaml"), storage, "s")
+    study = open_study(sweep, SweepOptions(file="s.yaml"), storage, "s", locked=True)
 
     for _ in range(2):
         assert budget_left(study, sweep)
