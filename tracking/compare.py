@@ -478,14 +478,17 @@ def compare_main(args: list[str]) -> Comparison:
     return run_compare(CLI(CompareOptions, args=args))
 
 
-def print_comparison(out_dir: str = "out", sweep: str | None = None, metric: str | None = None, console=None) -> None:
+def print_comparison(
+    out_dir: str = "out", sweep: str | None = None, metric: str | None = None, console=None, rows: str | None = None
+) -> None:
     """Print the comparison table of a sweep's runs (called at the end of `cli.py sweep`); a problem
     such as no finished run yet is one line, never an exception."""
     console = console or Console()
     try:
         records = read_records(out_dir, sweep)
         spec = sweep_spec(out_dir, sweep)
-        comp = compare(records, metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC, rows=default_rows(spec))
+        metric = metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC
+        comp = compare(records, metric, rows=rows or default_rows(spec))
     except ConfigError as error:
         console.print(f"compare: {error}")
         return

@@ -59,6 +59,8 @@ class SweepOptions:
     heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this is dead
     max_retry: int = 2  # times a dead trial is re-queued
     set: str | None = None  # KEY=VALUE[,KEY=VALUE]: fix parameters (one study per value, e.g. per encoding)
+    reseed: int = 0  # with --per: tune per group, then run each group's best config x N fresh seeds (reseed.py)
+    per: str | None = None  # KEY[,KEY]: the parameters whose values are tuned separately (with --reseed)
 
 
 def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
