@@ -264,7 +264,7 @@ def test_reseed_protocol_end_to_end_and_rerun_starts_nothing(tmp_path):
     )  # fmt: skip
     assert reseed_points(tmp_path) == expected
     assert "stage 1: best configuration per group" in result.stdout and "lr=0.01" in result.stdout
-    assert "final val/acc (max)" in result.stdout and "val/acc_ood" in result.stdout  # both, side by side
+    assert "final val/acc, val/acc_ood (max/max)" in result.stdout  # both, side by side
     counts = {name: len(trials(tmp_path, name)) for name in ("s-rope", "s-alibi", "s-reseed")}
     records = len(list(tmp_path.rglob("record.json")))
     run_sweep(path, tmp_path, "--reseed=2", "--per=model.encoding")
@@ -292,9 +292,10 @@ def test_reseed_survives_kill_9_in_the_reseed_stage(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--reseed=3"], "error: --reseed needs --per KEY[,KEY] (the parameters tuned separately, e.g. model.encoding)"),
+        (["--reseed=3"], "error: --reseed needs --per KEY[,KEY] (the parameters tuned separately, "
+                         "e.g. model.encoding)"),
         (["--reseed=3", "--per=model.dim"], "error: --per 'model.dim' is not a parameter with `values` in {path}; "
-                                            "choose from: model.encoding, data.task, model.lr"),
+                                            "choose from: data.task, model.encoding, model.lr"),
         (["--per=model.encoding"], "error: --per needs --reseed N with N >= 1 fresh seeds per configuration, got 0"),
     ],
 )  # fmt: skip
