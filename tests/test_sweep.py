@@ -1,5 +1,6 @@
 """`cli.py sweep` end to end on seconds-long trials: resume, kill -9, failures, NaN, parallel workers."""
 
+import json
 import os
 import signal
 import subprocess
@@ -265,6 +266,14 @@ def test_reseed_protocol_end_to_end_and_rerun_starts_nothing(tmp_path):
     assert reseed_points(tmp_path) == expected
     assert "stage 1: best configuration per group" in result.stdout and "lr=0.01" in result.stdout
     assert "final val/acc, val/acc_ood (max/max)" in result.stdout  # both, side by side
+    compare = subprocess.run([sys.executable, "cli.py", "compare", f"--out_dir={tmp_path}", "--sweep=s-reseed",
+                              "--format=json"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    data = json.loads(compare.stdout)
+    assert data["rows"] == ["encoding"] and {c["row"]: c["chosen"] for c in data["cells"]} == {
+        "rope": None,
+        "alibi": None,
+    }
+    assert {c["row"]: c["seeds"] for c in data["cells"]} == {"rope": [1, 2], "alibi": [1, 2]}
     counts = {name: len(trials(tmp_path, name)) for name in ("s-rope", "s-alibi", "s-reseed")}
     records = len(list(tmp_path.rglob("record.json")))
     run_sweep(path, tmp_path, "--reseed=2", "--per=model.encoding")

@@ -639,11 +639,17 @@ def sweep_spec(out_dir: str, sweep: str | None) -> dict:
         study = optuna.load_study(study_name=sweep, storage=f"sqlite:///{path.resolve()}")
     except KeyError:
         return {}
-    return study.user_attrs.get("sweep") or {}
+    spec = dict(study.user_attrs.get("sweep") or {})
+    if study.user_attrs.get("compare_rows"):  # a reseed study: one row per tuned group (tracking/reseed.py)
+        spec["compare_rows"] = study.user_attrs["compare_rows"]
+    return spec
 
 
 def default_rows(spec: dict) -> str:
-    """encoding, plus the parameters a sweep varies (seed, encoding and task aside): one row per setting."""
+    """encoding, plus the parameters a sweep varies (seed, encoding and task aside): one row per setting;
+    for a reseed study, its groups (each cell then holds that group's chosen setting)."""
+    if spec.get("compare_rows"):
+        return spec["compare_rows"]
     fixed = {"seed_everything", "data.task", "data.init_args.task"}
     encodings = ("encoding", "encoder_encoding", "decoder_encoding")  # all three are in a run's `encoding`
     fixed |= {f"model.{e}" for e in encodings} | {f"model.init_args.{e}" for e in encodings}

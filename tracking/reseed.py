@@ -170,6 +170,7 @@ def run_reseed(opts: SweepOptions) -> optuna.Study:
     seeds = fresh_seeds(used_seeds(sweep, studies), opts.reseed)
     console.print(f"stage 2: {len(choices)} configuration(s) x seeds {seeds}: study {base}-reseed")
     study = run_study(reseed_sweep(sweep, choices, seeds), opts, f"{base}-reseed", console)
+    study.set_user_attr("compare_rows", comparison_rows(keys))  # `cli.py compare --sweep <study>-reseed` rows
     console.print(trial_table(study, metric))
     print_comparison(opts.out_dir, study.study_name, metric, console=console, rows=comparison_rows(keys))
     return study
