@@ -135,10 +135,15 @@ class PECLI(LightningCLI):
 
 
 def sweep_main(args: list[str]):
-    """`cli.py sweep FILE [--workers N] [--storage URL] [--study-name NAME] ...`"""
+    """`cli.py sweep FILE [--workers N] [--storage URL] [--study-name NAME] [--reseed N --per KEY] ...`"""
     from tracking.sweep import SweepOptions, run_sweep
 
-    return run_sweep(parse_options(SweepOptions, args))
+    opts = parse_options(SweepOptions, args)
+    if opts.reseed or opts.per:  # the tune-then-reseed protocol drives the same sweep runner twice
+        from tracking.reseed import run_reseed
+
+        return run_reseed(opts)
+    return run_sweep(opts)
 
 
 def probe_main(args: list[str]):

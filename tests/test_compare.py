@@ -3,6 +3,7 @@ Welch statement, machine formats, the HTML report, the W&B path (fake Api) and o
 
 import csv
 import io
+import itertools
 import json
 import math
 import os
@@ -10,9 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import TINY
 from rich.console import Console
+from scipy import stats
 
 from lightning_modules.errors import ConfigError
 from tracking import compare as C
@@ -69,15 +72,19 @@ def test_cells_mean_std_n_ci_ranks_and_best():
     comp = C.compare(grid(), "val/acc")
     cell = comp.cells["rope", "copy"]
     assert (cell.n, cell.mean, cell.std) == (3, pytest.approx(0.9), pytest.approx(0.1))
-    half = 4.302653 * 0.1 / math.sqrt(3)  # t(0.975, df=2)
-    assert cell.ci == (pytest.approx(0.9 - half, abs=1e-5), pytest.approx(0.9 + half, abs=1e-5))
+    # every one of the 27 resamples is equally likely; all-0.8 and all-1.0 each have 1/27 > 2.5 %
+    exact = sorted(np.mean(r) for r in itertools.product(cell.values, repeat=3))
+    assert cell.ci == (pytest.approx(exact[0]), pytest.approx(exact[-1]))
+    assert cell.ci == (pytest.approx(0.8), pytest.approx(1.0)) and cell.decimals == 2
     assert math.isnan(comp.cells["none", "reverse"].std) and comp.cells["none", "reverse"].n == 1
     assert comp.ranks["rope", "copy"] == 1 and comp.ranks["alibi", "copy"] == 2 and comp.ranks["none", "copy"] == 3
     assert comp.ranks["alibi", "reverse"] == 1 and comp.ranks["rope", "reverse"] == 2
     assert comp.mean_rank == {"alibi": 1.5, "rope": 1.5, "none": 3.0}
+    assert comp.mrr == {"alibi": 0.75, "rope": 0.75, "none": pytest.approx(1 / 3)}
     assert comp.is_best("rope", "copy") and comp.is_best("alibi", "reverse") and not comp.is_best("rope", "reverse")
     text = text_of(C.comparison_table(grid(), "val/acc"))
-    assert "* 0.9 ± 0.1 (n=3)" in text and "#1" in text and "mean rank" in text and "1.50" in text
+    assert "* 0.90 ± 0.10 (n=3) [0.80, 1.00] #1" in text and "mean rank" in text and "MRR" in text and "1.50" in text
+    assert "95% percentile bootstrap over seeds (10,000 resamples, RNG seed 0)" in text
 
 
 def test_min_goal_ranks_lowest_first_and_best_value():
@@ -89,8 +96,14 @@ def test_min_goal_ranks_lowest_first_and_best_value():
 
 def test_welch_statement_per_column():
     comp = C.compare(grid(), "val/acc")
-    assert comp.tests["copy"].startswith("copy: rope (0.9) vs runner-up alibi (0.55): Welch t-test p=")
-    assert "separated at 0.05" in comp.tests["copy"]
+    assert comp.tests["copy"].startswith("copy: rope (0.90) vs runner-up alibi (0.55): Welch t-test p=")
+    assert "Holm-adjusted over 3 pairs p=" in comp.tests["copy"] and comp.tests["copy"].endswith("pairs separated")
+    (top, *_) = comp.pairs["copy"]
+    raw = stats.ttest_ind([0.9, 0.8, 1.0], [0.5, 0.6, 0.55], equal_var=False).pvalue
+    assert (top["a"], top["b"], top["p"]) == ("rope", "alibi", pytest.approx(raw))
+    assert top["p_holm"] == pytest.approx(C.holm([p["p"] for p in comp.pairs["copy"]])[0])
+    two_rows = C.compare([r for r in grid() if r["encoding"] != "none"], "val/acc")
+    assert "Holm" not in two_rows.tests["copy"] and "separated at 0.05" in two_rows.tests["copy"]
     one_seed = C.compare([rec("rope", acc=0.9), rec("alibi", acc=0.5), rec("alibi", seed=1, acc=0.6)], "val/acc")
     assert one_seed.tests["copy"].endswith("n<2, not testable")
     assert any("Welch t-test p=" in line for line in C.notes(comp))
@@ -114,7 +127,7 @@ def test_unusable_runs_are_excluded_and_reported():
         ("rope", "copy", "repeats seed 0 (newer run kept)"),
     }  # fmt: skip
     text = text_of(C.render_table(comp))
-    assert "excluded 6 run(s):" in text and "rope / copy: 1 x status running" in text
+    assert "excluded 6 run(s) [val/acc]:" in text and "rope / copy: 1 x status running" in text
 
 
 def test_mixed_configs_keep_the_majority_or_exclude_the_cell():
@@ -140,16 +153,16 @@ def test_machine_formats_parse():
     assert data["mean_rank"]["none"] == 3.0 and data["excluded"][0]["reason"] == "status running"
     assert next(c for c in data["cells"] if c["row"] == "none" and c["col"] == "reverse")["std"] is None
     lines = C.to_markdown(comp).splitlines()
-    assert lines[0] == "| encoding | copy | reverse | mean rank |" and lines[1] == "|---|---|---|---|"
-    assert all(line.count("|") == 5 for line in lines[2:5]) and lines[4].startswith("| none |")
-    assert "| rope | **0.9 ± 0.1 (n=3) [" in C.to_markdown(comp)
+    assert lines[0] == "| encoding | copy | reverse | mean rank | MRR |" and lines[1] == "|---|---|---|---|---|"
+    assert all(line.count("|") == 6 for line in lines[2:5]) and lines[4].startswith("| none |")
+    assert "| rope | **0.90 ± 0.10 (n=3) [0.80, 1.00] #1** |" in C.to_markdown(comp)
     assert any(line.startswith("- copy: rope") and "Welch t-test p=" in line for line in lines)
 
 
 def test_bad_input_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="available: val/acc, val/acc_len_<n>, val/loss"):
         C.compare(grid(), "val/bleu")
-    with pytest.raises(ConfigError, match="choose one of: table, csv, json, markdown"):
+    with pytest.raises(ConfigError, match="choose one of: table, csv, json, markdown, latex"):
         C.compare_main([f"--out_dir={tmp_path}", "--format=xml"])
     with pytest.raises(ConfigError, match=f"no run records \\(record.json\\) under '{tmp_path}'"):
         C.compare_main([f"--out_dir={tmp_path}"])
@@ -269,3 +282,82 @@ def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():
     assert default_rows(spec) == "encoding"
     spec = {"parameters": {"model.encoding": {"values": ["a"]}, "model.lr": {"values": [1, 2]}}}
     assert default_rows(spec) == "encoding,model.lr"
+
+
+def test_holm_matches_the_hand_computed_step_down():
+    # sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.04 -> monotone: 0.02, 0.03, 0.06, 0.06
+    assert C.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert C.holm([0.5, 0.9]) == [1.0, 1.0]  # 0.5 x 2 capped at 1; 0.9 x 1 raised to 1 (monotone)
+
+
+@pytest.mark.parametrize("values", [[1.0, 1.0, 0.9], [0.0, 0.0, 0.1], [1.0, 0.98], [0.0, 0.0, 0.0, 0.02, 0.0]])
+@pytest.mark.parametrize("aggregate", C.AGGREGATES)
+def test_intervals_stay_in_the_metric_range_and_are_reproducible(values, aggregate):
+    cell = C.Cell([{}] * len(values), values, aggregate)
+    low, high = cell.ci
+    assert min(values) <= low <= cell.center <= high <= max(values)
+    assert C.Cell([{}] * len(values), values, aggregate).ci == (low, high)  # fixed RNG seed
+
+
+def tupe_records() -> list[dict]:
+    """lr 1e-3: seeds 0.5, 0.6, 0.9 (mean 0.667, median 0.6); lr 1e-2: 0.7, 0.7, 0.1 (mean 0.5, median 0.7)."""
+    accs = {0.001: [0.5, 0.6, 0.9], 0.01: [0.7, 0.7, 0.1]}
+    return [rec("rope", seed=s, acc=a, lr=lr) for lr, values in accs.items() for s, a in enumerate(values)]
+
+
+def test_best_over_keeps_the_best_aggregate_per_cell_and_names_it():
+    median = C.compare(tupe_records(), "val/acc", aggregate="median", best_over="model.lr")
+    cell = median.cells["rope", "copy"]
+    assert (cell.chosen, cell.center, cell.values) == ("0.01", pytest.approx(0.7), [0.7, 0.7, 0.1])
+    assert "@0.01" in C.cell_text(cell, 1, False) and not median.excluded
+    assert any(
+        line.startswith("rope / copy: model.lr -> 0.01 (medians 0.001: 0.6, 0.01: 0.7)") for line in C.notes(median)
+    )
+    mean = C.compare(tupe_records(), "val/acc", best_over="model.lr")
+    assert mean.cells["rope", "copy"].chosen == "0.001"  # the rule's aggregate decides
+    loss = C.compare_metrics(tupe_records(), ["val/acc", "val/loss"], aggregate="median", best_over="model.lr")[1]
+    assert loss.cells["rope", "copy"].chosen == "0.01"  # chosen on the first metric, not on the loss
+
+
+def test_several_metrics_side_by_side_and_latex(tmp_path, capsys):
+    write_records(tmp_path, grid())
+    comps = C.compare_main([f"--out_dir={tmp_path}", "--metric=val/acc,val/loss", "--format=latex"])
+    assert [c.metric for c in comps] == ["val/acc", "val/loss"]
+    latex = capsys.readouterr().out
+    assert latex.startswith("\\begin{table}") and "\\toprule" in latex and latex.rstrip().endswith("\\end{table}")
+    header = next(line for line in latex.splitlines() if line.startswith("encoding &"))
+    assert (
+        header == "encoding & copy val/acc & reverse val/acc & copy val/loss & reverse val/loss & mean rank val/acc "
+        "& MRR val/acc & mean rank val/loss & MRR val/loss \\\\"
+    )
+    assert "\\textbf{0.90 $\\pm$ 0.10 (n=3) [0.80, 1.00] \\#1}" in latex and "val\\_acc" not in header
+    assert "95\\% percentile bootstrap" in latex
+    C.compare_main([f"--out_dir={tmp_path}", "--metric=val/acc,val/loss", "--format=json"])
+    data = json.loads(capsys.readouterr().out)
+    assert [c["metric"] for c in data["comparisons"]] == ["val/acc", "val/loss"]
+
+
+def test_best_over_a_key_that_does_not_vary_is_one_line_exit_2(tmp_path, capsys):
+    import cli
+
+    write_records(tmp_path, grid())
+    with pytest.raises(SystemExit) as exit_info:
+        cli.cli_main(["compare", f"--out_dir={tmp_path}", "--best-over=model.lr"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == "error: --best-over 'model.lr' does not vary among the selected runs (values: 0.001); "
+        "keys that vary: data.init_args.task, model.init_args.encoding"
+    )
+    assert not (tmp_path / "report").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def test_end_of_sweep_comparison_shows_in_distribution_and_beyond_length(tmp_path):
+    ood = [dict(r, final={**r["final"], "val/acc_ood": r["final"]["val/acc"] / 4}) for r in grid()]
+    write_records(tmp_path, ood)
+    assert C.side_by_side("val/acc", ood) == ["val/acc", "val/acc_ood"]
+    assert C.side_by_side("val/acc_ood", ood) == ["val/acc_ood", "val/acc"]
+    assert C.side_by_side("val/acc", grid()) == ["val/acc"] and C.side_by_side("val/loss", ood) == ["val/loss"]
+    console = Console(file=io.StringIO(), width=400)
+    C.print_comparison(str(tmp_path), None, "val/acc", console=console)
+    assert "copy val/acc " in console.file.getvalue() and "copy val/acc_ood" in console.file.getvalue()

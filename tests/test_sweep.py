@@ -363,3 +363,84 @@ def test_hyperband_prunes_a_trial_that_is_worse_at_the_first_rung(tmp_path):
     for t in ts[1:]:
         assert t.user_attrs["reason"].startswith("pruned at validation") and t.intermediate_values[1] == 0.0
         assert len(t.intermediate_values) < 6  # stopped before its last validation
+
+
+# ---------------------------------------------------------------- tune-then-reseed (tracking/reseed.py)
+
+RESEED_PARAMS = {
+    "model.encoding": {"values": ["rope", "alibi"]},
+    "data.task": {"values": ["copy"]},
+    "model.lr": {"values": [0.001, 0.01]},
+    "seed_everything": {"value": 0},
+}
+
+
+def reseed_sweep(tmp_path) -> Path:
+    """The protocol on a fake trial program (tests/fake_reseed_trial.py): no model, a record in milliseconds."""
+    command = ["${env}", "${interpreter}", "${program}", "${args}"]
+    return tiny_sweep(tmp_path, RESEED_PARAMS, program=str(ROOT / "tests" / "fake_reseed_trial.py"), command=command)
+
+
+def reseed_points(out: Path) -> list[tuple]:
+    return complete_points(trials(out, "s-reseed"))
+
+
+def test_reseed_protocol_end_to_end_and_rerun_starts_nothing(tmp_path):
+    path = reseed_sweep(tmp_path)
+    result = run_sweep(path, tmp_path, "--reseed=2", "--per=model.encoding", "--workers=2")
+    for group in ("rope", "alibi"):  # stage 1: the file's full grid per encoding
+        assert len(complete_points(trials(tmp_path, f"s-{group}"))) == 2
+    expected = sorted(
+        (("data.task", "copy"), ("model.encoding", e), ("model.lr", lr), ("seed_everything", s))
+        for e, lr in (("rope", 0.01), ("alibi", 0.001)) for s in (1, 2)  # best lr per encoding, fresh seeds
+    )  # fmt: skip
+    assert reseed_points(tmp_path) == expected
+    assert "stage 1: best configuration per group" in result.stdout and "lr=0.01" in result.stdout
+    assert "final val/acc, val/acc_ood (max/max)" in result.stdout  # both, side by side
+    compare = subprocess.run([sys.executable, "cli.py", "compare", f"--out_dir={tmp_path}", "--sweep=s-reseed",
+                              "--format=json"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    data = json.loads(compare.stdout)
+    assert data["rows"] == ["encoding"] and {c["row"]: c["chosen"] for c in data["cells"]} == {
+        "rope": None,
+        "alibi": None,
+    }
+    assert {c["row"]: c["seeds"] for c in data["cells"]} == {"rope": [1, 2], "alibi": [1, 2]}
+    counts = {name: len(trials(tmp_path, name)) for name in ("s-rope", "s-alibi", "s-reseed")}
+    records = len(list(tmp_path.rglob("record.json")))
+    run_sweep(path, tmp_path, "--reseed=2", "--per=model.encoding")
+    assert {name: len(trials(tmp_path, name)) for name in counts} == counts
+    assert len(list(tmp_path.rglob("record.json"))) == records  # no trial program was started
+
+
+def test_reseed_survives_kill_9_in_the_reseed_stage(tmp_path):
+    path = reseed_sweep(tmp_path)
+    env = {**os.environ, "WANDB_MODE": "disabled", "FAKE_TRIAL_SECONDS": "3"}
+    cmd = sweep_cmd(path, tmp_path, "--reseed=2", "--per=model.encoding")
+    sweep = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while not list((tmp_path / "sweeps" / "s-reseed").glob("trial-*/runs/*/record.json")):
+        assert time.time() < deadline and sweep.poll() is None, "the reseed stage never started a trial"
+        time.sleep(0.2)
+    sweep.send_signal(signal.SIGKILL)
+    sweep.wait()
+    run_sweep(path, tmp_path, "--reseed=2", "--per=model.encoding")
+    points = reseed_points(tmp_path)
+    assert len(points) == 4 == len(set(points))
+    assert [len(trials(tmp_path, f"s-{g}")) for g in ("rope", "alibi")] == [2, 2]  # stage 1 not redone
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--reseed=3"], "error: --reseed needs --per KEY[,KEY] (the parameters tuned separately, "
+                         "e.g. model.encoding)"),
+        (["--reseed=3", "--per=model.dim"], "error: --per 'model.dim' is not a parameter with `values` in {path}; "
+                                            "choose from: data.task, model.encoding, model.lr"),
+        (["--per=model.encoding"], "error: --per needs --reseed N with N >= 1 fresh seeds per configuration, got 0"),
+    ],
+)  # fmt: skip
+def test_reseed_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
+    path = reseed_sweep(tmp_path)
+    result = run_sweep(path, tmp_path / "out", *args, check=False)
+    assert result.returncode == 2 and result.stderr.strip() == message.format(path=path)
+    assert not (tmp_path / "out").exists()

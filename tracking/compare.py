@@ -1,23 +1,35 @@
 """`cli.py compare`: runs side by side, rows x columns (encoding x task), mean +- std over seeds.
 
-Each cell: mean, sample std (ddof=1), n and a 95% t-interval over seeds; per column a rank (1 = best by
-the metric's goal, the best cell marked), per row the mean rank (the headline of Kazemnejad et al.
-2023), and under the table a Welch t-test of the best row against the runner-up, so one noisy seed is
-not over-read. Runs that did not finish, lack the metric, repeat a seed, or whose config differs from
-the rest of their cell (anything but seed_everything, run.*, trainer.logger and ckpt_path) are left
-out and listed with the reason, never averaged in. Reads the local run records (tracking/records.py)
-or, with --wandb ENTITY/PROJECT, the same runs from the W&B API.
+Each cell: mean (or median, `--aggregate median`), sample std (ddof=1), n and a 95% percentile-bootstrap
+interval of that aggregate over seeds (10,000 resamples, fixed RNG seed 0: the interval lies inside the
+range of the seeds' values, so never outside the metric's range), printed to two significant digits of
+the interval's width; per column a rank (1 = best by the metric's goal, the best cell marked), per row the
+mean rank and mean reciprocal rank (the headline of Kazemnejad et al. 2023), and under the table Welch
+t-tests of the best row against the runner-up, Holm-adjusted over all pairs of the column when it has
+more than two rows, so one noisy seed is not over-read. `--best-over KEY` applies TUPE's fine-tuning
+rule (Ke et al. 2021: median over seeds per learning rate, then the best learning rate): per cell only
+the value of KEY with the best aggregate is kept, and named. `--metric a,b` shows several metrics side
+by side (a `--best-over` choice is made on the first and kept for the others).
+
+Runs that did not finish, lack the metric, repeat a seed, or whose config differs from the rest of
+their cell (anything but seed_everything, run.*, trainer.logger and ckpt_path) are left out and listed
+with the reason, never averaged in. Reads the local run records (tracking/records.py) or,
+with --wandb ENTITY/PROJECT, the same runs from the W&B API.
 
 To run:
     python cli.py compare                                   # every run under out/, val/acc
     python cli.py compare --sweep length_generalization     # that sweep's runs and metric
     python cli.py compare --rows encoding,model.init_args.lr --format markdown
+    python cli.py compare --metric val/acc,val/acc_ood --format latex
+    python cli.py compare --aggregate median --best-over model.init_args.lr   # TUPE's rule
     python cli.py compare --report out/report               # plots + one HTML page
     python cli.py compare --wandb my-entity/pe-sweeps
 """
 
 import csv
+import functools
 import io
+import itertools
 import json
 import math
 import re
@@ -29,19 +41,23 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from scipy import stats
 
 from lightning_modules.errors import ConfigError
-from lightning_modules.metrics import ACC, goal, name
+from lightning_modules.metrics import ACC, ACC_OOD, goal, name
 from tracking.records import RECORD_FILE, load_records
 from tracking.wandb_records import read_wandb
 
 IDENTITY = ("name", "group", "task", "encoding", "seed", "sweep", "subcommand", "status")
 IGNORED = ("seed_everything", "run", "trainer.logger", "ckpt_path", "sweep", "_wandb")  # not "the config"
-FORMATS = ("table", "csv", "json", "markdown")
+FORMATS = ("table", "csv", "json", "markdown", "latex")
 VALUES = ("final", "best")
+AGGREGATES = ("mean", "median")
 ALPHA = 0.05
+RESAMPLES, BOOTSTRAP_SEED = 10_000, 0
+INTERVAL = f"95% percentile bootstrap over seeds ({RESAMPLES:,} resamples, RNG seed {BOOTSTRAP_SEED})"
 DEFAULT_METRIC = name("val", ACC)
 
 
@@ -51,12 +67,14 @@ class CompareOptions:
 
     out_dir: str = "out"  # records are read recursively from here (runs/ and sweeps/)
     sweep: str | None = None  # keep runs of this sweep / study only; its metric becomes the default
-    metric: str | None = None  # default: the sweep's metric with --sweep, else val/acc
+    metric: str | None = None  # M[,M...]; default: the sweep's metric with --sweep, else val/acc
     value: str = "final"  # "final" (last validation) or "best" (best validation, by the metric's goal)
+    aggregate: str = "mean"  # over seeds: mean or median (TUPE's rule)
+    best_over: str | None = None  # KEY (e.g. model.init_args.lr): per cell keep the KEY value aggregating best
     rows: str | None = None  # comma-separated record fields or dotted config paths; default: encoding, and
     # with --sweep also the parameters that the sweep varies (other than seed, encoding and task)
     cols: str = "task"
-    format: str = "table"  # table (rich, to the console), csv, json, markdown (to stdout)
+    format: str = "table"  # table (rich, to the console), csv, json, markdown, latex (to stdout)
     report: str | None = None  # write PNG plots and index.html to this folder
     wandb: str | None = None  # ENTITY/PROJECT: read runs from the W&B API instead of --out_dir
 
@@ -67,6 +85,8 @@ class Cell:
 
     records: list[dict]
     values: list[float]
+    aggregate: str = "mean"
+    chosen: str | None = None  # the --best-over value this cell kept
 
     @property
     def n(self) -> int:
@@ -77,16 +97,40 @@ class Cell:
         return float(np.mean(self.values))
 
     @property
+    def center(self) -> float:
+        """The aggregate over seeds: mean or median."""
+        return float(np.median(self.values)) if self.aggregate == "median" else self.mean
+
+    @property
     def std(self) -> float:
         return float(np.std(self.values, ddof=1)) if self.n > 1 else math.nan
 
-    @property
+    @functools.cached_property
     def ci(self) -> tuple[float, float]:
-        """95% t-interval of the mean (NaN for n < 2)."""
+        """95% percentile-bootstrap interval of the aggregate (NaN for n < 2). A percentile interval
+        is made of resampled aggregates, so it stays within [min, max] of the values."""
         if self.n < 2:
             return math.nan, math.nan
-        half = stats.t.ppf(0.975, self.n - 1) * self.std / math.sqrt(self.n)
-        return self.mean - half, self.mean + half
+        if min(self.values) == max(self.values):
+            return self.values[0], self.values[0]
+        statistic = np.median if self.aggregate == "median" else np.mean
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # few seeds: scipy warns that the distribution is discrete
+            result = stats.bootstrap(
+                (np.asarray(self.values),), statistic, n_resamples=RESAMPLES, method="percentile",
+                random_state=np.random.default_rng(BOOTSTRAP_SEED),
+            )  # fmt: skip
+        low, high = np.clip(result.confidence_interval, min(self.values), max(self.values))  # float rounding of means
+        return float(low), float(high)
+
+    @property
+    def decimals(self) -> int | None:
+        """Decimal places the interval justifies (two significant digits of its width); None without one."""
+        low, high = self.ci
+        width = high - low
+        if not math.isfinite(width) or width <= 0:
+            return None
+        return min(8, max(0, 1 - math.floor(math.log10(width))))
 
 
 @dataclass
@@ -113,7 +157,12 @@ class Comparison:
     cols: list[str] = field(default_factory=list)
     ranks: dict[tuple[str, str], float] = field(default_factory=dict)
     mean_rank: dict[str, float] = field(default_factory=dict)
+    mrr: dict[str, float] = field(default_factory=dict)  # mean reciprocal rank
     tests: dict[str, str] = field(default_factory=dict)
+    pairs: dict[str, list[dict]] = field(default_factory=dict)  # per column: every tested pair, raw and Holm p
+    aggregate: str = "mean"
+    best_over: str | None = None
+    alternatives: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # best-over candidates
 
     @property
     def goal(self) -> str:
@@ -222,74 +271,160 @@ def one_per_seed(runs: list[dict]) -> tuple[list[dict], list[tuple[dict, str]]]:
     return kept, [(r, f"repeats seed {r.get('seed')} (newer run kept)") for r in dropped]
 
 
-def group_cells(records, metric, value, row_keys, col_keys) -> tuple[dict, list[Excluded]]:
-    """Usable runs per (row, col) cell, and every excluded run with its reason."""
+def group_cells(records, metric, value, row_keys, col_keys, aggregate="mean", over=None) -> tuple[dict, list]:
+    """Usable runs per (row, col[, value of the --best-over key]) cell, and every excluded run with its reason."""
     groups, excluded = defaultdict(list), []
+    keys = row_keys + col_keys + ([over] if over else [])
     for record in records:
         row, col = label(record, row_keys), label(record, col_keys)
-        reason = unusable(record, metric, value, row_keys + col_keys)
+        reason = unusable(record, metric, value, keys)
         if reason:
             excluded.append(Excluded(row, col, reason, run_id(record)))
         else:
-            groups[row, col].append(record)
+            groups[row, col, label(record, [over]) if over else None].append(record)
     cells = {}
-    for (row, col), runs in sorted(groups.items()):
-        kept, dropped = same_config(runs, row_keys + col_keys)
+    for (row, col, choice), runs in sorted(groups.items(), key=lambda item: repr(item[0])):
+        kept, dropped = same_config(runs, keys)
         kept, repeats = one_per_seed(kept)
         excluded += [Excluded(row, col, why, run_id(r)) for r, why in dropped + repeats]
         if kept:
-            cells[row, col] = Cell(kept, [float(r[value][metric]) for r in kept])
+            cells[row, col, choice] = Cell(kept, [float(r[value][metric]) for r in kept], aggregate, choice)
     return cells, excluded
+
+
+def check_best_over(records: list[dict], key: str) -> None:
+    """--best-over needs a key that takes at least two values among the selected runs."""
+    values = {json.dumps(lookup(r, key), sort_keys=True) for r in records}
+    if len(values - {"null"}) > 1:
+        return
+    flat = [flatten(r.get("config") or {}) for r in records]
+    varied = sorted(k for k in set().union(*flat) if len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1)
+    varied = [k for k in varied if not any(_under(k, s) for s in IGNORED)]
+    raise ConfigError(f"--best-over {key!r} does not vary among the selected runs (values: {', '.join(sorted(values))})"
+                      f"; keys that vary: {', '.join(varied) or 'none'}")  # fmt: skip
+
+
+def pick_best_over(cells: dict, comp_goal: str, chosen: dict | None = None) -> tuple[dict, dict]:
+    """Per (row, col) keep the --best-over value whose aggregate is best (or the one `chosen` names,
+    so a second metric follows the first metric's choice); also returns every candidate's aggregate."""
+    candidates = defaultdict(dict)
+    for (row, col, choice), cell in cells.items():
+        candidates[row, col][choice] = cell
+    kept, alternatives = {}, {}
+    for key, by_choice in candidates.items():
+        if chosen is not None:
+            if chosen.get(key) in by_choice:
+                kept[key] = by_choice[chosen[key]]
+        else:
+            sign = -1.0 if comp_goal == "max" else 1.0
+            kept[key] = min(by_choice.values(), key=lambda c: (sign * c.center, c.chosen))
+        alternatives[key] = {c: cell.center for c, cell in by_choice.items()}
+    return kept, alternatives
 
 
 # ---------------------------------------------------------------- statistics
 
 
 def rank_columns(comp: Comparison) -> None:
-    """Rank the rows of each column (1 = best, ties averaged) and average each row's ranks."""
+    """Rank the rows of each column by their aggregate (1 = best, ties averaged); per row the mean rank
+    and the mean reciprocal rank."""
     sign = -1.0 if comp.goal == "max" else 1.0
     for col in comp.cols:
         rows = [r for r in comp.rows if (r, col) in comp.cells]
-        ranks = stats.rankdata([sign * comp.cells[r, col].mean for r in rows])
+        ranks = stats.rankdata([sign * comp.cells[r, col].center for r in rows])
         comp.ranks.update({(r, col): float(k) for r, k in zip(rows, ranks)})
     for row in comp.rows:
         mine = [comp.ranks[row, c] for c in comp.cols if (row, c) in comp.ranks]
         comp.mean_rank[row] = float(np.mean(mine))
+        comp.mrr[row] = float(np.mean([1.0 / k for k in mine]))
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjustment (Holm 1979): the i-th smallest of m p-values times (m - i + 1),
+    made monotone and capped at 1; returned in the input order."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted, running = [0.0] * len(pvalues), 0.0
+    for position, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - position) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def welch_p(a: Cell, b: Cell) -> float:
+    if a.n < 2 or b.n < 2:
+        return math.nan
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return float(stats.ttest_ind(a.values, b.values, equal_var=False).pvalue)
+
+
+def pairwise(comp: Comparison, col: str) -> list[dict]:
+    """Welch t-tests of every pair of rows in a column (in rank order), Holm-adjusted over the testable pairs."""
+    ordered = [r for _, r in sorted((comp.ranks[r, col], r) for r in comp.rows if (r, col) in comp.ranks)]
+    pairs = [{"a": a, "b": b, "p": welch_p(comp.cells[a, col], comp.cells[b, col])}
+             for a, b in itertools.combinations(ordered, 2)]  # fmt: skip
+    testable = [p for p in pairs if not math.isnan(p["p"])]
+    for pair, adjusted in zip(testable, holm([p["p"] for p in testable])):
+        pair["p_holm"] = adjusted
+    return pairs
 
 
 def welch_statement(comp: Comparison, col: str) -> str:
-    """Is the best row of a column separated from the runner-up? Welch's t-test over seeds."""
-    ordered = sorted((comp.ranks[r, col], r) for r in comp.rows if (r, col) in comp.ranks)
-    if len(ordered) < 2:
+    """Is the best row of a column separated from the runner-up? Welch's t-test over seeds, Holm-adjusted
+    over all pairs of the column when it has more than two rows."""
+    pairs = comp.pairs[col]
+    if not pairs:
         return f"{col}: one row only, nothing to compare"
-    (_, best), (_, second) = ordered[:2]
-    a, b = comp.cells[best, col], comp.cells[second, col]
-    head = f"{col}: {best} ({a.mean:.4g}) vs runner-up {second} ({b.mean:.4g}):"
+    top = pairs[0]  # best vs runner-up
+    a, b = comp.cells[top["a"], col], comp.cells[top["b"], col]
+    head = f"{col}: {top['a']} ({cell_number(a.center, a)}) vs runner-up {top['b']} ({cell_number(b.center, b)}):"
     if a.n < 2 or b.n < 2:
         return f"{head} n<2, not testable"
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        p = stats.ttest_ind(a.values, b.values, equal_var=False).pvalue
-    if math.isnan(p):
+    if math.isnan(top["p"]):
         return f"{head} identical values, not testable"
+    tested = [p for p in pairs if "p_holm" in p]
+    p = top["p_holm"]
     verdict = f"separated at {ALPHA}" if p < ALPHA else f"NOT separated at {ALPHA} (could be seed noise)"
-    return f"{head} Welch t-test p={p:.3g}, {verdict}"
+    if len(pairs) == 1:
+        return f"{head} Welch t-test p={p:.2g}, {verdict}"
+    separated = sum(q["p_holm"] < ALPHA for q in tested)
+    return (f"{head} Welch t-test p={top['p']:.2g}, Holm-adjusted over {len(tested)} pairs p={p:.2g}, {verdict}; "
+            f"{separated} of {len(tested)} pairs separated")  # fmt: skip
 
 
-def compare(records: list[dict], metric: str, value: str = "final", rows="encoding", cols="task") -> Comparison:
-    """Aggregate records into a Comparison: cells over seeds, ranks, mean ranks, Welch tests, exclusions."""
+def compare(
+    records: list[dict], metric: str, value: str = "final", rows="encoding", cols="task", aggregate: str = "mean",
+    best_over: str | None = None, chosen: dict | None = None,
+) -> Comparison:  # fmt: skip
+    """Aggregate records into a Comparison: cells over seeds, ranks, mean ranks, tests, exclusions.
+    `chosen` ({(row, col): value}) fixes the --best-over choice (made on another metric)."""
     if value not in VALUES:
         raise ConfigError(f"--value {value!r}; choose one of: {', '.join(VALUES)}")
+    if aggregate not in AGGREGATES:
+        raise ConfigError(f"--aggregate {aggregate!r}; choose one of: {', '.join(AGGREGATES)}")
     check_metric(records, metric, value)
+    if best_over:
+        check_best_over(records, best_over)
     row_keys, col_keys = keys_of(rows), keys_of(cols)
-    cells, excluded = group_cells(records, metric, value, row_keys, col_keys)
-    comp = Comparison(metric, value, row_keys, col_keys, cells, excluded)
-    comp.rows = sorted({r for r, _ in cells})
-    comp.cols = sorted({c for _, c in cells})
+    cells, excluded = group_cells(records, metric, value, row_keys, col_keys, aggregate, best_over)
+    kept, alternatives = pick_best_over(cells, goal(metric), chosen)
+    comp = Comparison(metric, value, row_keys, col_keys, kept, excluded, aggregate=aggregate, best_over=best_over)
+    comp.alternatives = alternatives if best_over else {}
+    comp.rows = sorted({r for r, _ in kept})
+    comp.cols = sorted({c for _, c in kept})
     rank_columns(comp)
     comp.rows.sort(key=lambda r: (comp.mean_rank[r], r))
+    comp.pairs = {c: pairwise(comp, c) for c in comp.cols}
     comp.tests = {c: welch_statement(comp, c) for c in comp.cols}
     return comp
+
+
+def compare_metrics(records: list[dict], metrics: list[str], **kwargs) -> list["Comparison"]:
+    """One Comparison per metric; a --best-over choice is made on the first metric and kept for the rest
+    (so, e.g., a learning rate is never chosen on a beyond-length metric listed second)."""
+    first = compare(records, metrics[0], **kwargs)
+    chosen = {key: cell.chosen for key, cell in first.cells.items()} if kwargs.get("best_over") else None
+    return [first] + [compare(records, m, chosen=chosen, **kwargs) for m in metrics[1:]]
 
 
 def check_metric(records: list[dict], metric: str, value: str) -> None:
@@ -306,44 +441,89 @@ def fmt(x: float) -> str:
     return "nan" if math.isnan(x) else f"{x:.4g}"
 
 
+def cell_number(x: float, cell: Cell) -> str:
+    """A number of this cell to the precision its interval justifies (3 significant digits without one)."""
+    if math.isnan(x):
+        return "nan"
+    decimals = cell.decimals
+    return f"{x:.3g}" if decimals is None else f"{x:.{decimals}f}"
+
+
 def cell_text(cell: Cell, rank: float, best: bool) -> str:
-    spread = "" if cell.n < 2 else f" ± {fmt(cell.std)}"
+    spread = "" if cell.n < 2 else f" ± {cell_number(cell.std, cell)}"
     lo, hi = cell.ci
-    ci = "" if cell.n < 2 else f" [{fmt(lo)}, {fmt(hi)}]"
-    return f"{'* ' if best else ''}{fmt(cell.mean)}{spread} (n={cell.n}){ci} #{rank:g}"
+    ci = "" if cell.n < 2 else f" [{cell_number(lo, cell)}, {cell_number(hi, cell)}]"
+    chosen = "" if cell.chosen is None else f" @{cell.chosen}"
+    return f"{'* ' if best else ''}{cell_number(cell.center, cell)}{spread} (n={cell.n}){ci} #{rank:g}{chosen}"
 
 
 def legend(comp: Comparison, best: str = "*") -> str:
-    return f"{best}: best in column ({comp.goal} of {comp.value} {comp.metric}); #rank in column; [95% CI]"
+    chosen = f"; @value: the {comp.best_over} whose {comp.aggregate} is best in that cell" if comp.best_over else ""
+    return (
+        f"{best}: best in column ({comp.goal} of {comp.value} {comp.metric}); {comp.aggregate} ± std (n) "
+        f"[{INTERVAL}] #rank in column{chosen}; digits: two significant digits of the interval's width"
+    )
 
 
 def notes(comp: Comparison) -> list[str]:
-    """Lines printed under the table: the Welch tests, then excluded runs counted by cell and reason."""
+    """Lines printed under the table: the tests, the --best-over candidates, then excluded runs by cell and reason."""
     lines = [comp.tests[c] for c in comp.cols]
+    for (row, col), candidates in sorted(comp.alternatives.items()):
+        shown = ", ".join(f"{k}: {fmt(v)}" for k, v in candidates.items())
+        lines.append(f"{row} / {col}: {comp.best_over} -> {comp.cells[row, col].chosen} ({comp.aggregate}s {shown})")
     by_reason = Counter((e.row, e.col, e.reason) for e in comp.excluded)
     if by_reason:
-        lines.append(f"excluded {len(comp.excluded)} run(s):")
+        lines.append(f"excluded {len(comp.excluded)} run(s) [{comp.metric}]:")
         lines += [f"  {row} / {col}: {n} x {reason}" for (row, col, reason), n in sorted(by_reason.items())]
     return lines
 
 
-def render_table(comp: Comparison) -> Table:
-    """A rich Table of the comparison, with the Welch tests and exclusions as its caption."""
-    title = f"{comp.value} {comp.metric} ({comp.goal}), mean ± std over seeds"
-    caption = [legend(comp), *notes(comp)]
+def as_list(comps) -> list[Comparison]:
+    return [comps] if isinstance(comps, Comparison) else list(comps)
+
+
+def grid_of(comps) -> tuple[list[str], list[tuple[str, list[tuple[str, bool]], list[str]]]]:
+    """Header and rows shared by the table, markdown and LaTeX: one column per (column, metric), then per
+    metric the mean rank and mean reciprocal rank. Rows follow the first metric's mean rank."""
+    comps = as_list(comps)
+    many = len(comps) > 1
+    header = [", ".join(comps[0].row_keys)]
+    header += [f"{c} {comp.metric}" if many else c for comp in comps for c in comp.cols]
+    header += [f"{k} {comp.metric}" if many else k for comp in comps for k in ("mean rank", "MRR")]
+    rows = list(dict.fromkeys(r for comp in comps for r in comp.rows))
+    out = []
+    for row in rows:
+        texts = [
+            (cell_text(comp.cells[row, c], comp.ranks[row, c], False), comp.is_best(row, c))
+            if (row, c) in comp.cells else ("-", False)
+            for comp in comps for c in comp.cols
+        ]  # fmt: skip
+        ranks = [f"{comp.mean_rank[row]:.2f}" if row in comp.mean_rank else "-" for comp in comps]
+        mrr = [f"{comp.mrr[row]:.2f}" if row in comp.mrr else "-" for comp in comps]
+        out.append((row, texts, [x for pair in zip(ranks, mrr) for x in pair]))
+    return header, out
+
+
+def footer(comps, best: str = "*") -> list[str]:
+    return [line for comp in as_list(comps) for line in [legend(comp, best), *notes(comp)]]
+
+
+def render_table(comps) -> Table:
+    """A rich Table of one or several comparisons (metrics side by side), tests and exclusions as its caption."""
+    comps = as_list(comps)
+    first = comps[0]
+    metrics = ", ".join(c.metric for c in comps)
+    title = f"{first.value} {metrics} ({'/'.join(c.goal for c in comps)}), {first.aggregate} ± std over seeds"
+    caption = [escape(line) for line in footer(comps)]  # "[...]" is text here, not rich markup
     width = min(max(map(len, caption)), 160)  # wide enough for the caption lines not to wrap
     table = Table(title=title, caption="\n".join(caption), caption_justify="left", min_width=width)
-    table.add_column(", ".join(comp.row_keys))
-    for col in comp.cols:
-        table.add_column(col, overflow="fold")
-    table.add_column("mean rank", justify="right")
-    for row in comp.rows:
-        texts = [
-            cell_text(comp.cells[row, c], comp.ranks[row, c], comp.is_best(row, c)) if (row, c) in comp.cells else "-"
-            for c in comp.cols
-        ]
-        styled = [f"[bold green]{t}[/]" if t.startswith("* ") else t for t in texts]
-        table.add_row(row, *styled, f"{comp.mean_rank[row]:.2f}")
+    header, rows = grid_of(comps)
+    for name_ in header:
+        table.add_column(name_, overflow="fold", justify="right" if "rank" in name_ or "MRR" in name_ else "left")
+    for row, texts, ranks in rows:
+        table.add_row(
+            escape(row), *[f"[bold green]* {escape(t)}[/]" if best else escape(t) for t, best in texts], *ranks
+        )
     return table
 
 
@@ -362,42 +542,69 @@ def cell_rows(comp: Comparison) -> list[dict]:
     for (row, col), cell in sorted(comp.cells.items()):
         lo, hi = cell.ci
         out.append({
-            "row": row, "col": col, "mean": cell.mean, "std": _num(cell.std), "n": cell.n,
-            "ci_low": _num(lo), "ci_high": _num(hi), "rank": comp.ranks[row, col], "best": comp.is_best(row, col),
-            "mean_rank": comp.mean_rank[row], "seeds": [r.get("seed") for r in cell.records],
+            "metric": comp.metric, "row": row, "col": col, "mean": cell.mean, "median": float(np.median(cell.values)),
+            "std": _num(cell.std), "n": cell.n, "ci_low": _num(lo), "ci_high": _num(hi), "rank": comp.ranks[row, col],
+            "best": comp.is_best(row, col), "mean_rank": comp.mean_rank[row], "mrr": comp.mrr[row],
+            "chosen": cell.chosen, "seeds": [r.get("seed") for r in cell.records],
         })  # fmt: skip
     return out
 
 
-def to_csv(comp: Comparison) -> str:
+def to_csv(comps) -> str:
     buffer = io.StringIO()
-    rows = cell_rows(comp)
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["row", "col"])
+    rows = [row for comp in as_list(comps) for row in cell_rows(comp)]
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["metric", "row", "col"])
     writer.writeheader()
     for row in rows:
         writer.writerow({**row, "seeds": " ".join(map(str, row["seeds"]))})
     return buffer.getvalue()
 
 
-def to_json(comp: Comparison) -> str:
-    return json.dumps({
-        "metric": comp.metric, "value": comp.value, "goal": comp.goal,
-        "rows": comp.row_keys, "cols": comp.col_keys, "cells": cell_rows(comp), "mean_rank": comp.mean_rank,
-        "tests": comp.tests, "excluded": [vars(e) for e in comp.excluded],
-    }, indent=1)  # fmt: skip
+def comparison_dict(comp: Comparison) -> dict:
+    return {
+        "metric": comp.metric, "value": comp.value, "goal": comp.goal, "aggregate": comp.aggregate,
+        "interval": INTERVAL, "best_over": comp.best_over, "rows": comp.row_keys, "cols": comp.col_keys,
+        "cells": cell_rows(comp), "mean_rank": comp.mean_rank, "mrr": comp.mrr, "tests": comp.tests,
+        "pairs": comp.pairs, "excluded": [vars(e) for e in comp.excluded],
+    }  # fmt: skip
 
 
-def to_markdown(comp: Comparison) -> str:
-    header = [", ".join(comp.row_keys), *comp.cols, "mean rank"]
+def to_json(comps) -> str:
+    """One metric: its comparison; several: {"comparisons": [one per metric]}."""
+    comps = as_list(comps)
+    data = comparison_dict(comps[0]) if len(comps) == 1 else {"comparisons": [comparison_dict(c) for c in comps]}
+    return json.dumps(data, indent=1)
+
+
+def to_markdown(comps) -> str:
+    header, rows = grid_of(comps)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in comp.rows:
-        texts = []
-        for c in comp.cols:
-            text = cell_text(comp.cells[row, c], comp.ranks[row, c], False) if (row, c) in comp.cells else "-"
-            texts.append(f"**{text}**" if comp.is_best(row, c) and (row, c) in comp.cells else text)
-        lines.append("| " + " | ".join([row, *texts, f"{comp.mean_rank[row]:.2f}"]) + " |")
-    lines += ["", *[re.sub(r"^( *)", r"\1- ", line) for line in [legend(comp, "bold"), *notes(comp)]]]
+    for row, texts, ranks in rows:
+        lines.append("| " + " | ".join([row, *[f"**{t}**" if best else t for t, best in texts], *ranks]) + " |")
+    lines += ["", *[re.sub(r"^( *)", r"\1- ", line) for line in footer(comps, "bold")]]
     return "\n".join(lines) + "\n"
+
+
+LATEX_ESCAPES = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$"}  # fmt: skip
+
+
+def latex_escape(text: str) -> str:
+    return "".join(LATEX_ESCAPES.get(ch, ch) for ch in text)
+
+
+def to_latex(comps) -> str:
+    """A booktabs table (needs \\usepackage{booktabs}); best cells bold; legend, tests and exclusions as its
+    footer."""
+    header, rows = grid_of(comps)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\begin{tabular}{l" + "l" * (len(header) - 1) + "}",
+             r"\toprule", " & ".join(map(latex_escape, header)) + r" \\", r"\midrule"]  # fmt: skip
+    for row, texts, ranks in rows:
+        cells = [r"\textbf{" + latex_escape(t) + "}" if best else latex_escape(t) for t, best in texts]
+        lines.append(" & ".join([latex_escape(row), *cells, *ranks]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip\footnotesize"]
+    lines += [latex_escape(line.strip()) + r"\\" for line in footer(comps, "bold")]
+    return "\n".join(lines + [r"\end{table}"]) + "\n"
 
 
 # ---------------------------------------------------------------- entry points
@@ -432,11 +639,17 @@ def sweep_spec(out_dir: str, sweep: str | None) -> dict:
         study = optuna.load_study(study_name=sweep, storage=f"sqlite:///{path.resolve()}")
     except KeyError:
         return {}
-    return study.user_attrs.get("sweep") or {}
+    spec = dict(study.user_attrs.get("sweep") or {})
+    if study.user_attrs.get("compare_rows"):  # a reseed study: one row per tuned group (tracking/reseed.py)
+        spec["compare_rows"] = study.user_attrs["compare_rows"]
+    return spec
 
 
 def default_rows(spec: dict) -> str:
-    """encoding, plus the parameters a sweep varies (seed, encoding and task aside): one row per setting."""
+    """encoding, plus the parameters a sweep varies (seed, encoding and task aside): one row per setting;
+    for a reseed study, its groups (each cell then holds that group's chosen setting)."""
+    if spec.get("compare_rows"):
+        return spec["compare_rows"]
     fixed = {"seed_everything", "data.task", "data.init_args.task"}
     encodings = ("encoding", "encoder_encoding", "decoder_encoding")  # all three are in a run's `encoding`
     fixed |= {f"model.{e}" for e in encodings} | {f"model.init_args.{e}" for e in encodings}
@@ -444,15 +657,27 @@ def default_rows(spec: dict) -> str:
     return ",".join(["encoding", *varied])
 
 
-def output(comp: Comparison, fmt_name: str, console: Console | None = None) -> None:
+def output(comps, fmt_name: str, console: Console | None = None) -> None:
     if fmt_name == "table":
-        (console or Console()).print(render_table(comp))
+        (console or Console()).print(render_table(comps))
     else:
-        print({"csv": to_csv, "json": to_json, "markdown": to_markdown}[fmt_name](comp), end="")
+        print({"csv": to_csv, "json": to_json, "markdown": to_markdown, "latex": to_latex}[fmt_name](comps), end="")
 
 
-def run_compare(opts: CompareOptions) -> Comparison:
-    """Read, aggregate and print; write the report when asked."""
+def side_by_side(metric: str, records: list[dict], value: str = "final") -> list[str]:
+    """The sweep's metric and, for the synthetic tasks, its in-distribution / beyond-length companion
+    (`val/acc` with `val/acc_ood`), the sweep's own metric first."""
+    stage, _, short = metric.rpartition("/")
+    if short not in (ACC, ACC_OOD) or not stage:
+        return [metric]
+    other = name(stage, ACC_OOD if short == ACC else ACC)
+    logged = any(other in (r.get(value) or {}) for r in records)
+    return [metric, other] if logged else [metric]
+
+
+def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
+    """Read, aggregate and print; write the report (of the first metric) when asked. Returns the
+    Comparison, or one per metric for several."""
     if opts.format not in FORMATS:
         raise ConfigError(f"--format {opts.format!r}; choose one of: {', '.join(FORMATS)}")
     if opts.wandb:
@@ -460,33 +685,40 @@ def run_compare(opts: CompareOptions) -> Comparison:
     else:
         records = read_records(opts.out_dir, opts.sweep)
     spec = sweep_spec(opts.out_dir, opts.sweep)
-    metric = opts.metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC
-    comp = compare(records, metric, opts.value, opts.rows or default_rows(spec), opts.cols)
-    output(comp, opts.format)
+    metrics = keys_of(opts.metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC)
+    comps = compare_metrics(
+        records, metrics, value=opts.value, rows=opts.rows or default_rows(spec), cols=opts.cols,
+        aggregate=opts.aggregate, best_over=opts.best_over,
+    )  # fmt: skip
+    output(comps, opts.format)
     if opts.report:
         from tracking.compare_report import write_report
 
-        page = write_report(comp, Path(opts.report))
+        page = write_report(comps[0], Path(opts.report))
         print(f"report: {page}", file=sys.stderr)
-    return comp
+    return comps[0] if len(comps) == 1 else comps
 
 
-def compare_main(args: list[str]) -> Comparison:
-    """`cli.py compare [--out_dir DIR] [--sweep NAME] [--metric M] [--format F] [--report DIR] ...`"""
+def compare_main(args: list[str]) -> Comparison | list[Comparison]:
+    """`cli.py compare [--out_dir DIR] [--sweep NAME] [--metric M[,M]] [--format F] [--report DIR] ...`"""
     from jsonargparse import CLI
 
     return run_compare(CLI(CompareOptions, args=args))
 
 
-def print_comparison(out_dir: str = "out", sweep: str | None = None, metric: str | None = None, console=None) -> None:
-    """Print the comparison table of a sweep's runs (called at the end of `cli.py sweep`); a problem
-    such as no finished run yet is one line, never an exception."""
+def print_comparison(
+    out_dir: str = "out", sweep: str | None = None, metric: str | None = None, console=None, rows: str | None = None
+) -> None:
+    """Print the comparison table of a sweep's runs (called at the end of `cli.py sweep`), for the
+    synthetic tasks in-distribution and beyond-length accuracy side by side; a problem such as no
+    finished run yet is one line, never an exception."""
     console = console or Console()
     try:
         records = read_records(out_dir, sweep)
         spec = sweep_spec(out_dir, sweep)
-        comp = compare(records, metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC, rows=default_rows(spec))
+        metric = metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC
+        comps = compare_metrics(records, side_by_side(metric, records), rows=rows or default_rows(spec))
     except ConfigError as error:
         console.print(f"compare: {error}")
         return
-    console.print(render_table(comp))
+    console.print(render_table(comps))

@@ -58,7 +58,7 @@ def bar_chart(comp: Comparison) -> Figure | None:
         cells = [comp.cells[r, col] for r in rows]
         errors = [0.0 if c.n < 2 else c.std for c in cells]
         colors = ["tab:green" if comp.is_best(r, col) else "tab:blue" for r in rows]
-        ax.bar(range(len(rows)), [c.mean for c in cells], yerr=errors, capsize=4, color=colors)
+        ax.bar(range(len(rows)), [c.center for c in cells], yerr=errors, capsize=4, color=colors)
         ax.set_xticks(range(len(rows)), [f"{r}\nn={c.n}" for r, c in zip(rows, cells)], rotation=30, fontsize=8)
         ax.set(title=col, ylabel=f"{comp.value} {comp.metric}")
     return fig

@@ -75,6 +75,8 @@ class SweepOptions:
     heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this (+ 20 s) is dead
     max_retries: int = 2  # times a trial whose child was killed or crashed is re-queued
     set: str | None = None  # KEY=VALUE[,KEY=VALUE]: fix parameters (one study per value, e.g. per encoding)
+    reseed: int = 0  # with --per: tune per group, then run each group's best config x N fresh seeds (reseed.py)
+    per: str | None = None  # KEY[,KEY]: the parameters whose values are tuned separately (with --reseed)
 
 
 def check_options(opts: SweepOptions) -> None:

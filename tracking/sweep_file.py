@@ -145,7 +145,10 @@ def suggest(trial: optuna.Trial, name: str, spec: dict, method: str):
 
 
 def grid_points(sweep: dict) -> list[dict]:
-    """The full product of a grid sweep's `values` parameters, in file order (constants excluded)."""
+    """The full product of a grid sweep's `values` parameters, in file order (constants excluded); a sweep
+    built in code (tracking/reseed.py) may list its points instead of a product, under `points`."""
+    if "points" in sweep:
+        return [dict(point) for point in sweep["points"]]
     space = {n: s["values"] for n, s in sweep["parameters"].items() if "values" in s}
     return [dict(zip(space, combo)) for combo in itertools.product(*space.values())]
 

@@ -1,0 +1,176 @@
+"""`cli.py sweep FILE --reseed N --per KEY[,KEY]`: tune each group on its own, then re-run its best
+configuration with fresh seeds (the protocol of Kazemnejad et al. 2023: tune every encoding with the
+same budget, then compare over seeds).
+
+Stage 1 runs FILE's search once per value of the `--per` keys (one study `<study>-<value>` each, the
+same study `--set KEY=value` makes, each with the file's full budget). Each group's best configuration
+is the setting of the searched parameters with the best mean of the file's metric (its validation
+metric) over the seeds it ran with, chosen separately for each task when the file varies `data.task`
+(a task is compared, not tuned). Stage 2 is one grid study `<study>-reseed`: every group's best
+configuration x N seeds that stage 1 did not use. Both stages are ordinary sweep studies, so resume,
+kill -9 recovery and --workers behave as for a plain sweep; re-running the command starts nothing
+that has finished.
+"""
+
+import copy
+import dataclasses
+import itertools
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+from rich.console import Console
+from rich.table import Table
+
+from lightning_modules.errors import ConfigError
+from tracking import sweep_file as sf
+from tracking.sweep import Sweep, SweepOptions, apply_overrides, latest_record
+from tracking.sweep_display import LiveStatus, short_params, trial_table
+
+SEED = "seed_everything"
+TASK_KEYS = ("data.task", "data.init_args.task")  # compared side by side, never tuned across
+ENCODING_KEYS = ("model.encoding", "model.init_args.encoding")
+
+
+@dataclasses.dataclass
+class Choice:
+    """The best configuration of one group (and task), and the evidence it was chosen on."""
+
+    group: dict
+    task: dict
+    params: dict
+    value: float
+    seeds: int
+    trials: int
+
+
+def check_protocol(sweep: dict, opts: SweepOptions) -> list[str]:
+    """The --per keys, after checking the options (before anything is written)."""
+    if not opts.per:
+        raise ConfigError("--reseed needs --per KEY[,KEY] (the parameters tuned separately, e.g. model.encoding)")
+    if opts.reseed < 1:
+        raise ConfigError(f"--per needs --reseed N with N >= 1 fresh seeds per configuration, got {opts.reseed}")
+    if opts.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {opts.workers}")
+    keys = [k.strip() for k in opts.per.split(",") if k.strip()]
+    choices = [k for k, s in sweep["parameters"].items() if "values" in s and k != SEED]
+    for key in keys:
+        if key not in choices:
+            raise ConfigError(f"--per {key!r} is not a parameter with `values` in {opts.file}; choose from: "
+                              f"{', '.join(choices) or 'none'}")  # fmt: skip
+    return keys
+
+
+def group_sweeps(sweep: dict, keys: list[str]) -> list[tuple[dict, dict]]:
+    """(group values, the file's sweep with those values fixed) for every combination, in file order."""
+    out = []
+    for combo in itertools.product(*(sweep["parameters"][k]["values"] for k in keys)):
+        group = dict(zip(keys, combo))
+        fixed = copy.deepcopy(sweep)
+        fixed["parameters"].update({k: {"value": v} for k, v in group.items()})
+        out.append((group, fixed))
+    return out
+
+
+def run_study(sweep: dict, opts: SweepOptions, name: str, console: Console) -> optuna.Study:
+    runner = Sweep(sweep, dataclasses.replace(opts, study_name=name))
+    with LiveStatus(console) as live:
+        runner.run(on_tick=live.tick)
+    return runner.study
+
+
+def best_configs(study: optuna.Study, sweep: dict, group: dict) -> list[Choice]:
+    """Per task, the searched setting (seed aside) with the best mean metric over its complete trials."""
+    by_setting: dict[tuple, list[float]] = {}
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        task = tuple((k, v) for k, v in trial.params.items() if k in TASK_KEYS)
+        params = tuple((k, v) for k, v in trial.params.items() if k not in TASK_KEYS and k != SEED)
+        by_setting.setdefault((task, params), []).append(trial.value)
+    maximize = sf.direction(sweep) == "maximize"
+    best: dict[tuple, Choice] = {}
+    for (task, params), values in sorted(by_setting.items(), key=repr):  # ties: the first in a fixed order
+        mean = sum(values) / len(values)
+        current = best.get(task)
+        if current is None or (mean > current.value if maximize else mean < current.value):
+            best[task] = Choice(group, dict(task), dict(params), mean, len(values), 0)
+    for choice in best.values():
+        choice.trials = sum(len(v) for (t, _), v in by_setting.items() if dict(t) == choice.task)
+    return [best[t] for t in sorted(best, key=repr)]
+
+
+def used_seeds(sweep: dict, studies: list[optuna.Study]) -> set:
+    """Seeds stage 1 trained with: the file's seed values and each trial's run record."""
+    spec = sweep["parameters"].get(SEED, {})
+    seeds = set(spec.get("values", [])) | ({spec["value"]} if "value" in spec else set())
+    for study in studies:
+        for trial in study.get_trials(deepcopy=False):
+            record = latest_record(Path(trial.user_attrs["trial_dir"])) if "trial_dir" in trial.user_attrs else None
+            if record and record.get("seed") is not None:
+                seeds.add(record["seed"])
+    return seeds
+
+
+def fresh_seeds(used: set, n: int) -> list[int]:
+    return list(itertools.islice((s for s in itertools.count() if s not in used), n))
+
+
+def reseed_sweep(sweep: dict, choices: list[Choice], seeds: list[int]) -> dict:
+    """A grid study over exactly the chosen configurations x the fresh seeds (no pruning, no cap)."""
+    points = [{**c.group, **c.task, **c.params, SEED: s} for c in choices for s in seeds]
+    parameters = {k: s for k, s in sweep["parameters"].items() if "value" in s and k not in points[0]}
+    for key in points[0]:
+        values = list(dict.fromkeys(p[key] for p in points))
+        parameters[key] = {"values": values}
+    out = {k: v for k, v in sweep.items() if k not in ("early_terminate", "run_cap", "method", "parameters")}
+    return {**out, "method": "grid", "parameters": parameters, "points": points}
+
+
+def choice_table(choices: list[Choice], metric: str) -> Table:
+    table = Table(title=f"stage 1: best configuration per group (mean validation {metric} over its seeds)")
+    for column in ("group", "task", "chosen", metric, "seeds", "trials"):
+        table.add_column(column, overflow="fold")
+    for c in choices:
+        table.add_row(
+            short_params(c.group), short_params(c.task) or "-", short_params(c.params) or "-", f"{c.value:.4f}",
+            str(c.seeds), str(c.trials),
+        )  # fmt: skip
+    return table
+
+
+def comparison_rows(keys: list[str]) -> str:
+    """Rows of the final comparison: the --per keys, an encoding shown as the run's `encoding` field."""
+    rows = ["encoding" if k in ENCODING_KEYS else k for k in keys if k not in TASK_KEYS]
+    return ",".join(rows or ["encoding"])
+
+
+def run_reseed(opts: SweepOptions) -> optuna.Study:
+    """Stage 1 per group, the choice table, stage 2, its trial table and the comparison."""
+    from tracking.compare import print_comparison
+
+    overrides = opts.set.split(",") if opts.set else []
+    sweep, suffix = apply_overrides(sf.load_sweep(opts.file), overrides)
+    keys = check_protocol(sweep, opts)
+    base = opts.study_name or "-".join(filter(None, [Path(opts.file).stem, suffix]))
+    metric = sweep["metric"]["name"]
+    console = Console()
+    studies, choices = [], []
+    for group, group_sweep in group_sweeps(sweep, keys):
+        name = "-".join([base, *map(str, group.values())])
+        console.print(f"stage 1, {short_params(group)}: study {name}")
+        study = run_study(group_sweep, opts, name, console)
+        studies.append(study)
+        found = best_configs(study, sweep, group)
+        if not found:
+            console.print(f"  no complete trial in {name}: group left out of the reseed stage")
+        choices += found
+    if not choices:
+        raise ConfigError(f"stage 1 of {base} has no complete trial in any group; see the trial tables with "
+                          f"`optuna-dashboard` or re-run the command to retry")  # fmt: skip
+    console.print(choice_table(choices, metric))
+    seeds = fresh_seeds(used_seeds(sweep, studies), opts.reseed)
+    console.print(f"stage 2: {len(choices)} configuration(s) x seeds {seeds}: study {base}-reseed")
+    study = run_study(reseed_sweep(sweep, choices, seeds), opts, f"{base}-reseed", console)
+    study.set_user_attr("compare_rows", comparison_rows(keys))  # `cli.py compare --sweep <study>-reseed` rows
+    console.print(trial_table(study, metric))
+    print_comparison(opts.out_dir, study.study_name, metric, console=console, rows=comparison_rows(keys))
+    return study
