@@ -467,13 +467,13 @@ def test_unfinished_grid_points_are_named():
     sweep = {"method": "grid", "parameters": {"x": {"values": [1, 2, 3]}}, "metric": {"name": "m"}}
     study = optuna.create_study(sampler=sf.sampler(sweep))
     queue_grid(study, sweep)
-    assert [p["x"] for p in unfinished_points(study)] == [1, 2, 3]
+    assert [p["x"] for p in unfinished_points(study, sweep)] == [1, 2, 3]
     trial = study.ask()
     assert QUEUED in study._storage.get_trial(trial._trial_id).system_attrs
     study.tell(trial, 1.0)
     failed = study.ask()
     study.tell(failed, state=TrialState.FAIL)  # failed for good: not re-queued
-    assert [p["x"] for p in unfinished_points(study)] == [3]
+    assert [p["x"] for p in unfinished_points(study, sweep)] == [3]
 
 
 @pytest.mark.slow

@@ -538,15 +538,22 @@ def budget_left(study: optuna.Study, sweep: dict) -> bool:
     return sweep["method"] != "grid" or any(t.state == TrialState.WAITING for t in trials)
 
 
-def unfinished_points(study: optuna.Study) -> list[dict]:
-    """Grid points whose latest trial is neither finished nor failed for good (still queued or running)."""
+def unfinished_points(study: optuna.Study, sweep: dict) -> list[dict]:
+    """Grid points whose latest trial is neither finished nor failed for good (still queued or running).
+    Points never started because run_cap was reached are not unfinished: the cap chose to leave them."""
+    capped = sf.trial_budget(sweep) is not None and not budget_left(study, sweep)
     latest: dict[int, FrozenTrial] = {}
     for t in study.get_trials(deepcopy=False):
         if QUEUED in t.system_attrs:
             grid_id = t.system_attrs["grid_id"]
             if grid_id not in latest or t.number > latest[grid_id].number:
                 latest[grid_id] = t
-    return [t.params for _, t in sorted(latest.items()) if t.state in (TrialState.WAITING, TrialState.RUNNING)]
+    left = [t for _, t in sorted(latest.items()) if t.state in (TrialState.WAITING, TrialState.RUNNING)]
+    return [
+        t.params
+        for t in left
+        if not (capped and t.state == TrialState.WAITING and "retry_history" not in t.system_attrs)
+    ]
 
 
 class Sweep:
@@ -685,7 +692,7 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
     print_comparison(opts.out_dir, study.study_name, sweep["metric"]["name"], console=console)
     for error in runner.errors:
         print(f"error: {error}", file=sys.stderr)
-    left = unfinished_points(study) if sweep["method"] == "grid" else []
+    left = unfinished_points(study, sweep) if sweep["method"] == "grid" else []
     if left:
         shown = "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in left[:10])
         print(f"error: sweep {study.study_name}: {len(left)} grid point(s) neither finished nor failed for good "
