@@ -150,9 +150,11 @@ class SyntheticDataModule(SplitDataModule):
     collate_fn = staticmethod(collate)
 
     @staticmethod
-    def check_args(task: str = "copy", task_options: dict | None = None, **_) -> None:
-        """Cheap check of registry names and task options, run by cli.py before anything is instantiated."""
-        check_task(task, task_options)
+    def check_args(task: str = "copy", task_options: dict | None = None, num_symbols: int = 10,
+                   train_max_len: int = 16, **_) -> None:  # fmt: skip
+        """Cheap check of registry names and task options (names and values: one short example), run by cli.py
+        before anything is instantiated."""
+        sequence_length(task, 3, num_symbols, train_max_len, True, task_options)
 
     def __init__(
         self,
