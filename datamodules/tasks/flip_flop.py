@@ -7,10 +7,11 @@ probability p and write or read with (1 - p) / 2 each; bits of writes and ignore
 are the answer, in place (SLOT in the prompt): a decoder predicts each at its `r` token, an encoder at a MASK
 there; accuracy = accuracy on read positions (exact match = every read of the sequence right).
 Deviations: the paper fixes T = 512 tokens; here the length n is the number of instructions after the first
-write (2n + 2 tokens), so lengths sweep as the other tasks. The loss is on the read bits only (the only
-deterministic tokens), and the paper's three evaluations are three registry entries: `flip_flop` (FFL(0.8)
-throughout), `flip_flop_sparse` and `flip_flop_dense` (trained on FFL(0.8), evaluated on FFL(0.98) and
-FFL(0.1)); for one seed the three train the same model on the same data.
+write (2n + 2 tokens), so lengths sweep as the other tasks. The loss is on the read bits only (the
+deterministic tokens the paper evaluates; its training objective was not checked against this). The paper's
+three evaluations are three registry entries: `flip_flop` (FFL(0.8) throughout), `flip_flop_sparse` and
+`flip_flop_dense` (trained on FFL(0.8), evaluated on FFL(0.98) and FFL(0.1)); for one seed the three train
+the same model on the same data.
 Symbols: bits 0, 1, then w, r, i as 2, 3, 4.
 """
 
