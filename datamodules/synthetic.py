@@ -3,11 +3,10 @@
 Train on task lengths n in [min_len, train_max_len]; validate and test on every length up to eval_max_len,
 so per-length metrics show how far a positional encoding extrapolates.
 
-Vocabulary: PAD=0, SEP=1, MASK=2, PLUS=3, QUERY=4, then `num_symbols` symbol tokens (SYMBOL0=5, ...), then
-`train_max_len` index tokens (used by `lookup`). Shape legend: B batch, L padded sequence length.
+The tasks live in the registry datamodules/tasks (basic tasks, the Chomsky hierarchy, flip-flop); token ids in
+datamodules/tasks/tokens.py. Shape legend: B batch, L padded sequence length.
 """
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -16,94 +15,20 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from datamodules.loaders import SplitDataModule
+from datamodules.tasks import TASKS, check_task, get_task, split_options  # noqa: F401 (TASKS re-exported)
+from datamodules.tasks.tokens import (  # noqa: F401 (re-exported: the token ids every task shares)
+    IGNORE_INDEX,
+    MASK,
+    PAD,
+    PLUS,
+    QUERY,
+    SEP,
+    SLOT,
+    SYMBOL0,
+    index_token,
+    vocab_size,
+)
 from lightning_modules.errors import ConfigError
-
-PAD, SEP, MASK, PLUS, QUERY = 0, 1, 2, 3, 4
-SYMBOL0 = 5
-IGNORE_INDEX = -100  # targets with this value carry no loss (torch cross_entropy's default ignore_index)
-
-
-def vocab_size(num_symbols: int, train_max_len: int) -> int:
-    """Special tokens + symbol tokens + one index token per training position."""
-    return SYMBOL0 + num_symbols + train_max_len
-
-
-def index_token(i: int, num_symbols: int) -> int:
-    """Token id of position index i (the `lookup` query)."""
-    return SYMBOL0 + num_symbols + i
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Tasks: fn(rng, n, num_symbols, train_max_len) -> (prompt, answer), both lists of token ids.
-
-
-def _symbols(rng: np.random.Generator, n: int, num_symbols: int) -> list[int]:
-    return (SYMBOL0 + rng.integers(0, num_symbols, size=n)).tolist()
-
-
-def copy_task(rng, n, num_symbols, train_max_len):
-    """prompt = x (n random symbols), answer = x."""
-    x = _symbols(rng, n, num_symbols)
-    return x, list(x)
-
-
-def reverse_task(rng, n, num_symbols, train_max_len):
-    """prompt = x, answer = x reversed."""
-    x = _symbols(rng, n, num_symbols)
-    return x, x[::-1]
-
-
-def sort_task(rng, n, num_symbols, train_max_len):
-    """prompt = x, answer = sorted(x) (symbol ids are ordered like the symbols)."""
-    x = _symbols(rng, n, num_symbols)
-    return x, sorted(x)
-
-
-def addition_task(rng, n, num_symbols, train_max_len):
-    """prompt = a PLUS b, answer = a + b; digits are symbols 0..9, written least-significant digit first.
-
-    LSB-first (Lee et al. 2023, "Teaching Arithmetic to Small Transformers") lets a left-to-right model
-    emit each answer digit after seeing the carry it depends on: carries flow left to right. a and b have n
-    uniformly random digits each (leading zeros allowed); the answer always has n + 1 digits, zero padded.
-    """
-    if num_symbols < 10:
-        raise ConfigError(f"task 'addition' needs num_symbols >= 10 (digits 0-9), got {num_symbols}")
-    a = rng.integers(0, 10, size=n).tolist()  # LSB first
-    b = rng.integers(0, 10, size=n).tolist()
-    total, carry = [], 0
-    for da, db in zip(a, b, strict=True):
-        carry, digit = divmod(da + db + carry, 10)
-        total.append(digit)
-    total.append(carry)  # n + 1 digits
-    to_tokens = lambda digits: [SYMBOL0 + d for d in digits]
-    return to_tokens(a) + [PLUS] + to_tokens(b), to_tokens(total)
-
-
-def lookup_task(rng, n, num_symbols, train_max_len):
-    """prompt = x QUERY q, answer = [x[q]], with q an index token for a uniform index < min(n, train_max_len).
-
-    Queried indices stay within the training range, so beyond-training lengths test locating an index the
-    model has seen among more (unseen) positions, not reading out an index token it has never trained on.
-    """
-    x = _symbols(rng, n, num_symbols)
-    q = int(rng.integers(0, min(n, train_max_len)))
-    return x + [QUERY, index_token(q, num_symbols)], [x[q]]
-
-
-TASKS: dict[str, Callable] = {
-    "copy": copy_task,
-    "reverse": reverse_task,
-    "sort": sort_task,
-    "addition": addition_task,
-    "lookup": lookup_task,
-}
-
-
-def get_task(name: str) -> Callable:
-    if name not in TASKS:
-        raise ConfigError(f"unknown task '{name}'; choose one of: {', '.join(TASKS)}")
-    return TASKS[name]
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Formatting and batching
@@ -120,9 +45,24 @@ def format_example(prompt: list[int], answer: list[int], causal: bool) -> tuple[
 
     causal (decoder-only LM): full = prompt SEP answer; tokens = full[:-1], targets = full[1:] masked to the
     answer. Bidirectional (encoder): tokens = prompt SEP MASK*len(answer), targets = answer at the MASKs.
+    Unscored answer entries (IGNORE_INDEX, after a termination token) stay MASK slots with no target for an
+    encoder and are dropped from a decoder's sequence. A prompt with SLOTs carries its answer in place
+    (flip-flop): no SEP, the answer fills the slots in order, a decoder predicts each from the token before
+    it, an encoder at a MASK in its place.
     """
+    if SLOT in prompt:
+        if prompt.count(SLOT) != len(answer):
+            raise ValueError(f"{prompt.count(SLOT)} answer slots for {len(answer)} answer tokens")
+        fill = iter(answer)
+        full = [next(fill) if t == SLOT else t for t in prompt]
+        scored = [t if t_prompt == SLOT else IGNORE_INDEX for t, t_prompt in zip(full, prompt)]
+        if causal:
+            return full[:-1], scored[1:]
+        return [MASK if t == SLOT else t for t in prompt], scored
     ignored = [IGNORE_INDEX] * len(prompt)  # positions whose target is not an answer token
     if causal:
+        while answer and answer[-1] == IGNORE_INDEX:
+            answer = answer[:-1]
         full = prompt + [SEP] + answer
         return full[:-1], ignored + answer
     return prompt + [SEP] + [MASK] * len(answer), ignored + [IGNORE_INDEX] + answer
@@ -155,13 +95,23 @@ class ListDataset(Dataset):
         return self.examples[i]
 
 
-def sequence_length(task: str, n: int, num_symbols: int, train_max_len: int, causal: bool) -> int:
-    """Model input length of a task example of length n (formats one throwaway example: sizes depend on n).
-
-    Also surfaces the task's own option errors (e.g. addition with fewer than 10 symbols) as ConfigError.
-    """
-    prompt, answer = get_task(task)(np.random.default_rng(0), n, num_symbols, train_max_len)
-    return len(format_example(prompt, answer, causal)[0])
+def sequence_length(
+    task: str, n: int, num_symbols: int, train_max_len: int, causal: bool, options: dict | None = None
+) -> int:
+    """Longest model input of a task example of length n: prompt and answer lengths depend on n only, so one
+    throwaway example per split's options gives it (a decoder's bound counts the unscored answer padding it
+    drops). Also surfaces the task's own option errors (e.g. addition with fewer than 10 symbols, a modulus
+    below 2) as ConfigError."""
+    check_task(task, options)
+    longest = 0
+    for train in (True, False):
+        fn_options = split_options(task, options, train)
+        prompt, answer = get_task(task).generate(np.random.default_rng(0), n, num_symbols, train_max_len, **fn_options)
+        if SLOT in prompt:
+            longest = max(longest, len(format_example(prompt, answer, causal)[0]))
+        else:
+            longest = max(longest, len(prompt) + 1 + len(answer) - causal)
+    return longest
 
 
 def make_examples(
@@ -171,12 +121,13 @@ def make_examples(
     num_symbols: int,
     train_max_len: int,
     causal: bool,
+    options: dict | None = None,
 ) -> list[Example]:
-    """One formatted example per entry of `lengths`, in that order."""
-    fn = get_task(task)
+    """One formatted example per entry of `lengths`, in that order; `options` go to the task's generator."""
+    fn = get_task(task).generate
     examples = []
     for n in lengths:
-        prompt, answer = fn(rng, n, num_symbols, train_max_len)
+        prompt, answer = fn(rng, n, num_symbols, train_max_len, **(options or {}))
         examples.append(Example(*format_example(prompt, answer, causal), n))
     return examples
 
@@ -199,13 +150,16 @@ class SyntheticDataModule(SplitDataModule):
     collate_fn = staticmethod(collate)
 
     @staticmethod
-    def check_args(task: str = "copy", **_) -> None:
-        """Cheap check of registry names, run by cli.py before anything is instantiated."""
-        get_task(task)
+    def check_args(task: str = "copy", task_options: dict | None = None, num_symbols: int = 10,
+                   train_max_len: int = 16, **_) -> None:  # fmt: skip
+        """Cheap check of registry names and task options (names and values: one short example), run by cli.py
+        before anything is instantiated."""
+        sequence_length(task, 3, num_symbols, train_max_len, True, task_options)
 
     def __init__(
         self,
         task: str = "copy",
+        task_options: dict | None = None,  # the task's own options, e.g. {modulus: 5}; see datamodules/tasks
         causal: bool = True,  # decoder-only LM formatting; False = bidirectional encoder with MASK slots
         min_len: int = 1,
         train_max_len: int = 16,
@@ -220,13 +174,13 @@ class SyntheticDataModule(SplitDataModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        get_task(task)  # unknown names fail here, before any other check
+        check_task(task, task_options)  # unknown names and options fail here, before any other check
         eval_max_len = 4 * train_max_len if eval_max_len is None else eval_max_len
         _check_sizes(min_len, train_max_len, eval_max_len, eval_length_stride, num_symbols)
         _check_counts(train_size=train_size, eval_per_length=eval_per_length, batch_size=batch_size)
         if num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
-        self.task, self.causal, self.seed = task, causal, seed
+        self.task, self.task_options, self.causal, self.seed = task, dict(task_options or {}), causal, seed
         self.min_len, self.train_max_len, self.eval_max_len = min_len, train_max_len, eval_max_len
         self.num_symbols, self.train_size, self.eval_per_length = num_symbols, train_size, eval_per_length
         self.batch_size, self.num_workers = batch_size, num_workers
@@ -234,22 +188,23 @@ class SyntheticDataModule(SplitDataModule):
         self.eval_lengths = sorted({*strided, train_max_len, eval_max_len})
         self.vocab_size = vocab_size(num_symbols, train_max_len)
         # sequence lengths grow with n, so the longest input over all splits is at eval_max_len
-        self.max_seq_len = sequence_length(task, eval_max_len, num_symbols, train_max_len, causal)
+        self.max_seq_len = sequence_length(task, eval_max_len, num_symbols, train_max_len, causal, task_options)
         self.train_set = self.val_set = self.test_set = None
 
-    def _examples(self, lengths: list[int], rng: np.random.Generator) -> ListDataset:
+    def _examples(self, lengths: list[int], rng: np.random.Generator, train: bool) -> ListDataset:
         args = (self.num_symbols, self.train_max_len, self.causal)
-        return ListDataset(make_examples(self.task, lengths, rng, *args))
+        options = split_options(self.task, self.task_options, train)
+        return ListDataset(make_examples(self.task, lengths, rng, *args, options))
 
     def _eval_set(self, split: int) -> ListDataset:
         lengths = [n for n in self.eval_lengths for _ in range(self.eval_per_length)]  # sorted by length
-        return self._examples(lengths, np.random.default_rng([self.seed, split]))
+        return self._examples(lengths, np.random.default_rng([self.seed, split]), train=False)
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit") and self.train_set is None:
             rng = np.random.default_rng([self.seed, 0])
             lengths = rng.integers(self.min_len, self.train_max_len + 1, size=self.train_size).tolist()
-            self.train_set = self._examples(lengths, rng)
+            self.train_set = self._examples(lengths, rng, train=True)
         if stage in (None, "fit", "validate") and self.val_set is None:
             self.val_set = self._eval_set(1)
         if stage in (None, "test") and self.test_set is None:

@@ -1,4 +1,4 @@
-"""LightningModule for the synthetic length-generalisation tasks (copy, reverse, sort, addition, lookup)."""
+"""LightningModule for the synthetic length-generalisation tasks (the registry in datamodules/tasks)."""
 
 import torch.nn.functional as F
 from torch import Tensor, nn

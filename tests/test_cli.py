@@ -45,7 +45,7 @@ def test_fit_every_encoding(tiny_fit_args, encoding, causal):
 @pytest.mark.slow  # trains a model or starts a process
 @pytest.mark.parametrize("task", TASKS)
 def test_fit_every_task(tiny_fit_args, task):
-    record = fit([*tiny_fit_args, f"--data.task={task}", "--model.encoding=alibi"])
+    record = fit([*tiny_fit_args, f"--data.task={task}", "--data.num_symbols=12", "--model.encoding=alibi"])
     assert record["status"] == "finished" and record["task"] == task
     assert 0.0 <= record["final"]["val/acc"] <= 1.0
 

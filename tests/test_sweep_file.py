@@ -127,12 +127,19 @@ def test_missing_and_malformed_files(tmp_path):
 
 
 def test_length_generalization_sweep_covers_the_registry():
-    from datamodules.synthetic import TASKS
+    from datamodules.tasks import CHOMSKY_FAMILIES, TASKS
     from lightning_modules.encodings import ENCODINGS
 
-    sweep = sf.load_sweep(Path(__file__).resolve().parents[1] / "sweeps" / "length_generalization.yaml")
+    sweeps = Path(__file__).resolve().parents[1] / "sweeps"
+    sweep = sf.load_sweep(sweeps / "length_generalization.yaml")
     assert set(sweep["parameters"]["model.encoding"]["values"]) == set(ENCODINGS)
-    assert set(sweep["parameters"]["data.task"]["values"]) == set(TASKS)
+    chomsky = sf.load_sweep(sweeps / "chomsky.yaml")  # the encoder protocol: every encoding an encoder can run
+    assert set(chomsky["parameters"]["model.encoding"]["values"]) == {
+        n for n, c in ENCODINGS.items() if not c.causal_only
+    }
+    tasks = sweep["parameters"]["data.task"]["values"], chomsky["parameters"]["data.task"]["values"]
+    assert set(tasks[1]) == {n for n, t in TASKS.items() if t.family in CHOMSKY_FAMILIES}
+    assert set(tasks[0]) | set(tasks[1]) == set(TASKS) and not set(tasks[0]) & set(tasks[1])
 
 
 @pytest.mark.parametrize(

@@ -12,13 +12,16 @@ import typing
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.bert_r import BertR
+from lightning_modules.encodings.cope import CoPE
 from lightning_modules.encodings.deberta import DeBERTa
 from lightning_modules.encodings.dynamic_bias import DynamicBias
 from lightning_modules.encodings.fire import FIRE
+from lightning_modules.encodings.fox import Fox
 from lightning_modules.encodings.kerple import KerpleLog, KerplePower
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.none import NoPE
 from lightning_modules.encodings.rope import RoPE
+from lightning_modules.encodings.sandwich import Sandwich
 from lightning_modules.encodings.scaled_sinusoidal import ScaledSinusoidal
 from lightning_modules.encodings.shaw import Shaw
 from lightning_modules.encodings.sinusoidal import Sinusoidal
@@ -34,6 +37,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     for cls in (NoPE, LearnedAbsolute, Sinusoidal, T5Bias, ALiBi, RoPE, TupeA, TupeR)
     + (ScaledSinusoidal, SinusoidalLearnable, Shaw, DeBERTa, XPos, KerpleLog, KerplePower, FIRE, DynamicBias)
     + (BertR, TupeATiedCLS)
+    + (CoPE, Sandwich, Fox)
 }
 
 

@@ -5,6 +5,7 @@ from torch import Tensor
 
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.t5_bias import relative_distance
+from lightning_modules.errors import ConfigError
 
 
 def alibi_slopes(num_heads: int) -> list[float]:
@@ -25,15 +26,19 @@ class ALiBi(PositionalEncoding):
 
     Press et al., ICLR 2022, "Train Short, Test Long". Causal: -m (i - j) for j <= i (the paper);
     bidirectional: the symmetric form -m |i - j|, which equals the causal one under the causal mask.
-    No parameters. Checked against x-transformers' `AlibiPositionalBias`.
+    No parameters. Checked against x-transformers' `AlibiPositionalBias`. `heads` k < H: ALiBi on the first k
+    heads only, with the slopes of k heads, the other heads position-free (x-transformers' `alibi_num_heads`).
     """
 
     name = "alibi"
     shift_invariant = True
 
-    def __init__(self, **common):
+    def __init__(self, *, heads: int | None = None, **common):
         super().__init__(**common)
-        slopes = torch.tensor(alibi_slopes(self.num_heads))
+        self.heads = self.num_heads if heads is None else heads
+        if not 1 <= self.heads <= self.num_heads:
+            raise ConfigError(f"alibi heads must be in [1, num_heads={self.num_heads}], got {heads}")
+        slopes = torch.tensor(alibi_slopes(self.heads) + [0.0] * (self.num_heads - self.heads))
         self.register_buffer("slopes", slopes[:, None, None], persistent=False)  # (H, 1, 1)
 
     def bias(self, positions: Tensor) -> Tensor:

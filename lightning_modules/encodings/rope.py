@@ -1,3 +1,5 @@
+import math
+
 import torch
 from torch import Tensor
 
@@ -24,6 +26,17 @@ class RoPE(PositionalEncoding):
     frequencies use R; default R = D); `interpolation_factor` s >= 1 (position interpolation, Chen et al.
     2023: angles of pos / s); `ntk_base_rescale` a (NTK-aware scaling, bloc97 2023: base * a^(R/(R-2)), as
     x-transformers' `base_rescale_factor`, which also uses the rotated dim R).
+    Length extension (checked against `transformers.modeling_rope_utils`' "yarn" and "dynamic" initialisation;
+    both need `original_length`, the training length L0): `yarn_factor` s > 1 (YaRN, Peng et al. 2023: the
+    frequencies that turn fewer than beta_slow = 1 times over L0 are interpolated by s, those turning more
+    than beta_fast = 32 times kept, a linear ramp between, on the floor / ceil correction dims; logits scaled
+    by the attention temperature (0.1 ln s + 1)^2, i.e. q and k each by 0.1 ln s + 1, here on all head dims
+    through `attention_scale` where transformers scales the rotated dims' cos / sin);
+    `dynamic_ntk_factor` a >= 1 (dynamic NTK, emozilla 2023: at an evaluated length L > L0, the base is
+    base * (a L / L0 - (a - 1))^(R/(R-2)); L = the largest position + 1 of each forward).
+    `rope_fraction` p in (0, 1] (p-RoPE, Barbero et al. 2025, "Round and Round We Go"): only the highest-
+    frequency p fraction of the R/2 frequencies rotate, the rest get frequency 0 (unrotated, position-free
+    channels); applied after the options above.
     Shapes: q, k (B, H, L, D); angles (L, R/2) or (B, 1, L, R/2).
     """
 
@@ -31,7 +44,9 @@ class RoPE(PositionalEncoding):
     shift_invariant = True
 
     def __init__(self, *, base: float = 10000.0, rotary_dim: int | None = None, interpolation_factor: float = 1.0,
-                 ntk_base_rescale: float = 1.0, **common):  # fmt: skip
+                 ntk_base_rescale: float = 1.0, yarn_factor: float | None = None,
+                 dynamic_ntk_factor: float | None = None, original_length: int | None = None,
+                 rope_fraction: float = 1.0, **common):  # fmt: skip
         super().__init__(**common)
         self.rotary_dim = R = self.head_dim if rotary_dim is None else rotary_dim
         if R % 2 or not 0 < R <= self.head_dim:
@@ -40,15 +55,41 @@ class RoPE(PositionalEncoding):
             raise ConfigError(f"interpolation_factor must be >= 1, got {interpolation_factor}")
         if ntk_base_rescale != 1 and R <= 2:
             raise ConfigError(f"ntk_base_rescale needs rotary_dim > 2, got {R}")
+        _check_extension(interpolation_factor, ntk_base_rescale, yarn_factor, dynamic_ntk_factor, original_length)
+        if not 0 < rope_fraction <= 1:
+            raise ConfigError(f"rope_fraction must be in (0, 1], got {rope_fraction}")
         if ntk_base_rescale != 1:
             base = base * ntk_base_rescale ** (R / (R - 2))
-        self.interpolation_factor = interpolation_factor
+        self.interpolation_factor, self.base, self.rope_fraction = interpolation_factor, base, rope_fraction
+        self.dynamic_ntk_factor, self.original_length = dynamic_ntk_factor, original_length
+        self.magnitude = 1.0  # YaRN's per-vector scale of q and k
         inv_freq = base ** (-torch.arange(0, R, 2).float() / R)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (R/2,)
+        if yarn_factor is not None:
+            inv_freq, self.magnitude = yarn_frequencies(base, R, yarn_factor, original_length)
+        self.register_buffer("inv_freq", self.truncate(inv_freq), persistent=False)  # (R/2,)
+
+    def truncate(self, inv_freq: Tensor) -> Tensor:
+        """p-RoPE: frequency 0 for all but the first (highest) round(p R/2) frequencies."""
+        keep = round(self.rope_fraction * len(inv_freq))
+        return torch.cat((inv_freq[:keep], inv_freq.new_zeros(len(inv_freq) - keep)))
+
+    def frequencies(self, positions: Tensor) -> Tensor:
+        """(R/2,) inverse frequencies for these positions (dynamic NTK: from the evaluated length)."""
+        if self.dynamic_ntk_factor is None:
+            return self.inv_freq
+        length = int(positions.max()) + 1
+        if length <= self.original_length:
+            return self.inv_freq
+        R, a = self.rotary_dim, self.dynamic_ntk_factor
+        base = self.base * (a * length / self.original_length - (a - 1)) ** (R / (R - 2))
+        return self.truncate(base ** (-torch.arange(0, R, 2, device=positions.device).float() / R))
+
+    def attention_scale(self) -> float:
+        return self.magnitude**2 * self.head_dim**-0.5
 
     def angles(self, positions: Tensor) -> Tensor:
         """(L,) or (B, L) positions -> (L, R/2) or (B, 1, L, R/2) angles."""
-        angles = positions.float()[..., None] * self.inv_freq / self.interpolation_factor
+        angles = positions.float()[..., None] * self.frequencies(positions) / self.interpolation_factor
         return angles if positions.dim() == 1 else angles[:, None]
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
@@ -74,3 +115,37 @@ class RoPE(PositionalEncoding):
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         cos_sin = self.cos_sin(positions)
         return self.rotate_one(q, cos_sin), self.rotate_one(k, cos_sin)
+
+
+def _check_extension(interpolation, ntk, yarn, dynamic, original_length) -> None:
+    chosen = [name for name, on in (("interpolation_factor", interpolation != 1), ("ntk_base_rescale", ntk != 1),
+              ("yarn_factor", yarn is not None), ("dynamic_ntk_factor", dynamic is not None)) if on]  # fmt: skip
+    if len(chosen) > 1 and (yarn is not None or dynamic is not None):
+        raise ConfigError(f"yarn_factor and dynamic_ntk_factor exclude other extensions; got {' and '.join(chosen)}")
+    if yarn is not None and yarn <= 1:
+        raise ConfigError(f"yarn_factor must be > 1, got {yarn}")
+    if dynamic is not None and dynamic < 1:
+        raise ConfigError(f"dynamic_ntk_factor must be >= 1, got {dynamic}")
+    if (yarn is not None or dynamic is not None) and (original_length is None or original_length < 1):
+        raise ConfigError(f"{chosen[-1]} needs original_length (the training length) >= 1, got {original_length}")
+    if original_length is not None and yarn is None and dynamic is None:
+        raise ConfigError("original_length is used only with yarn_factor or dynamic_ntk_factor")
+
+
+def yarn_frequencies(base: float, dim: int, factor: float, original_length: int, beta_fast: float = 32.0,
+                     beta_slow: float = 1.0) -> tuple[Tensor, float]:  # fmt: skip
+    """YaRN (Peng et al. 2023): (R/2,) inverse frequencies and the q / k magnitude 0.1 ln s + 1.
+
+    Dimension pair i turns original_length * base^(-2i/R) / (2 pi) times over the training length; the pairs
+    below the correction dim of beta_fast turns keep their frequency, those above the one of beta_slow turns
+    are divided by s, with a linear ramp between (correction dims floored / ceiled, as the reference code)."""
+
+    def correction_dim(turns: float) -> float:
+        return dim * math.log(original_length / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    high = high + 0.001 if low == high else high
+    ramp = ((torch.arange(dim // 2).float() - low) / (high - low)).clamp(0, 1)  # 0: keep, 1: interpolate
+    inv_freq = base ** (-torch.arange(0, dim, 2).float() / dim)
+    return inv_freq / factor * ramp + inv_freq * (1 - ramp), 0.1 * math.log(factor) + 1.0

@@ -1,0 +1,89 @@
+"""The synthetic task registry: adding a task is one generator, its reference, and one line in `TASKS`.
+
+A generator is `fn(rng, n, num_symbols, train_max_len, **options) -> (prompt, answer)` (token id lists, see
+tokens.py; the prompt and answer lengths depend on n and the options only). Its reference recomputes the
+answer from the prompt: `reference(prompt, n, num_symbols, train_max_len, **options) -> answer`; the shared
+test (tests/test_tasks.py) checks every entry against it. A task's options are its generator's keyword-only
+arguments; `eval_options` override them in the validation and test splits (flip-flop's sparse and dense
+evaluations).
+"""
+
+import inspect
+from collections.abc import Callable
+from typing import NamedTuple
+
+from datamodules.tasks import basic, chomsky_context_free, chomsky_context_sensitive, chomsky_regular, flip_flop
+from lightning_modules.errors import ConfigError
+
+
+class Task(NamedTuple):
+    """A registered task: generator, reference, family (for the sweeps), option overrides at evaluation."""
+
+    generate: Callable
+    reference: Callable
+    family: str
+    eval_options: dict = {}
+
+
+def _entry(module, name: str, family: str, **eval_options) -> Task:
+    return Task(getattr(module, name), getattr(module, f"{name}_reference"), family, eval_options)
+
+
+R, CF, CS = chomsky_regular, chomsky_context_free, chomsky_context_sensitive
+
+TASKS: dict[str, Task] = {
+    "copy": Task(basic.copy_task, basic.copy_reference, "basic"),
+    "reverse": Task(basic.reverse_task, basic.reverse_reference, "basic"),
+    "sort": Task(basic.sort_task, basic.sort_reference, "basic"),
+    "addition": Task(basic.addition_task, basic.addition_reference, "basic"),
+    "lookup": Task(basic.lookup_task, basic.lookup_reference, "basic"),
+    # Chomsky hierarchy (Delétang et al. 2023)
+    "even_pairs": _entry(R, "even_pairs", "regular"),
+    "modular_arithmetic": _entry(R, "modular_arithmetic", "regular"),
+    "parity_check": _entry(R, "parity_check", "regular"),
+    "cycle_navigation": _entry(R, "cycle_navigation", "regular"),
+    "stack_manipulation": _entry(CF, "stack_manipulation", "context_free"),
+    "reverse_string": _entry(CF, "reverse_string", "context_free"),
+    "modular_arithmetic_brackets": _entry(CF, "modular_arithmetic_brackets", "context_free"),
+    "solve_equation": _entry(CF, "solve_equation", "context_free"),
+    "duplicate_string": _entry(CS, "duplicate_string", "context_sensitive"),
+    "missing_duplicate_string": _entry(CS, "missing_duplicate_string", "context_sensitive"),
+    "odds_first": _entry(CS, "odds_first", "context_sensitive"),
+    "binary_addition": _entry(CS, "binary_addition", "context_sensitive"),
+    "binary_multiplication": _entry(CS, "binary_multiplication", "context_sensitive"),
+    "compute_sqrt": _entry(CS, "compute_sqrt", "context_sensitive"),
+    "bucket_sort": _entry(CS, "bucket_sort", "context_sensitive"),
+    # flip-flop language modelling (Liu et al. 2023)
+    "flip_flop": _entry(flip_flop, "flip_flop", "flip_flop"),
+    "flip_flop_sparse": Task(flip_flop.flip_flop, flip_flop.flip_flop_reference, "flip_flop", {"p_ignore": 0.98}),
+    "flip_flop_dense": Task(flip_flop.flip_flop, flip_flop.flip_flop_reference, "flip_flop", {"p_ignore": 0.1}),
+}
+
+CHOMSKY_FAMILIES = ("regular", "context_free", "context_sensitive")
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise ConfigError(f"unknown task '{name}'; choose one of: {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def task_options(name: str) -> list[str]:
+    """The option names of task `name` (its generator's keyword-only arguments)."""
+    params = inspect.signature(get_task(name).generate).parameters.values()
+    return [p.name for p in params if p.kind == p.KEYWORD_ONLY]
+
+
+def check_task(name: str, options: dict | None = None) -> None:
+    """One-line ConfigError for an unknown task or option (values are checked by the generator itself)."""
+    get_task(name)
+    unknown = sorted(set(options or {}) - set(task_options(name)))
+    if unknown:
+        valid = ", ".join(task_options(name)) or "none"
+        raise ConfigError(f"task {name!r} has no option {unknown[0]!r}; its options: {valid}")
+
+
+def split_options(name: str, options: dict | None, train: bool) -> dict:
+    """The options the generator gets in the training split (`train`) or the evaluation splits."""
+    options = dict(options or {})
+    return options if train else {**options, **get_task(name).eval_options}

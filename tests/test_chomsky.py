@@ -1,0 +1,59 @@
+"""The Chomsky-hierarchy config (Ruoss et al. 2023's encoder protocol) and bad input through cli.py: an option a
+variant does not have, a task option out of range, a causal-only encoding in an encoder -> one line, exit 2."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "cli.py", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+def test_config_is_the_ruoss_protocol():
+    config = yaml.safe_load((ROOT / "configs" / "chomsky.yaml").read_text())
+    model, data = config["model"]["init_args"], config["data"]["init_args"]
+    assert model["causal"] is False and model["depth"] == 5 and model["dim"] == 64
+    assert data["min_len"] == 1 and data["train_max_len"] == 40 and data["eval_max_len"] == 500
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--data.task=modular_arithmetic", "--data.task_options={modulus: 1}"], "needs modulus >= 2, got 1"),
+        (["--data.task=parity_check", "--data.task_options={modulus: 3}"], "task 'parity_check' has no option"),
+        (["--model.encoding=sandwich", "--model.encoding_options={yarn_factor: 2.0}"], "has no option 'yarn_factor'"),
+        (["--model.encoding=alibi", "--model.encoding_options={heads: 9}"], "alibi heads must be in [1, num_heads=8]"),
+        (["--model.encoding=cope"], "encoding 'cope' is causal-only"),
+        (["--model.encoding=fox"], "encoding 'fox' is causal-only"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, args, expected):
+    result = run_cli("fit", "--config=configs/chomsky.yaml", f"--run.out_dir={tmp_path}", *args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]  # before it at most Lightning's "Seed set to 0"
+    assert last.startswith("error: ") and expected in last and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_tiny_chomsky_run(tmp_path):
+    result = run_cli(
+        "fit", "--config=configs/chomsky.yaml", f"--run.out_dir={tmp_path}", "--data.task=binary_addition",
+        "--model.encoding=alibi", "--model.depth=1", "--data.train_max_len=6", "--data.eval_max_len=10",
+        "--data.eval_length_stride=2", "--data.train_size=64", "--data.eval_per_length=4", "--data.batch_size=16",
+        "--trainer.max_steps=2", "--trainer.val_check_interval=2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    from tracking.records import load_records
+
+    (record,) = load_records(tmp_path)
+    assert record["status"] == "finished" and record["task"] == "binary_addition"
+    assert 0.0 <= record["final"]["val/tok_acc_ood"] <= 1.0 and "val/tok_acc_len_10" in record["final"]

@@ -1,0 +1,130 @@
+"""The task registry's shared semantics test: every entry's answer equals its independent reference, its
+lengths depend on n only, its output is deterministic given the seed, and its tokens fit the vocabulary. A new
+task needs no edit here (only its generator, its reference and its registry line)."""
+
+import numpy as np
+import pytest
+
+from datamodules.synthetic import SyntheticDataModule, format_example
+from datamodules.tasks import CHOMSKY_FAMILIES, TASKS, check_task, split_options, task_options
+from datamodules.tasks.chomsky_context_sensitive import _isqrt
+from datamodules.tasks.tokens import IGNORE_INDEX, SLOT, SYMBOL0, symbols, tokens, vocab_size
+from lightning_modules.errors import ConfigError
+
+NUM_SYMBOLS, TRAIN_MAX_LEN = 12, 8
+LENGTHS = [1, 2, 3, 4, 5, 8, 13, 40, 97]
+TASK = pytest.mark.parametrize("task", list(TASKS))
+
+
+def sample(task: str, n: int, seed: int, train: bool = True):
+    rng = np.random.default_rng(seed)
+    options = split_options(task, {}, train)
+    return TASKS[task].generate(rng, n, NUM_SYMBOLS, TRAIN_MAX_LEN, **options), options
+
+
+@TASK
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_answer_matches_the_reference(task, train):
+    for n in LENGTHS:
+        for seed in range(12):
+            (prompt, answer), options = sample(task, n, seed, train)
+            assert TASKS[task].reference(prompt, n, NUM_SYMBOLS, TRAIN_MAX_LEN, **options) == answer, (n, seed)
+
+
+@TASK
+def test_lengths_depend_on_n_only_and_tokens_fit(task):
+    vocab = vocab_size(NUM_SYMBOLS, TRAIN_MAX_LEN)
+    for n in LENGTHS:
+        shapes = set()
+        for seed in range(8):
+            (prompt, answer), _ = sample(task, n, seed)
+            shapes.add((len(prompt), len(answer) if SLOT not in prompt else "in place"))  # slots: as many as reads
+            assert all(0 <= t < vocab or t == SLOT for t in prompt)
+            scored = [t for t in answer if t != IGNORE_INDEX]
+            assert scored and all(SYMBOL0 <= t < SYMBOL0 + NUM_SYMBOLS for t in scored)
+            if IGNORE_INDEX in answer:  # unscored entries only at the end (after a terminator)
+                first = answer.index(IGNORE_INDEX)
+                assert answer[first:] == [IGNORE_INDEX] * (len(answer) - first)
+            for causal in (True, False):
+                tokens_, targets = format_example(prompt, answer, causal)
+                assert len(tokens_) == len(targets) and all(0 <= t < vocab for t in tokens_)
+                assert [t for t in targets if t != IGNORE_INDEX] == scored
+        assert len(shapes) == 1, (n, shapes)
+
+
+@TASK
+def test_deterministic_given_the_seed(task):
+    for n in (5, 40):
+        assert sample(task, n, 3) == sample(task, n, 3)
+        assert len({str(sample(task, n, seed)[0]) for seed in range(10)}) > 1
+
+
+def test_families_cover_the_paper_suites():
+    families = {}
+    for name, task in TASKS.items():
+        families.setdefault(task.family, []).append(name)
+    assert len(families["regular"]) == 4 and len(families["context_free"]) == 4
+    assert len(families["context_sensitive"]) == 7 and set(CHOMSKY_FAMILIES) < set(families)
+    assert set(families["flip_flop"]) == {"flip_flop", "flip_flop_sparse", "flip_flop_dense"}
+
+
+# Hand-worked examples of the paper's definitions (symbols, not token ids)
+
+
+def test_paper_examples():
+    from datamodules.tasks import chomsky_context_free as CF
+    from datamodules.tasks import chomsky_context_sensitive as CS
+    from datamodules.tasks import chomsky_regular as R
+
+    ref = lambda module, name, s, **o: symbols(getattr(module, f"{name}_reference")(tokens(s), len(s), 12, 8, **o))
+    assert ref(R, "even_pairs", [0, 0, 1, 1, 1, 0]) == [0] and ref(R, "even_pairs", [0, 1, 0, 1, 0, 0, 1]) == [1]
+    assert ref(R, "parity_check", [1, 0, 1, 0, 1, 0, 0]) == [1] and ref(R, "parity_check", [0, 1, 1, 1, 1]) == [0]
+    assert ref(R, "cycle_navigation", [2, 0, 1, 0, 0]) == [3]  # 1 -1 0 -1 -1 -> -2 = class 3
+    plus, minus, times = 5, 6, 7
+    assert ref(R, "modular_arithmetic", [1, plus, 2, times, 3]) == [2]
+    assert ref(R, "modular_arithmetic", [0, times, 1, plus, 4, times, 3, minus, 2]) == [0]
+    # stack 0 1 1 0, PUSH 1, POP, POP -> 1 1 0 then the terminator
+    assert ref(CF, "stack_manipulation", [0, 1, 1, 0, 4, 2, 2]) == [1, 1, 0, 2] + [IGNORE_INDEX] * 4
+    assert ref(CS, "odds_first", [0, 0, 1, 1, 0, 1, 0, 1]) == [0, 1, 1, 1, 0, 1, 0, 0]
+    assert ref(CS, "missing_duplicate_string", [0, 1, 1, 0, 0, 2, 1, 0]) == [1]
+    # 001 + 01101 (little-endian: 4 + 22 = 26) -> 01011 then the terminator
+    assert ref(CS, "binary_addition", [0, 0, 1, 2, 0, 1, 1, 0, 1]) == [0, 1, 0, 1, 1, 2] + [IGNORE_INDEX] * 4
+    assert ref(CS, "binary_multiplication", [0, 0, 1, 2, 0, 1, 1, 0, 1]) == [0, 0, 0, 1, 1, 0, 1, 2, IGNORE_INDEX]
+    assert ref(CS, "compute_sqrt", [1, 0, 0, 1, 0, 1]) == [1, 1, 0]  # 37 -> 6
+    assert all(_isqrt(v) ** 2 <= v < (_isqrt(v) + 1) ** 2 for v in [1, 2, 3, 4, 15, 16, 17, 10**40 + 7])
+
+
+def test_flip_flop_reads_repeat_the_last_write():
+    from datamodules.tasks.flip_flop import flip_flop_reference
+
+    w, r, i = 2, 3, 4
+    prompt = tokens([w, 1, i, 0, r, SLOT, w, 0, i, 1, r, SLOT])
+    assert symbols(flip_flop_reference(prompt, 5, 12, 8)) == [1, 0]
+    (prompt, answer), _ = sample("flip_flop_sparse", 400, 0, train=False)
+    assert symbols(prompt)[0::2].count(i) > 360  # p_ignore 0.98 at evaluation
+    (prompt, answer), _ = sample("flip_flop_sparse", 400, 0, train=True)
+    assert symbols(prompt)[0::2].count(i) < 360  # 0.8 in training
+
+
+@pytest.mark.parametrize(
+    "task, options, message",
+    [
+        ("modular_arithmetic", {"modulus": 1}, "needs modulus >= 2, got 1"),
+        ("solve_equation", {"modulus": 0}, "needs modulus >= 2"),
+        ("bucket_sort", {"alphabet": 1}, "needs alphabet >= 2"),
+        ("flip_flop", {"p_ignore": -0.1}, r"needs p_ignore in \[0.0, 1.0\]"),
+        ("modular_arithmetic_brackets", {"modulus": 9}, "needs num_symbols >= 14"),
+        ("parity_check", {"modulus": 3}, "task 'parity_check' has no option 'modulus'; its options: none"),
+        ("even_pairs", {"alphabet": 3}, "has no option 'alphabet'"),
+    ],
+)
+def test_bad_task_options_are_one_line(task, options, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        SyntheticDataModule(task=task, task_options=options, num_symbols=NUM_SYMBOLS, train_max_len=4)
+    assert "\n" not in str(err.value)
+
+
+def test_task_options_come_from_the_generator():
+    assert task_options("modular_arithmetic_brackets") == ["modulus", "mult"]
+    assert task_options("copy") == []
+    check_task("bucket_sort", {"alphabet": 3})
