@@ -551,6 +551,9 @@ INIT_REFERENCE = {
              "mlp.2.bias": torch_linear(FIRE_WIDTH)},
     "dynamic_bias": {"mlp.0.weight": torch_linear(1), "mlp.0.bias": torch_linear(1),
                      **{f"mlp.{i}.{p}": torch_linear(INIT_DIM // 4) for i in (2, 4) for p in ("weight", "bias")}},
+    "sandwich": {},
+    "cope": {"table": ZEROS},  # x-transformers CoPE: pos_emb = zeros(max_pos, dim_head)
+    "fox": {"gates.weight": torch_linear(INIT_DIM), "gates.bias": ("const", 5.0)},  # x-transformers bias_init 5
 }  # fmt: skip
 
 
