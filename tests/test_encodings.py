@@ -609,7 +609,7 @@ MASK_VARIANTS = [(name, {}) for name in NAMES] + [("shaw", {"values": True})]
 @pytest.mark.parametrize("causal", CAUSAL)
 @pytest.mark.parametrize("name, options", MASK_VARIANTS, ids=[f"{n}{'-values' * bool(o)}" for n, o in MASK_VARIANTS])
 def test_fully_masked_rows_stay_finite_and_do_not_touch_real_tokens(name, options, causal):
-    """A fully padded row and a left-padded row (whose first queries, causal, see no key at all): every output
+    """A fully padded row and a left-padded (bidirectional) or right-padded (causal) row: every output
     is finite, a real row matches its run alone, and real tokens do not depend on what the padding holds."""
     if ENCODINGS[name].causal_only and not causal:
         pytest.skip(f"{name} is causal-only")
@@ -620,7 +620,10 @@ def test_fully_masked_rows_stay_finite_and_do_not_touch_real_tokens(name, option
     tokens = torch.randint(1, vocab, (3, L), generator=torch.Generator().manual_seed(0))
     real = torch.ones(3, L, dtype=torch.bool)
     real[1] = False  # fully padded
-    real[2, :3] = False  # left-padded
+    if causal:  # right-padded: a causal model masks no padding (no real query sees a later key)
+        real[2, 5:] = False
+    else:
+        real[2, :3] = False  # left-padded
     with torch.no_grad():
         out = model(tokens, padding_mask=real)
         assert out.isfinite().all(), f"non-finite outputs in rows {(~out.isfinite()).any(-1).any(-1).tolist()}"

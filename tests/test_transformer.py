@@ -10,7 +10,7 @@ from torch import Tensor
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.errors import ConfigError
-from lightning_modules.transformer import Attention, Transformer, allowed_mask, merge_mask
+from lightning_modules.transformer import Attention, Transformer, attention_masks
 
 VOCAB, DIM, HEADS, DEPTH, MAX_LEN = 50, 32, 4, 2, 64
 HEAD_DIM = DIM // HEADS
@@ -59,9 +59,16 @@ def reference_attention_module(attn: Attention, x, encoding, positions, causal, 
 
 def run_attention(attn: Attention, x, encoding, positions, causal, padding_mask) -> Tensor:
     """The Transformer's own path: masks built once, then the Attention module."""
-    allowed = allowed_mask(x.shape[1], causal, padding_mask, x.device)
-    mask = merge_mask(encoding.bias(positions), allowed)
+    mask, allowed = attention_masks(encoding.bias(positions), x.shape[1], causal, padding_mask, x.device)
     return attn(x, encoding, positions, mask, allowed, causal)
+
+
+def assert_real_rows_close(got: Tensor, want: Tensor, causal: bool, padding_mask: Tensor | None) -> None:
+    """got == want at every query, or, causal with (right) padding, at the real queries: a causal model
+    does not mask padded keys (no real query sees them), so only padded queries may differ."""
+    if causal and padding_mask is not None:
+        got, want = got[padding_mask], want[padding_mask]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -101,7 +108,44 @@ def test_attention_matches_reference(name, causal, padded):
     for positions in (torch.arange(L), torch.arange(L) + torch.tensor([[0], [5], [2]])):
         got = run_attention(attn, x, enc, positions, causal, padding_mask)
         want = reference_attention_module(attn, x, enc, positions, causal, padding_mask)
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        assert_real_rows_close(got, want, causal, padding_mask)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_sdpa_gets_no_mask_unless_a_bias_or_padding_needs_one(name, causal, padded, monkeypatch):
+    """Intercepts SDPA: causal models without a logit term pass (mask None, is_causal True), the fused causal
+    kernel (even with right padding); a bias or content term, or bidirectional padding, folds into one mask
+    whose disallowed entries are exactly the causal triangle and the padded keys."""
+    B, L = 2, 8
+    model = make_model(name, causal)
+    padding_mask = (torch.arange(L)[None, :] < torch.tensor([L, 5])[:, None]) if padded else None
+    calls, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+        calls.append((attn_mask, is_causal))
+        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    model(tokens(B, L), padding_mask=padding_mask)
+    assert len(calls) == DEPTH
+    positions, q = torch.arange(L), torch.randn(B, HEADS, L, HEAD_DIM)
+    logit_term = model.encoding.bias(positions) is not None or model.encoding.content_bias(q, q, positions) is not None
+    allowed = torch.ones(B, 1, L, L, dtype=torch.bool)
+    if causal:
+        allowed &= torch.ones(L, L, dtype=torch.bool).tril()
+    elif padded:
+        allowed &= padding_mask[:, None, None, :]
+    for mask, is_causal in calls:
+        if causal and not logit_term:
+            assert mask is None and is_causal
+        elif not logit_term and not padded:
+            assert mask is None and not is_causal
+        else:
+            assert mask is not None and not is_causal
+            blocked = ~mask if mask.dtype == torch.bool else mask.isneginf()
+            assert torch.equal(blocked.expand(B, HEADS, L, L), ~allowed.expand(B, HEADS, L, L))
 
 
 class _BiasAndContent(ALiBi):
@@ -129,7 +173,7 @@ def test_attention_content_bias_hook_matches_reference(probe, causal, padded):
     padding_mask = (torch.arange(L)[None, :] < torch.tensor([L, 4])[:, None]) if padded else None
     got = run_attention(attn, x, enc, positions, causal, padding_mask)
     want = reference_attention_module(attn, x, enc, positions, causal, padding_mask)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert_real_rows_close(got, want, causal, padding_mask)
 
 
 # ----------------------------------------------------------------------------- causal no-leak
