@@ -151,6 +151,8 @@ class Transformer(nn.Module):
         B, L = tokens.shape
         if positions is None:
             positions = self.default_positions(B, L, tokens.device)
+        else:
+            self.encoding.check_positions(positions)
         x = self.encoding.embed(self.token_emb(tokens), positions)  # (B, L, C)
         x = self.emb_drop(self.norm(x) if self.post_norm else x)
         mask, allowed = attention_masks(self.encoding.bias(positions), L, self.causal, padding_mask, tokens.device)
@@ -163,10 +165,12 @@ class Transformer(nn.Module):
 
 
 def default_positions(encoding: PositionalEncoding, training: bool, batch: int, length: int, device) -> Tensor:
-    """(L,) 0..L-1, or (B, L) randomized positions at training time when the encoding asks for them."""
+    """(L,) 0..L-1, or (B, L) randomized positions at training time when the encoding asks for them (both
+    within the encoding's position tables, grown for a longer input)."""
     max_position = encoding.randomize_positions
     if training and max_position is not None:
         return sample_positions(batch, length, max_position, device)
+    encoding.reserve(length)
     return torch.arange(length, device=device)
 
 

@@ -122,6 +122,7 @@ def test_xpos_matches_x_transformers(options):
     q, k = qk(B, L)
     for positions in (torch.arange(L), torch.arange(L) + torch.tensor([[0], [300]])):
         freqs, scale = ref(positions)
+        enc.check_positions(positions)  # as the Transformer: the tables grown beyond max_length
         rq, rk = enc.rotate(q, k, positions)
         torch.testing.assert_close(rq, apply_rotary_pos_emb(q, freqs, scale), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(rk, apply_rotary_pos_emb(k, freqs, scale**-1.0), atol=1e-5, rtol=1e-5)

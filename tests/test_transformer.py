@@ -278,21 +278,23 @@ def test_shift_invariance_of_the_model(name, causal):
         assert (shifted - out).abs().max() > 1e-3
 
 
-# ----------------------------------------------------------------------------- position-only memo
+# ----------------------------------------------------------------------------- position tables
 
 
 @pytest.mark.parametrize("causal", CAUSAL)
 @pytest.mark.parametrize("name", NAMES)
-def test_memoized_position_tensors_never_go_stale(name, causal):
-    """What encodings keep across forwards (`PositionalEncoding.cached`) stays out of state_dict, follows
-    parameter updates, in-place edits of explicit positions, train/inference mode switches and copies."""
+def test_position_tables_are_buffers_that_never_go_stale(name, causal):
+    """Position tables are non-persistent buffers (state_dict holds the learned tensors only, unchanged by a
+    forward), follow parameter updates, load_state_dict, in-place edits of explicit positions, `.to()`,
+    copies and inference mode, and grow for an input longer than the table (relative encodings)."""
     import copy
 
     model, L = make_model(name, causal), 10
     x = tokens(2, L)
     keys = list(model.state_dict())
+    assert not set(model.encoding.position_tables) & set(keys)
     model(x)
-    assert list(model.state_dict()) == keys  # no buffer, nothing new in checkpoints
+    assert list(model.state_dict()) == keys
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01 * torch.randn_like(p))
@@ -306,10 +308,22 @@ def test_memoized_position_tensors_never_go_stale(name, causal):
     with torch.inference_mode():
         inference = model(x)
     model.train()
-    model(x).sum().backward()  # nothing memoized under inference mode enters autograd
+    model(x).sum().backward()  # nothing built under inference mode enters autograd
     with torch.no_grad():  # SDPA's path (fused or math) depends on whether the bias needs grad
         assert torch.equal(model.eval()(x), inference)
         assert torch.equal(copy.deepcopy(model)(x), inference)
+        moved = copy.deepcopy(model).to(torch.float64).encoding
+        if moved.max_positions is None:
+            moved.reserve(MAX_LEN + 5)  # rebuilt where and as the module's tables now are
+        for table in moved.position_tables:
+            assert getattr(moved, table).dtype in (torch.float64, torch.long)  # moved with the module
+    if model.encoding.max_positions is None:  # grown for a longer input: equal to a model built for it
+        longer = make_model(name, causal, max_length=2 * MAX_LEN)
+        longer.load_state_dict(model.state_dict())
+        y = tokens(1, MAX_LEN + 9)
+        with torch.no_grad():
+            torch.testing.assert_close(model(y), longer(y), atol=1e-5, rtol=1e-5)
+        assert model.encoding.table_length == MAX_LEN + 9 and list(model.state_dict()) == keys
 
 
 # ----------------------------------------------------------------------------- errors

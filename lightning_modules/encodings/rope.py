@@ -45,6 +45,7 @@ class RoPE(PositionalEncoding):
         self.interpolation_factor = interpolation_factor
         inv_freq = base ** (-torch.arange(0, R, 2).float() / R)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (R/2,)
+        self.register_position_table("rotations", "cos_sin_table")  # (2, N, R)
 
     def angles(self, positions: Tensor) -> Tensor:
         """(L,) or (B, L) positions -> (L, R/2) or (B, 1, L, R/2) angles."""
@@ -53,14 +54,15 @@ class RoPE(PositionalEncoding):
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """(L, R) or (B, 1, L, R) cos and signed sin of `angles(positions)`, each angle twice, as
-        `rotate_pairs` takes them: once per length for the default positions, once per forward (shared by
-        the layers) for others (`cached`)."""
-        return self.cached("cos_sin", positions, self._cos_sin)
+        `rotate_pairs` takes them: rows of the `rotations` position table."""
+        cos, sin = self.rotations[:, positions]  # each (L, R) or (B, L, R)
+        return (cos, sin) if positions.dim() == 1 else (cos[:, None], sin[:, None])
 
-    def _cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+    def cos_sin_table(self, positions: Tensor) -> Tensor:
+        """(N,) positions -> (2, N, R): cos and signed sin of their angles, each angle twice."""
         angles = self.angles(positions)
         cos, sin = angles.cos(), angles.sin()
-        return cos.repeat_interleave(2, dim=-1), torch.stack((-sin, sin), dim=-1).flatten(-2)
+        return torch.stack((cos.repeat_interleave(2, dim=-1), torch.stack((-sin, sin), dim=-1).flatten(-2)))
 
     def rotate_one(self, x: Tensor, cos_sin: tuple[Tensor, Tensor], scale: Tensor | None = None) -> Tensor:
         """Rotate (and scale, for xPos) the first R dims of x (B, H, L, D); the rest pass through."""
