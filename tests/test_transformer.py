@@ -365,3 +365,23 @@ def test_transformer_on_cuda_matches_cpu(name, causal):
     with torch.no_grad():
         gpu = model.cuda()(x.cuda(), padding_mask=padding_mask.cuda())
     torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-4)
+
+
+def test_benchmark_reports_the_sdpa_backend():
+    """benchmarks/throughput.py names the SDPA backend a forward used: a fused kernel for causal rope (no
+    mask), the math kernel for a float mask that requires grad (Shaw's key term), none for an explicit
+    softmax (Shaw's value term)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "throughput.py"
+    spec = importlib.util.spec_from_file_location("throughput", path)
+    throughput = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(throughput)
+    x = tokens(2, 9)
+    rope = make_model("rope", causal=True).train()
+    assert throughput.sdpa_backends(rope, x, "cpu") in ("flash (cpu)", "math")
+    assert throughput.sdpa_backends(make_model("shaw", causal=True).train(), x, "cpu") == "math"
+    values = Transformer(vocab_size=VOCAB, encoding="shaw", encoding_options={"values": True}, dim=DIM,
+                         num_heads=HEADS, max_length=MAX_LEN)  # fmt: skip
+    assert throughput.sdpa_backends(values, x, "cpu") == "-"
