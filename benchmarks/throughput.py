@@ -8,7 +8,9 @@ Per encoding: training tokens/s (forward + backward + AdamW step, next-token los
 with the same encoding where it has one; runs are interleaved ours/theirs repeat by repeat (ABAB) so drift
 on a shared machine cancels, and the ratio ours/x-transformers is reported as median and min-max over
 repeats. Also: the overhead of Lightning's `fit` over a plain PyTorch loop on the same module and data, and
-MFU = model FLOPs/token x tokens/s / a matmul peak measured in the same run.
+MFU = model FLOPs/token x tokens/s / a matmul peak measured in the same run. Per model also the SDPA backend
+its forward dispatched to (`sdpa_backends`: the profiler's aten op names; on CUDA flash, efficient, cudnn or
+math; "-" when attention is an explicit softmax), to show which encodings keep the fused kernels.
 
 Model FLOPs per token (PaLM appendix B, training = 3 x forward): 6 N + 12 depth L C, N the parameters
 without the token embedding (a lookup, not a matmul), L the sequence length, C the width; the attention
@@ -144,6 +146,25 @@ def train_step(model: nn.Module, optimizer, tokens: Tensor, device: str) -> None
     optimizer.zero_grad(set_to_none=True)
 
 
+SDPA_BACKENDS = {  # aten op that SDPA dispatched to -> backend (CUDA and CPU names)
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (cpu)",
+    "aten::_scaled_dot_product_efficient_attention": "efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cudnn",
+    "aten::_scaled_dot_product_attention_math": "math",
+}
+
+
+def sdpa_backends(model: nn.Module, tokens: Tensor, device: str) -> str:
+    """The SDPA backend(s) one training-mode forward of `model` dispatched to, read from the profiler's op
+    names ("-" when no SDPA ran, e.g. an explicit softmax)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+            model(tokens[:, :-1])
+    used = sorted({SDPA_BACKENDS[e.name] for e in prof.events() if e.name in SDPA_BACKENDS})
+    return ", ".join(used) or "-"
+
+
 def make_batches(args, count: int, seed: int = 0) -> list[Tensor]:
     """`count` (B, L + 1) batches of random tokens: inputs are the first L, targets the last L."""
     generator = torch.Generator().manual_seed(seed)
@@ -247,6 +268,7 @@ def bench_encoding(encoding: str, args, batches: list[Tensor]) -> dict:
     row = {"encoding": encoding, "note": (xt_kwargs(encoding, args.dim // args.heads) or ({}, {}, ""))[2]}
     for name, model in impls.items():
         row[name] = {
+            "sdpa": sdpa_backends(model, device_batches[0], args.device),
             "tokens_per_s": statistics.median(rates[name]),
             "tokens_per_s_all": rates[name],
             "params": sum(p.numel() for p in model.parameters()),
@@ -363,7 +385,7 @@ def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the summary table (shared by the console and the markdown file)."""
     peak = result["matmul_peak_flops"]
     header = ["encoding", "ours tok/s", "x-t tok/s", "ours/x-t (min-max)", "ours MFU", "x-t MFU",
-              "ours MiB", "x-t MiB", "note"]  # fmt: skip
+              "ours MiB", "x-t MiB", "ours SDPA", "x-t SDPA", "note"]  # fmt: skip
     rows = []
     for row in result["encodings"]:
         cells = [row["encoding"]]
@@ -376,6 +398,8 @@ def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
         for key in ("ours", "x-transformers"):
             mib = row.get(key, {}).get("peak_mib")
             cells.append(f"{mib:,.0f}" if mib is not None else "-")
+        for key in ("ours", "x-transformers"):
+            cells.append(row[key]["sdpa"] if key in row else "-")
         cells.append(row["note"])
         rows.append(cells)
     return header, rows

@@ -2,8 +2,8 @@
 
 Regional compilation: each block is compiled in place with `nn.Module.compile` (one graph, reused by every
 block of the same shape), while the once-per-forward prologue stays eager: default positions, the `embed`
-hook, the shared `bias` and the masks, which `PositionalEncoding.cached` keeps across forwards (inside a
-compiled graph nothing is memoized, the graph computes position-only tensors itself). Parameters and
+hook, the shared `bias` and the masks; inside the blocks position-only tensors are rows of the encoding's
+position tables (buffers, grown before the blocks run, so no hook needs a compile-specific path). Parameters and
 state_dict keys are unchanged, so checkpoints load into a compiled or an eager model alike, and the
 compiled wrapper is dropped on copy / pickle (`nn.Module.__getstate__`). The first forward at a new length,
 dtype or mode (train / eval) compiles (tens of seconds on CPU); with `dynamic=None` (default) the second

@@ -7,7 +7,6 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings import PositionalEncoding, build_encoding
-from lightning_modules.encodings.base import TensorMemo
 from lightning_modules.errors import ConfigError
 
 
@@ -27,38 +26,27 @@ def merge_mask(logits: Tensor | None, allowed: Tensor | None) -> Tensor | None:
     return logits.masked_fill(~allowed, float("-inf"))
 
 
-_MEMO = TensorMemo()  # default positions and causal masks, per (kind, length, device, inference mode)
-
-
-def memoized(kind: str, length: int, device, compute) -> Tensor:
-    """compute(), once per (kind, length, device, inference mode) and reused by later forwards (recomputed
-    if someone modified it in place); computed afresh under torch.compile."""
-    if torch.compiler.is_compiling():
-        return compute()
-    inference = torch.is_inference_mode_enabled()
-    return _MEMO.get((kind, length, torch.device(device), inference), None, (), compute)
-
-
-def default_arange(length: int, device) -> Tensor:
-    """(L,) 0..L-1, the same tensor object for every forward at this length and device, so encodings can
-    reuse what they compute from it (`PositionalEncoding.cached`)."""
-    return memoized("arange", length, device, lambda: torch.arange(length, device=device))
-
-
 def allowed_mask(length: int, causal: bool, padding_mask: Tensor | None, device) -> Tensor | None:
     """(B or 1, 1, L, L) boolean mask: True where query i may attend key j; None if all may."""
-    allowed = None
-    if causal:
-        allowed = memoized(
-            "causal",
-            length,
-            device,
-            lambda: torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None],
-        )
+    allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None] if causal else None
     if padding_mask is not None:
         keys = padding_mask[:, None, None, :].bool()  # (B, 1, 1, L)
         allowed = keys if allowed is None else allowed & keys
     return allowed
+
+
+def attention_masks(bias: Tensor | None, length: int, causal: bool, padding_mask: Tensor | None, device):
+    """(mask, allowed) for one forward: the SDPA mask with the shared `bias` folded in, and the boolean mask
+    a per-layer `content_bias` is folded with (see `Attention`).
+
+    Both are None whenever nothing needs them, so SDPA keeps its fused kernels: a causal model without a
+    bias passes no mask and `is_causal=True` (FlashAttention on CUDA). A causal model ignores `padding_mask`:
+    its padding is on the right (every batch in this project), so a real query never sees a padded key, and
+    the losses of padded positions are masked by the task; only a bias needs the causal triangle built.
+    """
+    keys = None if causal else padding_mask
+    allowed = allowed_mask(length, causal, keys, device) if bias is not None or keys is not None else None
+    return merge_mask(bias, allowed), allowed
 
 
 def sample_positions(batch: int, length: int, max_position: int, device=None) -> Tensor:
@@ -86,6 +74,8 @@ class Attention(nn.Module):
         q, k = encoding.rotate(q, k, positions)
         extra = encoding.content_bias(q, k, positions)  # (B, H, L, L) or None
         if extra is not None:
+            if causal and allowed is None:  # the causal triangle, so far left to SDPA's is_causal
+                allowed = allowed_mask(L, True, None, x.device)
             mask = merge_mask(extra if mask is None or mask.dtype == torch.bool else mask + extra, allowed)
         if mask is not None and mask.is_floating_point():
             mask = mask.to(q.dtype)
@@ -161,10 +151,11 @@ class Transformer(nn.Module):
         B, L = tokens.shape
         if positions is None:
             positions = self.default_positions(B, L, tokens.device)
+        else:
+            self.encoding.check_positions(positions)
         x = self.encoding.embed(self.token_emb(tokens), positions)  # (B, L, C)
         x = self.emb_drop(self.norm(x) if self.post_norm else x)
-        allowed = allowed_mask(L, self.causal, padding_mask, tokens.device)
-        mask = merge_mask(self.encoding.bias(positions), allowed)  # once for all layers
+        mask, allowed = attention_masks(self.encoding.bias(positions), L, self.causal, padding_mask, tokens.device)
         for block in self.blocks:
             x = block(x, self.encoding, positions, mask, allowed, self.causal)
         return x if self.post_norm else self.norm(x)
@@ -174,11 +165,13 @@ class Transformer(nn.Module):
 
 
 def default_positions(encoding: PositionalEncoding, training: bool, batch: int, length: int, device) -> Tensor:
-    """(L,) 0..L-1, or (B, L) randomized positions at training time when the encoding asks for them."""
+    """(L,) 0..L-1, or (B, L) randomized positions at training time when the encoding asks for them (both
+    within the encoding's position tables, grown for a longer input)."""
     max_position = encoding.randomize_positions
     if training and max_position is not None:
         return sample_positions(batch, length, max_position, device)
-    return default_arange(length, device)
+    encoding.reserve(length)
+    return torch.arange(length, device=device)
 
 
 ARCHITECTURE_KEYS = ("vocab_size", "encoding", "encoding_options", "dim", "depth", "num_heads", "ffn_mult",

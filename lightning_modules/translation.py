@@ -20,10 +20,9 @@ from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import (
     Attention,
     Transformer,
-    allowed_mask,
+    attention_masks,
     default_positions,
     init_weights,
-    merge_mask,
 )
 
 PPL, BLEU, BLEU_GREEDY = "ppl", "bleu", "bleu_greedy"
@@ -101,8 +100,7 @@ class Decoder(nn.Module):
         positions = self.default_positions(B, T, x.device)
         x = self.encoding.embed(x, positions)
         x = self.emb_drop(self.norm(x) if self.post_norm else x)
-        allowed = allowed_mask(T, True, None, x.device)  # (1, 1, T, T)
-        mask = merge_mask(self.encoding.bias(positions), allowed)
+        mask, allowed = attention_masks(self.encoding.bias(positions), T, True, None, x.device)
         memory_allowed = src_mask[:, None, None, :].bool()  # (B, 1, 1, S)
         for block in self.blocks:
             x = block(x, memory, memory_allowed, self.encoding, positions, mask, allowed)

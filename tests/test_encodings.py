@@ -116,14 +116,16 @@ def test_attention_scale(name):
 @pytest.mark.parametrize("causal", CAUSAL)
 @pytest.mark.parametrize("name", NAMES)
 def test_max_positions_refused_with_config_error(name, causal):
-    """Past `max_positions` an encoding raises ConfigError (never IndexError); without a limit it serves
-    positions far beyond max_length."""
+    """Past `max_positions` an encoding raises ConfigError (never IndexError) when its positions are checked
+    (`check_positions`, as the Transformer does before the hooks); without a limit it serves positions far
+    beyond max_length (its position tables grown)."""
     enc = make(name, causal, max_length=16)
     L = 4
     x = torch.randn(1, L, DIM)
     q, k = torch.randn(2, 1, HEADS, L, HEAD_DIM).unbind(0)
 
     def run(positions):
+        enc.check_positions(positions)
         return enc.embed(x, positions), hook_logits(enc, q, k, positions)
 
     if enc.max_positions is None:
@@ -298,6 +300,7 @@ def test_t5_bias_is_table_lookup_of_bucket(causal):
     enc = make("t5_bias", causal)
     i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
     buckets = t5_bucket(j - i, bidirectional=not causal)
+    enc.reserve(L)  # beyond max_length: the Transformer grows the position tables so
     assert torch.equal(enc.buckets(torch.arange(L)), buckets)
     assert torch.equal(enc.positional_logits(L), enc.table.weight[buckets].permute(2, 0, 1) * enc.scale)
     assert enc.scale == HEAD_DIM**0.5  # x-transformers' default scale
@@ -334,10 +337,10 @@ def test_rope_logits_depend_on_distance_only():
     torch.manual_seed(0)
     enc = make("rope", causal=True)
     q, k = torch.randn(2, 1, 1, 1, HEAD_DIM).unbind(0)
-    for i, j in [(3, 3), (5, 2), (40, 45)]:
+    for i, j in [(3, 3), (2, 5), (40, 45)]:
         rq, _ = enc.rotate(q, q, torch.tensor([i]))
         _, rk = enc.rotate(k, k, torch.tensor([j]))
-        _, rel = enc.rotate(k, k, torch.tensor([j - i]))  # rotate k alone by j - i
+        _, rel = enc.rotate(k, k, torch.tensor([j - i]))  # rotate k alone by j - i (>= 0: a table row)
         torch.testing.assert_close((rq * rk).sum(), (q * rel).sum(), atol=1e-5, rtol=1e-5)
     assert torch.equal(enc.rotate(q, k, torch.tensor([0]))[0], q)  # position 0 is the identity
 
@@ -612,7 +615,7 @@ MASK_VARIANTS = [(name, {}) for name in NAMES] + [("shaw", {"values": True})]
 @pytest.mark.parametrize("causal", CAUSAL)
 @pytest.mark.parametrize("name, options", MASK_VARIANTS, ids=[f"{n}{'-values' * bool(o)}" for n, o in MASK_VARIANTS])
 def test_fully_masked_rows_stay_finite_and_do_not_touch_real_tokens(name, options, causal):
-    """A fully padded row and a left-padded row (whose first queries, causal, see no key at all): every output
+    """A fully padded row and a left-padded (bidirectional) or right-padded (causal) row: every output
     is finite, a real row matches its run alone, and real tokens do not depend on what the padding holds."""
     if ENCODINGS[name].causal_only and not causal:
         pytest.skip(f"{name} is causal-only")
@@ -623,7 +626,10 @@ def test_fully_masked_rows_stay_finite_and_do_not_touch_real_tokens(name, option
     tokens = torch.randint(1, vocab, (3, L), generator=torch.Generator().manual_seed(0))
     real = torch.ones(3, L, dtype=torch.bool)
     real[1] = False  # fully padded
-    real[2, :3] = False  # left-padded
+    if causal:  # right-padded: a causal model masks no padding (no real query sees a later key)
+        real[2, 5:] = False
+    else:
+        real[2, :3] = False  # left-padded
     with torch.no_grad():
         out = model(tokens, padding_mask=real)
         assert out.isfinite().all(), f"non-finite outputs in rows {(~out.isfinite()).any(-1).any(-1).tolist()}"

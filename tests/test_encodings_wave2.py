@@ -23,7 +23,7 @@ from lightning_modules.encodings.deberta import log_bucket_position
 from lightning_modules.encodings.learned import transfer_table
 from lightning_modules.encodings.sinusoidal import sinusoid_table
 from lightning_modules.errors import ConfigError
-from lightning_modules.transformer import Transformer, allowed_mask, merge_mask, sample_positions
+from lightning_modules.transformer import Transformer, attention_masks, sample_positions
 
 DIM, HEADS, MAX_LEN, VOCAB = 32, 4, 64, 50
 HEAD_DIM = DIM // HEADS
@@ -122,6 +122,7 @@ def test_xpos_matches_x_transformers(options):
     q, k = qk(B, L)
     for positions in (torch.arange(L), torch.arange(L) + torch.tensor([[0], [300]])):
         freqs, scale = ref(positions)
+        enc.check_positions(positions)  # as the Transformer: the tables grown beyond max_length
         rq, rk = enc.rotate(q, k, positions)
         torch.testing.assert_close(rq, apply_rotary_pos_emb(q, freqs, scale), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(rk, apply_rotary_pos_emb(k, freqs, scale**-1.0), atol=1e-5, rtol=1e-5)
@@ -275,12 +276,19 @@ def test_shaw_values_attend_matches_written_out(causal, padded):
     x = torch.randn(B, L, DIM)
     padding_mask = (torch.arange(L)[None, :] < torch.tensor([L, 7, 3])[:, None]) if padded else None
     for positions in (torch.arange(L), torch.arange(L) + torch.tensor([[0], [5], [2]])):
-        allowed = allowed_mask(L, causal, padding_mask, x.device)
-        got = attn(x, enc, positions, merge_mask(enc.bias(positions), allowed), allowed, causal)
+        mask, allowed = attention_masks(enc.bias(positions), L, causal, padding_mask, x.device)
+        got = attn(x, enc, positions, mask, allowed, causal)
         q, k, v = attn.qkv(x).view(B, L, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
-        full = torch.ones(B, 1, L, L, dtype=torch.bool) if allowed is None else allowed.expand(B, 1, L, L)
+        full = torch.ones(B, 1, L, L, dtype=torch.bool)
+        if causal:
+            full &= torch.ones(L, L, dtype=torch.bool).tril()
+        if padding_mask is not None:
+            full &= padding_mask[:, None, None, :]
         y = shaw_reference(enc, q, k, v, positions, full)
-        torch.testing.assert_close(got, attn.out(y.transpose(1, 2).reshape(B, L, DIM)), atol=1e-5, rtol=1e-5)
+        want = attn.out(y.transpose(1, 2).reshape(B, L, DIM))
+        if causal and padding_mask is not None:  # padded keys are not masked causally: compare real queries
+            got, want = got[padding_mask], want[padding_mask]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_shaw_values_changes_output_and_default_stays_on_sdpa():

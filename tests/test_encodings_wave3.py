@@ -113,7 +113,21 @@ def test_dynamic_ntk_matches_transformers(length):
     enc = make("rope", dynamic_ntk_factor=2.0, original_length=16)
     config = hf_config("dynamic", factor=2.0)
     inv_freq, _ = ROPE_INIT_FUNCTIONS["dynamic"](config, "cpu", seq_len=length)
-    torch.testing.assert_close(enc.frequencies(torch.arange(length)), inv_freq)
+    torch.testing.assert_close(enc.frequencies(length), inv_freq)
+
+
+@pytest.mark.parametrize("length", [10, 16, 40])
+def test_dynamic_ntk_rotates_with_the_frequencies_of_each_evaluated_length(length):
+    """Up to original_length the rows of the rotations table; beyond it, angles at the base of that length
+    (computed in the forward, never from a table built for another length)."""
+    enc = make("rope", dynamic_ntk_factor=2.0, original_length=16)
+    inv_freq, _ = ROPE_INIT_FUNCTIONS["dynamic"](hf_config("dynamic", factor=2.0), "cpu", seq_len=length)
+    angles = torch.arange(length).float()[:, None] * inv_freq
+    q, k = qk(L=length)
+    ours_q, _ = enc.rotate(q, k, torch.arange(length))
+    cos, sin = angles.cos().repeat_interleave(2, -1), torch.stack((-angles.sin(), angles.sin()), -1).flatten(-2)
+    swapped = torch.stack((q[..., 1::2], q[..., 0::2]), -1).flatten(-2)
+    torch.testing.assert_close(ours_q, q * cos + swapped * sin, atol=1e-5, rtol=1e-5)
 
 
 def test_yarn_rotation_matches_transformers_half_split_layout():

@@ -10,7 +10,7 @@ from torch import Tensor
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.errors import ConfigError
-from lightning_modules.transformer import Attention, Transformer, allowed_mask, merge_mask
+from lightning_modules.transformer import Attention, Transformer, attention_masks
 
 VOCAB, DIM, HEADS, DEPTH, MAX_LEN = 50, 32, 4, 2, 64
 HEAD_DIM = DIM // HEADS
@@ -59,9 +59,16 @@ def reference_attention_module(attn: Attention, x, encoding, positions, causal, 
 
 def run_attention(attn: Attention, x, encoding, positions, causal, padding_mask) -> Tensor:
     """The Transformer's own path: masks built once, then the Attention module."""
-    allowed = allowed_mask(x.shape[1], causal, padding_mask, x.device)
-    mask = merge_mask(encoding.bias(positions), allowed)
+    mask, allowed = attention_masks(encoding.bias(positions), x.shape[1], causal, padding_mask, x.device)
     return attn(x, encoding, positions, mask, allowed, causal)
+
+
+def assert_real_rows_close(got: Tensor, want: Tensor, causal: bool, padding_mask: Tensor | None) -> None:
+    """got == want at every query, or, causal with (right) padding, at the real queries: a causal model
+    does not mask padded keys (no real query sees them), so only padded queries may differ."""
+    if causal and padding_mask is not None:
+        got, want = got[padding_mask], want[padding_mask]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -101,7 +108,44 @@ def test_attention_matches_reference(name, causal, padded):
     for positions in (torch.arange(L), torch.arange(L) + torch.tensor([[0], [5], [2]])):
         got = run_attention(attn, x, enc, positions, causal, padding_mask)
         want = reference_attention_module(attn, x, enc, positions, causal, padding_mask)
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        assert_real_rows_close(got, want, causal, padding_mask)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("causal", CAUSAL)
+@pytest.mark.parametrize("name", NAMES)
+def test_sdpa_gets_no_mask_unless_a_bias_or_padding_needs_one(name, causal, padded, monkeypatch):
+    """Intercepts SDPA: causal models without a logit term pass (mask None, is_causal True), the fused causal
+    kernel (even with right padding); a bias or content term, or bidirectional padding, folds into one mask
+    whose disallowed entries are exactly the causal triangle and the padded keys."""
+    B, L = 2, 8
+    model = make_model(name, causal)
+    padding_mask = (torch.arange(L)[None, :] < torch.tensor([L, 5])[:, None]) if padded else None
+    calls, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+        calls.append((attn_mask, is_causal))
+        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    model(tokens(B, L), padding_mask=padding_mask)
+    assert len(calls) == DEPTH
+    positions, q = torch.arange(L), torch.randn(B, HEADS, L, HEAD_DIM)
+    logit_term = model.encoding.bias(positions) is not None or model.encoding.content_bias(q, q, positions) is not None
+    allowed = torch.ones(B, 1, L, L, dtype=torch.bool)
+    if causal:
+        allowed &= torch.ones(L, L, dtype=torch.bool).tril()
+    elif padded:
+        allowed &= padding_mask[:, None, None, :]
+    for mask, is_causal in calls:
+        if causal and not logit_term:
+            assert mask is None and is_causal
+        elif not logit_term and not padded:
+            assert mask is None and not is_causal
+        else:
+            assert mask is not None and not is_causal
+            blocked = ~mask if mask.dtype == torch.bool else mask.isneginf()
+            assert torch.equal(blocked.expand(B, HEADS, L, L), ~allowed.expand(B, HEADS, L, L))
 
 
 class _BiasAndContent(ALiBi):
@@ -129,7 +173,7 @@ def test_attention_content_bias_hook_matches_reference(probe, causal, padded):
     padding_mask = (torch.arange(L)[None, :] < torch.tensor([L, 4])[:, None]) if padded else None
     got = run_attention(attn, x, enc, positions, causal, padding_mask)
     want = reference_attention_module(attn, x, enc, positions, causal, padding_mask)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert_real_rows_close(got, want, causal, padding_mask)
 
 
 # ----------------------------------------------------------------------------- causal no-leak
@@ -234,21 +278,23 @@ def test_shift_invariance_of_the_model(name, causal):
         assert (shifted - out).abs().max() > 1e-3
 
 
-# ----------------------------------------------------------------------------- position-only memo
+# ----------------------------------------------------------------------------- position tables
 
 
 @pytest.mark.parametrize("causal", CAUSAL)
 @pytest.mark.parametrize("name", NAMES)
-def test_memoized_position_tensors_never_go_stale(name, causal):
-    """What encodings keep across forwards (`PositionalEncoding.cached`) stays out of state_dict, follows
-    parameter updates, in-place edits of explicit positions, train/inference mode switches and copies."""
+def test_position_tables_are_buffers_that_never_go_stale(name, causal):
+    """Position tables are non-persistent buffers (state_dict holds the learned tensors only, unchanged by a
+    forward), follow parameter updates, load_state_dict, in-place edits of explicit positions, `.to()`,
+    copies and inference mode, and grow for an input longer than the table (relative encodings)."""
     import copy
 
     model, L = make_model(name, causal), 10
     x = tokens(2, L)
     keys = list(model.state_dict())
+    assert not set(model.encoding.position_tables) & set(keys)
     model(x)
-    assert list(model.state_dict()) == keys  # no buffer, nothing new in checkpoints
+    assert list(model.state_dict()) == keys
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01 * torch.randn_like(p))
@@ -262,10 +308,22 @@ def test_memoized_position_tensors_never_go_stale(name, causal):
     with torch.inference_mode():
         inference = model(x)
     model.train()
-    model(x).sum().backward()  # nothing memoized under inference mode enters autograd
+    model(x).sum().backward()  # nothing built under inference mode enters autograd
     with torch.no_grad():  # SDPA's path (fused or math) depends on whether the bias needs grad
         assert torch.equal(model.eval()(x), inference)
         assert torch.equal(copy.deepcopy(model)(x), inference)
+        moved = copy.deepcopy(model).to(torch.float64).encoding
+        if moved.max_positions is None:
+            moved.reserve(MAX_LEN + 5)  # rebuilt where and as the module's tables now are
+        for table in moved.position_tables:
+            assert getattr(moved, table).dtype in (torch.float64, torch.long)  # moved with the module
+    if model.encoding.max_positions is None:  # grown for a longer input: equal to a model built for it
+        longer = make_model(name, causal, max_length=2 * MAX_LEN)
+        longer.load_state_dict(model.state_dict())
+        y = tokens(1, MAX_LEN + 9)
+        with torch.no_grad():
+            torch.testing.assert_close(model(y), longer(y), atol=1e-5, rtol=1e-5)
+        assert model.encoding.table_length == MAX_LEN + 9 and list(model.state_dict()) == keys
 
 
 # ----------------------------------------------------------------------------- errors
@@ -307,3 +365,23 @@ def test_transformer_on_cuda_matches_cpu(name, causal):
     with torch.no_grad():
         gpu = model.cuda()(x.cuda(), padding_mask=padding_mask.cuda())
     torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-4)
+
+
+def test_benchmark_reports_the_sdpa_backend():
+    """benchmarks/throughput.py names the SDPA backend a forward used: a fused kernel for causal rope (no
+    mask), the math kernel for a float mask that requires grad (Shaw's key term), none for an explicit
+    softmax (Shaw's value term)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "throughput.py"
+    spec = importlib.util.spec_from_file_location("throughput", path)
+    throughput = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(throughput)
+    x = tokens(2, 9)
+    rope = make_model("rope", causal=True).train()
+    assert throughput.sdpa_backends(rope, x, "cpu") in ("flash (cpu)", "math")
+    assert throughput.sdpa_backends(make_model("shaw", causal=True).train(), x, "cpu") == "math"
+    values = Transformer(vocab_size=VOCAB, encoding="shaw", encoding_options={"values": True}, dim=DIM,
+                         num_heads=HEADS, max_length=MAX_LEN)  # fmt: skip
+    assert throughput.sdpa_backends(values, x, "cpu") == "-"

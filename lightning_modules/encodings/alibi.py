@@ -42,8 +42,5 @@ class ALiBi(PositionalEncoding):
         self.register_buffer("slopes", slopes[:, None, None], persistent=False)  # (H, 1, 1)
 
     def bias(self, positions: Tensor) -> Tensor:
-        return self.cached("bias", positions, self._bias)  # parameter-free: once per length
-
-    def _bias(self, positions: Tensor) -> Tensor:
         distance = relative_distance(positions).abs().unsqueeze(-3).float()  # (..., 1, L, L)
         return -self.slopes * distance  # (..., H, L, L)

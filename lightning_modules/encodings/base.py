@@ -5,70 +5,13 @@ Positions are an explicit LongTensor of shape (L,) shared by the batch, or (B, L
 """
 
 import itertools
-from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lightning_modules.errors import ConfigError
-
-MEMO_SIZE = 32  # entries a TensorMemo keeps (a few tables x a dozen lengths)
-
-
-def version(t: Tensor) -> int:
-    """In-place version counter; -1 for inference tensors, which have none (and cannot be modified in place
-    outside inference mode)."""
-    return -1 if t.is_inference() else t._version
-
-
-def _plain(value: Any) -> bool:
-    return (
-        value is None
-        or isinstance(value, (bool, int, float, str))
-        or (isinstance(value, tuple) and all(map(_plain, value)))
-    )
-
-
-def _tensors(value: Any) -> list[Tensor]:
-    if isinstance(value, Tensor):
-        return [value]
-    return [t for t in value if isinstance(t, Tensor)] if isinstance(value, tuple) else []
-
-
-class TensorMemo:
-    """A small LRU of tensors that depend on positions only (never on parameters), each entry anchored to
-    one object by identity (kept alive by the entry, so its id cannot be reused) and valid while a stamp
-    is unchanged and its own tensors were not modified in place. Copies and pickles start empty, and it
-    is no buffer, so nothing of it reaches state_dict or a checkpoint."""
-
-    def __init__(self, size: int = MEMO_SIZE):
-        self.size, self.entries = size, OrderedDict()
-
-    def __getstate__(self) -> dict:
-        return {"size": self.size}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["size"])
-
-    def clear(self) -> None:
-        self.entries.clear()
-
-    def get(self, key: Any, anchor: object, stamp: tuple, compute: Callable[[], Any]) -> Any:
-        hit = self.entries.get(key)
-        if hit is not None and hit[0] is anchor and hit[1] == stamp:
-            value, versions = hit[2], hit[3]
-            if all(version(t) == v for t, v in zip(_tensors(value), versions, strict=True)):
-                self.entries.move_to_end(key)
-                return value
-        value = compute()
-        self.entries[key] = (anchor, stamp, value, tuple(version(t) for t in _tensors(value)))
-        self.entries.move_to_end(key)
-        while len(self.entries) > self.size:
-            self.entries.popitem(last=False)
-        return value
 
 
 class PositionalEncoding(nn.Module):
@@ -90,6 +33,17 @@ class PositionalEncoding(nn.Module):
     classification); TUPE's [CLS] untying is on by default only then.
     Initialisation: every trainable tensor starts as the method's reference code does, stated with its
     source in the encoding's docstring; `INIT_REFERENCE` in tests/test_encodings.py holds the table of them.
+
+    Position-only tensors (depending on positions and fixed options, never on a parameter) are position
+    tables, as torchtune's RoPE cache: `self.register_position_table("rotations", "cos_sin_table")` in
+    `__init__` keeps `self.cos_sin_table(torch.arange(num_positions))` as the non-persistent buffer
+    `self.rotations` (it moves with `.to()`, never reaches state_dict, compiles as a constant), and the hooks
+    index it by their positions (`self.rotations[:, positions]`). A row per position (or, for a function of the
+    distance j - i, `2 * table_length - 1` rows indexed by j - i + table_length - 1). Tables are built
+    from the options at construction; `reserve(n)`, which the Transformer calls once per forward, rebuilds
+    them for n positions when a longer input comes (relative encodings serve any length; encodings with
+    `max_positions` raise a clear error instead). Anything that depends on a parameter, or on the evaluated
+    length (RoPE's dynamic NTK), is computed in the hook, every forward.
     """
 
     causal_only: ClassVar[bool] = False  # refuses bidirectional use (e.g. xPos)
@@ -111,53 +65,40 @@ class PositionalEncoding(nn.Module):
         self.head_dim = dim // num_heads
         self.randomize_positions = randomize_positions
         self.num_positions = max(max_length, randomize_positions or 0)  # rows a position table needs
-        self._memo = TensorMemo()  # see `cached`
+        self.table_length = self.num_positions  # rows of the position tables (grown by `reserve`)
+        self.position_tables: dict[str, str] = {}  # buffer name -> the method that builds it
 
     name: ClassVar[str] = "base"
     max_positions: int | None = None  # largest position + 1 the encoding can serve; None = any
 
-    def cached(self, name: str, positions: Tensor, compute: Callable[[Tensor], Any]) -> Any:
-        """compute(positions), reused while `positions` is the same tensor object, unchanged in place.
+    def register_position_table(self, name: str, method: str) -> None:
+        """Keep `getattr(self, method)(arange(table_length))` as the non-persistent buffer `name`."""
+        self.position_tables[name] = method
+        self.register_buffer(name, getattr(self, method)(torch.arange(self.table_length)), persistent=False)
 
-        Only for values that depend on positions alone (and on buffers and plain options), never on a
-        parameter: those would go stale after an optimizer step. The Transformer passes one (L,) tensor
-        0..L-1 per length and device for its default positions, so for them the value is computed once per
-        length (an LRU of `MEMO_SIZE`) and shared by every layer and every later forward. Any other
-        positions (explicit, randomized (B, L)) are a new tensor each forward: still computed once and
-        shared by the layers of that forward, then replaced (one entry per name for positions of 2+ dims).
-        The stamp also holds the buffers' versions, the encoding's plain options (so changing e.g.
-        `interpolation_factor` on a trained model is seen) and inference mode (inference tensors cannot
-        enter autograd later); `.to()` and friends empty the memo. Inference tensors have no version
-        counter: positions created under inference mode and then modified in place under inference mode
-        are not noticed (pass a new tensor instead). Under torch.compile nothing is memoized: the compiled
-        graph computes the value itself.
-        """
-        if torch.compiler.is_compiling():
-            return compute(positions)
-        options = tuple((k, v) for k, v in vars(self).items() if k != "training" and _plain(v))
-        stamp = (version(positions), torch.is_inference_mode_enabled(), options,
-                 tuple((id(b), version(b)) for b in self.buffers()))  # fmt: skip
-        key = (name, id(positions)) if positions.dim() == 1 else (name, "batched")
-        return self._memo.get(key, positions, stamp, lambda: compute(positions))
-
-    def _apply(self, fn, recurse: bool = True):
-        self._memo.clear()  # .to(), .cuda(), .half(): new buffers, so nothing memoized from the old ones
-        return super()._apply(fn, recurse)
-
-    def check_positions(self, positions: Tensor) -> None:
-        """Raise a clear error when a position is beyond what this encoding can serve (once per positions
-        tensor: see `cached`)."""
-        self.cached("checked", positions, self._check_positions)
-
-    def _check_positions(self, positions: Tensor) -> None:
-        if int(positions.min()) < 0:
-            raise ConfigError(f"encoding {self.name!r} got a negative position {int(positions.min())}")
-        if self.max_positions is not None and int(positions.max()) >= self.max_positions:
+    def reserve(self, length: int) -> None:
+        """Make the position tables cover positions 0..length-1 (rebuilt on their device and dtype when they
+        are shorter); a clear error beyond `max_positions`."""
+        if self.max_positions is not None and length > self.max_positions:
             raise ConfigError(
                 f"encoding {self.name!r} serves positions < {self.max_positions} but got "
-                f"position {int(positions.max())}; raise --model.max_length or use a relative "
+                f"position {length - 1}; raise --model.max_length or use a relative "
                 "encoding (rope, t5_bias, alibi)"
             )
+        if length <= self.table_length:
+            return
+        self.table_length = length
+        for name, method in self.position_tables.items():
+            old = getattr(self, name)
+            table = getattr(self, method)(torch.arange(length, device=old.device)).to(old.dtype)
+            self.register_buffer(name, table, persistent=False)
+
+    def check_positions(self, positions: Tensor) -> None:
+        """For explicit positions (one read of their range): a clear error for a negative position or one
+        beyond `max_positions`, else `reserve` up to the largest."""
+        if int(positions.min()) < 0:
+            raise ConfigError(f"encoding {self.name!r} got a negative position {int(positions.min())}")
+        self.reserve(int(positions.max()) + 1)
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         """(B, L, C) token embeddings -> (B, L, C) input of the first layer."""
@@ -189,6 +130,7 @@ class PositionalEncoding(nn.Module):
     @torch.no_grad()
     def positional_logits(self, length: int) -> Tensor | None:
         """Exactly the content-independent term added to the logits at positions 0..length-1."""
+        self.reserve(length)
         device = next(itertools.chain(self.parameters(), self.buffers()), torch.empty(0)).device
         bias = self.bias(torch.arange(length, device=device))
         return None if bias is None else bias.expand(self.num_heads, length, length)

@@ -1,7 +1,7 @@
 from torch import Tensor, nn
 
 from lightning_modules.encodings.learned import LearnedAbsolute
-from lightning_modules.encodings.t5_bias import bucket_bias, relative_distance, t5_bucket
+from lightning_modules.encodings.t5_bias import T5Bias, bucket_bias
 from lightning_modules.encodings.tupe import bert_init
 
 
@@ -23,11 +23,10 @@ class BertR(LearnedAbsolute):
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.relative_table = nn.Embedding(num_buckets, self.num_heads)
         bert_init(self.relative_table)
+        self.register_position_table("distance_buckets", "distance_buckets_table")
 
-    def buckets(self, positions: Tensor) -> Tensor:
-        """(..., L) positions -> (..., L, L) bucket ids."""
-        return t5_bucket(relative_distance(positions), not self.causal, self.num_buckets, self.max_distance)
+    distance_buckets_table = T5Bias.distance_buckets_table
+    buckets = T5Bias.buckets
 
     def bias(self, positions: Tensor) -> Tensor:
-        buckets = self.cached("buckets", positions, self.buckets)  # once per length, not per forward
-        return bucket_bias(self.relative_table.weight, buckets)  # (..., H, L, L)
+        return bucket_bias(self.relative_table.weight, self.buckets(positions))  # (..., H, L, L)

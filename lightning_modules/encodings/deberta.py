@@ -2,6 +2,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.t5_bias import distances, relative_distance
 from lightning_modules.errors import ConfigError
 
 
@@ -50,16 +51,22 @@ class DeBERTa(PositionalEncoding):
             nn.init.normal_(module.weight, std=0.02)
             if isinstance(module, nn.Linear):
                 nn.init.zeros_(module.bias)
+        self.register_position_table("distance_rows", "distance_rows_table")
 
     def attention_scale(self) -> float:
         return (3 * self.head_dim) ** -0.5
 
-    def relative_index(self, positions: Tensor) -> Tensor:
-        """(..., L) positions -> (..., L, L) table rows bucket(i - j) + S, clipped to [0, 2S)."""
-        relative = positions[..., :, None] - positions[..., None, :]  # i - j
+    def distance_rows_table(self, positions: Tensor) -> Tensor:
+        """(N,) positions 0..N-1 -> (2N - 1,) the table row bucket(i - j) + S, clipped to [0, 2S), of every
+        distance j - i between them."""
+        relative = -distances(len(positions), positions.device)  # i - j
         if self.position_buckets > 0:
             relative = log_bucket_position(relative, self.position_buckets, self.max_relative_positions)
         return (relative + self.span).clamp(0, 2 * self.span - 1)
+
+    def relative_index(self, positions: Tensor) -> Tensor:
+        """(..., L) positions -> (..., L, L) table rows bucket(i - j) + S, clipped to [0, 2S)."""
+        return self.distance_rows[relative_distance(positions) + self.table_length - 1]
 
     def used_rows(self, positions: Tensor) -> tuple[Tensor, int, int]:
         """`relative_index` shifted to the first table row it uses, and the rows [lo, hi) it uses: only those
@@ -76,7 +83,7 @@ class DeBERTa(PositionalEncoding):
         if torch.compiler.is_compiling():  # the used rows have a data-dependent count: all of them
             index, lo, hi = self.relative_index(positions), 0, 2 * self.span
         else:
-            index, lo, hi = self.cached("index", positions, self.used_rows)  # once per length
+            index, lo, hi = self.used_rows(positions)
         r = self.norm(self.table.weight[lo:hi])  # (rows used, C), rows are normalised one by one
         pos_k = self.pos_key(r).unflatten(-1, (self.num_heads, self.head_dim)).transpose(0, 1)  # (H, rows, D)
         pos_q = self.pos_query(r).unflatten(-1, (self.num_heads, self.head_dim)).transpose(0, 1)  # (H, rows, D)

@@ -40,7 +40,7 @@ class FIRE(PositionalEncoding):
 
     def normalized_distance(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, L) psi(|i - j|) / psi(max(i, L_thr)), i the query position."""
-        pos, distance = self.cached("distance", positions, self.distance)
+        pos, distance = self.distance(positions)
         threshold = torch.abs(self.threshold_multiplier * self.init_threshold)
         normalizer = torch.maximum(pos, threshold)[..., :, None]  # (..., L, 1)
         return self.psi(distance) / (self.psi(normalizer) + self.eps)

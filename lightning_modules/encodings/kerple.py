@@ -42,7 +42,7 @@ class KerpleLog(PositionalEncoding):
     def bias(self, positions: Tensor) -> Tensor:
         self.r1.data.clamp_(min=self.eps)
         self.r2.data.clamp_(min=self.eps, max=self.r2_max)
-        distance = self.cached("distance", positions, abs_distance)  # (..., 1, L, L), once per length
+        distance = abs_distance(positions)  # (..., 1, L, L)
         return self.kernel(distance, self.r1[:, None, None], self.r2[:, None, None])  # (..., H, L, L)
 
 

@@ -72,7 +72,6 @@ class LearnedAbsolute(PositionalEncoding):
         self.table.weight.requires_grad_(not freeze)
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        self.check_positions(positions)
         return x + self.table(positions)  # (B, L, C) + (L, C) or (B, L, C)
 
     @property

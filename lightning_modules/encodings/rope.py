@@ -37,7 +37,7 @@ class RoPE(PositionalEncoding):
     `rope_fraction` p in (0, 1] (p-RoPE, Barbero et al. 2025, "Round and Round We Go"): only the highest-
     frequency p fraction of the R/2 frequencies rotate, the rest get frequency 0 (unrotated, position-free
     channels); applied after the options above.
-    Shapes: q, k (B, H, L, D); angles (L, R/2) or (B, 1, L, R/2).
+    Shapes: q, k (B, H, L, D); cos, sin (L, R) or (B, 1, L, R).
     """
 
     name = "rope"
@@ -67,41 +67,46 @@ class RoPE(PositionalEncoding):
         if yarn_factor is not None:
             inv_freq, self.magnitude = yarn_frequencies(base, R, yarn_factor, original_length)
         self.register_buffer("inv_freq", self.truncate(inv_freq), persistent=False)  # (R/2,)
+        self.register_position_table("rotations", "cos_sin_table")  # (2, N, R)
 
     def truncate(self, inv_freq: Tensor) -> Tensor:
         """p-RoPE: frequency 0 for all but the first (highest) round(p R/2) frequencies."""
         keep = round(self.rope_fraction * len(inv_freq))
         return torch.cat((inv_freq[:keep], inv_freq.new_zeros(len(inv_freq) - keep)))
 
-    def frequencies(self, positions: Tensor) -> Tensor:
-        """(R/2,) inverse frequencies for these positions (dynamic NTK: from the evaluated length)."""
-        if self.dynamic_ntk_factor is None:
-            return self.inv_freq
-        length = int(positions.max()) + 1
-        if length <= self.original_length:
+    def frequencies(self, length: int) -> Tensor:
+        """(R/2,) inverse frequencies at an evaluated length (largest position + 1): `inv_freq`, except for
+        dynamic NTK beyond `original_length`, whose base grows with the length."""
+        if self.dynamic_ntk_factor is None or length <= self.original_length:
             return self.inv_freq
         R, a = self.rotary_dim, self.dynamic_ntk_factor
         base = self.base * (a * length / self.original_length - (a - 1)) ** (R / (R - 2))
-        return self.truncate(base ** (-torch.arange(0, R, 2, device=positions.device).float() / R))
+        exponents = torch.arange(0, R, 2, device=self.inv_freq.device, dtype=self.inv_freq.dtype) / R
+        return self.truncate(base**-exponents)
 
     def attention_scale(self) -> float:
         return self.magnitude**2 * self.head_dim**-0.5
 
-    def angles(self, positions: Tensor) -> Tensor:
-        """(L,) or (B, L) positions -> (L, R/2) or (B, 1, L, R/2) angles."""
-        angles = positions.float()[..., None] * self.frequencies(positions) / self.interpolation_factor
-        return angles if positions.dim() == 1 else angles[:, None]
+    def angles(self, positions: Tensor, inv_freq: Tensor) -> Tensor:
+        """(...,) positions and (R/2,) inverse frequencies -> (..., R/2) angles."""
+        return positions.float()[..., None] * inv_freq / self.interpolation_factor
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """(L, R) or (B, 1, L, R) cos and signed sin of `angles(positions)`, each angle twice, as
-        `rotate_pairs` takes them: once per length for the default positions, once per forward (shared by
-        the layers) for others (`cached`)."""
-        return self.cached("cos_sin", positions, self._cos_sin)
+        """(L, R) or (B, 1, L, R) cos and signed sin of the angles of `positions`, each angle twice, as
+        `rotate_pairs` takes them: rows of the `rotations` position table, or, for dynamic NTK beyond
+        `original_length` (frequencies that depend on the evaluated length), computed in this forward."""
+        if self.dynamic_ntk_factor is not None and (length := int(positions.max()) + 1) > self.original_length:
+            cos, sin = self.cos_sin_table(positions, self.frequencies(length))
+        else:
+            cos, sin = self.rotations[:, positions]  # each (L, R) or (B, L, R)
+        return (cos, sin) if positions.dim() == 1 else (cos[:, None], sin[:, None])
 
-    def _cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        angles = self.angles(positions)
+    def cos_sin_table(self, positions: Tensor, inv_freq: Tensor | None = None) -> Tensor:
+        """(...,) positions -> (2, ..., R): cos and signed sin of their angles (at `inv_freq`, by default the
+        table's), each angle twice."""
+        angles = self.angles(positions, self.inv_freq if inv_freq is None else inv_freq)
         cos, sin = angles.cos(), angles.sin()
-        return cos.repeat_interleave(2, dim=-1), torch.stack((-sin, sin), dim=-1).flatten(-2)
+        return torch.stack((cos.repeat_interleave(2, dim=-1), torch.stack((-sin, sin), dim=-1).flatten(-2)))
 
     def rotate_one(self, x: Tensor, cos_sin: tuple[Tensor, Tensor], scale: Tensor | None = None) -> Tensor:
         """Rotate (and scale, for xPos) the first R dims of x (B, H, L, D); the rest pass through."""

@@ -2,6 +2,7 @@ import torch
 from torch import Tensor
 
 from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.t5_bias import distances, relative_distance
 from lightning_modules.errors import ConfigError
 
 
@@ -15,7 +16,7 @@ class Sandwich(PositionalEncoding):
     bias_h(i, j) = (p_i . p_j - d'/2) * H / (8h). `sandwich_dim` d' (128 by default). No parameters; the
     same for causal and bidirectional use (symmetric in i - j). Checked against the closed form; NeMo's
     `sandwich_pos_bias` has the same shift and head scaling but sums the angles without the cosine, and sums
-    k = 1..d'/2 - 1.
+    k = 1..d'/2 - 1. The shifted inner product, a function of j - i, is a position table over distances.
     """
 
     name = "sandwich"
@@ -30,12 +31,13 @@ class Sandwich(PositionalEncoding):
         self.register_buffer("inv_freq", 10000.0 ** (-2 * k / sandwich_dim), persistent=False)  # (d'/2,)
         heads = torch.arange(1, self.num_heads + 1).float()
         self.register_buffer("head_scale", (self.num_heads / (8 * heads))[:, None, None], persistent=False)
+        self.register_position_table("distance_inner", "distance_inner_table")  # (2N - 1,)
 
     def bias(self, positions: Tensor) -> Tensor:
-        return self.cached("bias", positions, self._bias)  # parameter-free: once per length
+        inner = self.distance_inner[relative_distance(positions) + self.table_length - 1]  # (..., L, L)
+        return inner.unsqueeze(-3) * self.head_scale  # (..., H, L, L)
 
-    def _bias(self, positions: Tensor) -> Tensor:
-        angles = positions.float()[..., None] * self.inv_freq  # (..., L, d'/2)
-        cos, sin = angles.cos(), angles.sin()
-        inner = cos @ cos.transpose(-1, -2) + sin @ sin.transpose(-1, -2)  # p_i . p_j, (..., L, L)
-        return (inner - self.sandwich_dim / 2).unsqueeze(-3) * self.head_scale  # (..., H, L, L)
+    def distance_inner_table(self, positions: Tensor) -> Tensor:
+        """(N,) positions 0..N-1 -> (2N - 1,) p_i . p_j - d'/2 = sum_k cos((j - i) w_k) - d'/2 for every distance."""
+        angles = distances(len(positions), positions.device).float()[:, None] * self.inv_freq  # (2N - 1, d'/2)
+        return angles.cos().sum(-1) - self.sandwich_dim / 2

@@ -52,10 +52,7 @@ class Shaw(PositionalEncoding):
                 nn.init.xavier_uniform_(table.weight)
 
     def relative_index(self, positions: Tensor) -> Tensor:
-        """(..., L) positions -> (..., L, L) table rows clip(j - i, -k, k) + k; once per length (`cached`)."""
-        return self.cached("index", positions, self._relative_index)
-
-    def _relative_index(self, positions: Tensor) -> Tensor:
+        """(..., L) positions -> (..., L, L) table rows clip(j - i, -k, k) + k."""
         return relative_distance(positions).clamp(-self.max_relative, self.max_relative) + self.max_relative
 
     def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor:

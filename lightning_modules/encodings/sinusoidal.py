@@ -29,13 +29,17 @@ class Sinusoidal(PositionalEncoding):
         if self.dim % 2:
             raise ConfigError(f"{self.name} needs an even dim, got dim={self.dim}")
         self.base, self.token_scale = base, self.dim**0.5 if scale_tokens else 1.0
+        self.register_position_table("sinusoid", "sinusoid_table")  # (N, C)
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         return x * self.token_scale + self.table(positions).to(x.dtype)
 
     def table(self, positions: Tensor) -> Tensor:
-        """(..., L) positions -> (..., L, C) sinusoids, once per length (`cached`)."""
-        return self.cached("table", positions, lambda p: sinusoid_table(p, self.dim, self.base))
+        """(..., L) positions -> (..., L, C) sinusoids: rows of the `sinusoid` position table."""
+        return self.sinusoid[positions]
+
+    def sinusoid_table(self, positions: Tensor) -> Tensor:
+        return sinusoid_table(positions, self.dim, self.base)
 
     @property
     def weight(self) -> Tensor:

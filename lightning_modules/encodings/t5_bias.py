@@ -11,6 +11,12 @@ def relative_distance(positions: Tensor) -> Tensor:
     return positions[..., None, :] - positions[..., :, None]
 
 
+def distances(length: int, device=None) -> Tensor:
+    """(2 length - 1,) every distance j - i between positions 0..length-1, from -(length - 1) up: the rows of
+    a position table over distances, indexed by `relative_distance(positions) + length - 1`."""
+    return torch.arange(1 - length, length, device=device)
+
+
 def bucket_bias(table: Tensor, buckets: Tensor) -> Tensor:
     """(N, H) table and (..., L, L) bucket ids -> (..., H, L, L) table[bucket], i.e.
     `F.embedding(buckets, table).movedim(-1, -3)`, as an index_select on the (H, N) transpose: the same
@@ -65,11 +71,16 @@ class T5Bias(PositionalEncoding):
         self.scale = self.head_dim**0.5 if scale is None else scale
         self.table = nn.Embedding(num_buckets, self.num_heads)
         nn.init.normal_(self.table.weight, std=self.dim**-0.5 / self.scale if init_std is None else init_std)
+        self.register_position_table("distance_buckets", "distance_buckets_table")
+
+    def distance_buckets_table(self, positions: Tensor) -> Tensor:
+        """(N,) positions 0..N-1 -> (2N - 1,) the bucket of every distance j - i between them."""
+        return t5_bucket(distances(len(positions), positions.device), not self.causal, self.num_buckets,
+                         self.max_distance)  # fmt: skip
 
     def buckets(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, L) bucket ids."""
-        return t5_bucket(relative_distance(positions), not self.causal, self.num_buckets, self.max_distance)
+        return self.distance_buckets[relative_distance(positions) + self.table_length - 1]
 
     def bias(self, positions: Tensor) -> Tensor:
-        buckets = self.cached("buckets", positions, self.buckets)  # once per length, not per forward
-        return bucket_bias(self.table.weight * self.scale, buckets)  # (..., H, L, L)
+        return bucket_bias(self.table.weight * self.scale, self.buckets(positions))  # (..., H, L, L)

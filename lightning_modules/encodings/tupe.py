@@ -2,7 +2,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
-from lightning_modules.encodings.t5_bias import bucket_bias, relative_distance, t5_bucket
+from lightning_modules.encodings.t5_bias import T5Bias, bucket_bias
 from lightning_modules.errors import ConfigError
 
 MODES = ("untied", "bert_ad")
@@ -90,7 +90,6 @@ class TupeA(PositionalEncoding):
 
     def untied(self, positions: Tensor) -> Tensor:
         """The untied absolute term after the [CLS] reset, (..., H, L, L)."""
-        self.check_positions(positions)
         logits = self._logits(positions + 1)
         if not self.untie_cls:
             return logits
@@ -123,14 +122,13 @@ class TupeR(TupeA):
         extra = (1 if not self.causal else 2) if self.untie_cls else 0
         self.relative_table = nn.Embedding(num_buckets + extra, self.num_heads)
         bert_init(self.relative_table)
+        self.register_position_table("distance_buckets", "distance_buckets_table")
+
+    distance_buckets_table = T5Bias.distance_buckets_table
 
     def relative_buckets(self, positions: Tensor) -> Tensor:
-        """(..., L) positions -> (..., L, L) bucket ids, with the [CLS] reset when untied; once per length
-        (`cached`)."""
-        return self.cached("buckets", positions, self._relative_buckets)
-
-    def _relative_buckets(self, positions: Tensor) -> Tensor:
-        buckets = t5_bucket(relative_distance(positions), not self.causal, self.num_buckets, self.max_distance)
+        """(..., L) positions -> (..., L, L) bucket ids, with the [CLS] reset when untied."""
+        buckets = T5Bias.buckets(self, positions)
         if self.untie_cls:
             row0, col0 = self.cls_masks(positions.shape[-1], positions.device)
             buckets = torch.where(row0, self.cls_buckets[0], torch.where(col0, self.cls_buckets[1], buckets))

@@ -36,5 +36,5 @@ class XPos(RoPE):
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         cos_sin = self.cos_sin(positions)
-        scale, inverse = self.cached("decay", positions, self._scales)
+        scale, inverse = self._scales(positions)
         return self.rotate_one(q, cos_sin, scale), self.rotate_one(k, cos_sin, inverse)
