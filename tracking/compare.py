@@ -51,7 +51,8 @@ class CompareOptions:
 
     out_dir: str = "out"  # records are read recursively from here (runs/ and sweeps/)
     sweep: str | None = None  # keep runs of this sweep / study only; its metric becomes the default
-    metric: str | None = None  # default: the sweep's metric with --sweep, else val/acc
+    metric: str | None = None  # default: the sweep's metric(s) with --sweep, else val/acc; comma-separated for
+    # several objectives: a table each, then their Pareto front
     value: str = "final"  # "final" (last validation) or "best" (best validation, by the metric's goal)
     rows: str | None = None  # comma-separated record fields or dotted config paths; default: encoding, and
     # with --sweep also the parameters that the sweep varies (other than seed, encoding and task)
@@ -460,9 +461,13 @@ def run_compare(opts: CompareOptions) -> Comparison:
     else:
         records = read_records(opts.out_dir, opts.sweep)
     spec = sweep_spec(opts.out_dir, opts.sweep)
-    metric = opts.metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC
-    comp = compare(records, metric, opts.value, opts.rows or default_rows(spec), opts.cols)
-    output(comp, opts.format)
+    metrics = objectives(spec, opts.metric)
+    comps = [compare(records, m, opts.value, opts.rows or default_rows(spec), opts.cols) for m, _ in metrics]
+    for comp in comps:
+        output(comp, opts.format)
+    if opts.format == "table":
+        print_front(comps, [d for _, d in metrics], Console())
+    comp = comps[0]
     if opts.report:
         from tracking.compare_report import write_report
 
@@ -478,15 +483,38 @@ def compare_main(args: list[str]) -> Comparison:
     return run_compare(CLI(CompareOptions, args=args))
 
 
-def print_comparison(out_dir: str = "out", sweep: str | None = None, metric: str | None = None, console=None) -> None:
-    """Print the comparison table of a sweep's runs (called at the end of `cli.py sweep`); a problem
-    such as no finished run yet is one line, never an exception."""
+def print_comparison(
+    out_dir: str = "out", sweep: str | None = None, metric: str | list[str] | None = None, console=None
+) -> None:
+    """Print the comparison table of a sweep's runs (called at the end of `cli.py sweep`), one per
+    objective and the Pareto front when there are several; a problem such as no finished run yet is one
+    line, never an exception."""
     console = console or Console()
     try:
         records = read_records(out_dir, sweep)
         spec = sweep_spec(out_dir, sweep)
-        comp = compare(records, metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC, rows=default_rows(spec))
+        metrics = objectives(spec, ",".join(metric) if isinstance(metric, list) else metric)
+        comps = [compare(records, m, rows=default_rows(spec)) for m, _ in metrics]
     except ConfigError as error:
         console.print(f"compare: {error}")
         return
-    console.print(render_table(comp))
+    for comp in comps:
+        console.print(render_table(comp))
+    print_front(comps, [d for _, d in metrics], console)
+
+
+def objectives(spec: dict, metric: str | None) -> list[tuple[str, str]]:
+    """(metric, Optuna direction) pairs: --metric (comma-separated for several), else the sweep's
+    `metrics` / `metric`, else val/acc. A goal comes from the sweep file when it names the metric, else
+    from the metric's name (`lightning_modules.metrics.goal`)."""
+    declared = {m["name"]: m.get("goal", "minimize") for m in spec.get("metrics") or [spec.get("metric") or {}] if m}
+    names = keys_of(metric) if metric else list(declared) or [DEFAULT_METRIC]
+    return [(m, declared.get(m) or ("maximize" if goal(m) == "max" else "minimize")) for m in names]
+
+
+def print_front(comps: list[Comparison], directions: list[str], console: Console) -> None:
+    """The Pareto front beside the per-metric tables (several objectives only)."""
+    if len(comps) > 1:
+        from tracking.pareto import front_table
+
+        console.print(front_table(comps, directions))

@@ -37,6 +37,7 @@ from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_com
 from lightning_modules.errors import ConfigError
 from tracking import sweep_file as sf
 from tracking.records import RECORD_FILE
+from tracking.search import Search, build_search
 
 QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)
 
@@ -64,6 +65,8 @@ class SweepOptions:
 def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
     """Fix parameters to constants; returns the new sweep and a study-name suffix."""
     suffix = []
+    if overrides and "search_space" in (sweep.get("scheduler") or {}):
+        raise ConfigError("--set fixes the file's parameters; with scheduler.search_space the source file defines them")
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or key not in sweep["parameters"]:
@@ -100,14 +103,15 @@ def open_storage(opts: SweepOptions, study_name: str) -> optuna.storages.RDBStor
     raise ConfigError(f"cannot open sweep storage {shown}: {reason}") from None
 
 
-def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str) -> optuna.Study:
+def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str, search: Search | None = None) -> optuna.Study:
     """Create the study (queueing every grid point once) or load it, checking it is the same sweep."""
+    search = search or build_search(sweep, study_name)
     digest = hashlib.sha256(json.dumps(sweep, sort_keys=True).encode()).hexdigest()[:16]
-    kwargs = {"study_name": study_name, "storage": storage, "sampler": sf.sampler(sweep, opts.seed)}
+    kwargs = {"study_name": study_name, "storage": storage, "sampler": search.make_sampler(opts.seed)}
     try:
-        study = optuna.create_study(direction=sf.direction(sweep), pruner=sf.pruner(sweep), **kwargs)
+        study = optuna.create_study(directions=search.directions, pruner=search.pruner, **kwargs)
     except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(pruner=sf.pruner(sweep), **kwargs)
+        study = optuna.load_study(pruner=search.pruner, **kwargs)
         attrs = wait_until_ready(study)
         if attrs.get("sweep_digest") != digest:
             raise ConfigError(
@@ -206,12 +210,13 @@ def readable(checkpoint: Path) -> bool:
 class TrialRun:
     """One trial: start the child, stream its metric into the trial, prune, and tell the result."""
 
-    def __init__(self, study: optuna.Study, sweep: dict, opts: SweepOptions, slot: int):
+    def __init__(self, study: optuna.Study, sweep: dict, opts: SweepOptions, slot: int, search: Search | None = None):
         self.study, self.sweep, self.opts, self.slot = study, sweep, opts, slot
-        self.metric = sweep["metric"]["name"]
+        self.search = search or build_search(sweep, study.study_name)
+        self.metric = self.search.metrics[0]  # the one streamed to the pruner (single-objective only)
 
     def run(self, trial: optuna.Trial) -> None:
-        params = {n: sf.suggest(trial, n, s, self.sweep["method"]) for n, s in self.sweep["parameters"].items()}
+        params = self.search.draw(trial)
         trial_dir = Path(self.opts.out_dir).resolve() / "sweeps" / self.study.study_name / f"trial-{trial.number}"
         trial_dir.mkdir(parents=True, exist_ok=True)
         for key, value in {
@@ -241,7 +246,7 @@ class TrialRun:
         """If the dead trial's child finished its run after the sweep died, take its result: no rerun."""
         dead_dir = self.study.trials[retried].user_attrs.get("trial_dir")
         record = latest_record(Path(dead_dir)) if dead_dir else None
-        if not record or record.get("status") != "finished" or self.metric not in record.get("final", {}):
+        if not record or record.get("status") != "finished" or not finite(record.get("final", {}), self.search.metrics):
             return False
         trial.set_user_attr("reason", f"trial {retried}'s run finished after its sweep died; result adopted")
         trial.set_user_attr("trial_dir", dead_dir)
@@ -258,7 +263,7 @@ class TrialRun:
                     beat = time.monotonic()
                 values = self.report(trial, trial_dir, reported)
                 reported = len(values)
-                if values and trial.should_prune():
+                if values and not self.search.multi_objective and trial.should_prune():
                     child.terminate()
                     child.wait()
                     return True
@@ -271,7 +276,10 @@ class TrialRun:
         return False
 
     def report(self, trial: optuna.Trial, trial_dir: Path, reported: int) -> list[float]:
-        """Report the metric's values after the first `reported` (step = validation index); all values."""
+        """Report the metric's values after the first `reported` (step = validation index); all values.
+        A multi-objective trial reports nothing: Optuna's intermediate values feed pruners, single-objective."""
+        if self.search.multi_objective:
+            return []
         record = latest_record(trial_dir) or {"history": []}
         values = [h[self.metric] for h in record["history"] if self.metric in h]
         for step in range(reported, len(values)):
@@ -284,11 +292,18 @@ class TrialRun:
             reported = self.study._storage.get_trial(trial._trial_id).intermediate_values  # a live Trial has none
             trial.set_user_attr("reason", f"pruned at validation {len(reported)}")
             self.study.tell(trial, state=TrialState.PRUNED)
-        elif returncode == 0 and self.metric in final and final[self.metric] == final[self.metric]:
-            self.study.tell(trial, final[self.metric])
+        elif returncode == 0 and finite(final, self.search.metrics):
+            values = [final[m] for m in self.search.metrics]
+            self.study.tell(trial, values if self.search.multi_objective else values[0])
         else:
-            trial.set_user_attr("reason", failure_reason(returncode, record, self.metric, trial_dir))
+            missing = next((m for m in self.search.metrics if not finite(final, [m])), self.metric)
+            trial.set_user_attr("reason", failure_reason(returncode, record, missing, trial_dir))
             self.study.tell(trial, state=TrialState.FAIL)
+
+
+def finite(final: dict, metrics: list[str]) -> bool:
+    """Every objective was logged and none is NaN."""
+    return all(m in final and final[m] == final[m] for m in metrics)
 
 
 def failure_reason(returncode: int, record: dict | None, metric: str, trial_dir: Path) -> str:
@@ -347,8 +362,9 @@ class Sweep:
     def __init__(self, sweep: dict, opts: SweepOptions):
         self.sweep, self.opts = sweep, opts
         self.study_name = opts.study_name or Path(opts.file).stem
+        self.search = build_search(sweep, self.study_name)
         self.storage = open_storage(opts, self.study_name)
-        self.study = open_study(sweep, opts, self.storage, self.study_name)
+        self.study = open_study(sweep, opts, self.storage, self.study_name, self.search)
         self.lock = threading.Lock()  # asks are serialised within this process
         self.errors: list[BaseException] = []
 
@@ -356,6 +372,8 @@ class Sweep:
         with self.lock:
             recover_dead_trials(study, self.opts.max_retry)
             if not budget_left(study, self.sweep):
+                return None
+            if self.search.terminator and self.search.terminator(study):  # the optimizer factory's stop rule
                 return None
             trial = study.ask()
             queued = QUEUED in study._storage.get_trial(trial._trial_id).system_attrs
@@ -367,12 +385,12 @@ class Sweep:
 
     def worker(self, slot: int) -> None:
         try:
+            sampler = self.search.make_sampler(self.opts.seed + slot)
             study = optuna.load_study(
-                study_name=self.study_name, storage=self.storage, sampler=sf.sampler(self.sweep, self.opts.seed + slot),
-                pruner=sf.pruner(self.sweep),
-            )  # fmt: skip
+                study_name=self.study_name, storage=self.storage, sampler=sampler, pruner=self.search.pruner
+            )
             while (trial := self.next_trial(study)) is not None:
-                TrialRun(study, self.sweep, self.opts, slot).run(trial)
+                TrialRun(study, self.sweep, self.opts, slot, self.search).run(trial)
         except BaseException as error:  # reported by the main thread
             self.errors.append(error)
 
@@ -408,6 +426,6 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
     with LiveStatus(console) as live:
         runner.run(on_tick=live.tick)
     console.print()
-    console.print(trial_table(runner.study, sweep["metric"]["name"]))
-    print_comparison(opts.out_dir, runner.study.study_name, sweep["metric"]["name"], console=console)
+    console.print(trial_table(runner.study, runner.search.metrics))
+    print_comparison(opts.out_dir, runner.study.study_name, runner.search.metrics, console=console)
     return runner.study
