@@ -2,12 +2,13 @@
 record `cli.py fit` writes (`$PE_OUT_DIR/runs/<name>/record.json`: status, final, history), so the runner's
 sampling, budget and pruning are tested end to end without training a model.
 
-    fake_trial.py --mode=quadratic|first_wins [--steps=N] [--pause=SECONDS] [--x=...] [other --key=value ...]
+    fake_trial.py --mode=quadratic|first_wins|pareto [--steps=N] [--pause=SECONDS] [--x=...] [other --key=value ...]
 
 $FAKE_STEPS, when set, overrides --steps (a re-run sweep can then finish quickly).
 
 quadratic: val/score = -(x - 0.3)^2 at every validation. first_wins: val/score = 1 for trial 0 and 0 for
-every later trial (each trial's directory is `trial-<n>`), a metric a pruner must cut.
+every later trial (each trial's directory is `trial-<n>`), a metric a pruner must cut. pareto: quadratic's
+val/score and val/cost = x, two objectives whose Pareto front (score up, cost down) is x <= 0.3.
 """
 
 import json
@@ -19,14 +20,17 @@ from pathlib import Path
 args = dict(arg[2:].split("=", 1) for arg in sys.argv[1:] if arg.startswith("--"))
 out = Path(os.environ["PE_OUT_DIR"])
 trial = int(out.name.rsplit("-", 1)[-1])
-if args["mode"] == "quadratic":
+metrics = {}
+if args["mode"] in ("quadratic", "pareto"):
     value = -((float(args["x"]) - 0.3) ** 2)
+    if args["mode"] == "pareto":
+        metrics["val/cost"] = float(args["x"])
 else:
     value = 1.0 if trial == 0 else 0.0
 path = out / "runs" / f"fake-{os.getpid()}" / "record.json"
 path.parent.mkdir(parents=True, exist_ok=True)
 record = {"task": "fake", "encoding": "fake", "seed": trial, "sweep": os.environ.get("PE_SWEEP"),
-          "status": "running", "config": {"args": args}, "final": {}, "best": {}, "history": [],
+          "status": "running", "config": args, "final": {}, "best": {}, "history": [],
           "wandb_project": os.environ.get("WANDB_PROJECT")}  # fmt: skip
 
 
@@ -38,8 +42,8 @@ def write() -> None:
 
 for step in range(1, int(os.environ.get("FAKE_STEPS", args.get("steps", 1))) + 1):
     time.sleep(float(args.get("pause", 0)))
-    record["history"].append({"step": step, "val/score": value})
-    record["final"]["val/score"] = value
+    record["history"].append({"step": step, "val/score": value, **metrics})
+    record["final"].update({"val/score": value, **metrics})
     write()
 record["status"] = "finished"
 write()

@@ -361,3 +361,24 @@ def test_end_of_sweep_comparison_shows_in_distribution_and_beyond_length(tmp_pat
     console = Console(file=io.StringIO(), width=400)
     C.print_comparison(str(tmp_path), None, "val/acc", console=console)
     assert "copy val/acc " in console.file.getvalue() and "copy val/acc_ood" in console.file.getvalue()
+    assert "Pareto front" not in console.file.getvalue()  # the companion metric is shown, not an objective
+
+
+def test_several_metrics_rank_by_the_declared_goal_and_show_their_pareto_front(tmp_path, capsys):
+    """Per-metric statistics (ranks by the sweep file's goal when given, else by the name) and, for several
+    metrics, the Pareto front of the rows' aggregates (Optuna's rule, per column)."""
+    from tracking.pareto import comparison_front
+
+    cost = {"rope": 3.0, "alibi": 1.0, "none": 0.5}  # "cost" has no loss/ppl/error in its name: max by name
+    records = [dict(r, final={**r["final"], "val/cost": cost[r["encoding"]]}) for r in grid()]
+    comps = C.compare_metrics(records, ["val/acc", "val/cost"], goals=["maximize", "minimize"])
+    assert [c.goal for c in comps] == ["max", "min"] and comps[1].ranks["none", "copy"] == 1
+    front = comparison_front(comps, ["maximize", "minimize"])
+    assert set(front["copy"]) == {"rope", "alibi", "none"}  # each trades accuracy for cost
+    assert set(front["reverse"]) == {"alibi", "none"}  # rope: less accurate and dearer than alibi
+    assert C.compare(records, "val/cost").goal == "max"  # no declared goal: by the name
+    write_records(tmp_path, records)
+    comps = C.compare_main([f"--out_dir={tmp_path}", "--metric=val/acc,val/cost", "--value=final"])
+    shown = capsys.readouterr().out
+    assert [c.metric for c in comps] == ["val/acc", "val/cost"] and "Pareto front" in shown
+    assert "Holm" in shown or "Welch" in shown  # main's statistics under the side-by-side table

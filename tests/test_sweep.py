@@ -36,7 +36,7 @@ from conftest import TINY
 from optuna.trial import TrialState
 
 from tracking import sweep_file as sf
-from tracking.sweep import build_command
+from tracking.sweep import build_command, grace_period
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -128,7 +128,8 @@ def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path):
     dead = [t for t in ts if t.state == TrialState.FAIL]
     assert [t.number for t in dead] == [0] and "died" in dead[0].user_attrs["reason"]
     (retry,) = [t for t in ts if t.state == TrialState.COMPLETE and t.params == dead[0].params]
-    assert retry.user_attrs["reason"] == "retry of trial 0" and retry.user_attrs["resumed_from"] == str(checkpoint)
+    assert retry.user_attrs["reason"] == "retry of trial 0: sweep process died"
+    assert retry.user_attrs["resumed_from"] == str(checkpoint)
     (record,) = Path(retry.user_attrs["trial_dir"]).glob("runs/*/record.json")
     resumed = json.loads(record.read_text())
     assert resumed["status"] == "finished" and resumed["first_step"] == step + 1 > 1
@@ -137,7 +138,8 @@ def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path):
 def test_stale_heartbeat_of_a_trial_from_another_host_is_retried(tmp_path):
     """Process A runs a long fake trial with a 1 s heartbeat and is killed; its trial is made to look like
     another host's (so the same-host pid check cannot see it). Process B, started once the heartbeat is older
-    than 3 x 1 s, must fail it through Optuna's stale-heartbeat check and run its retry."""
+    than the grace period (3 x 1 s + the SQLite busy timeout), must fail it through Optuna's stale-heartbeat
+    check and run its retry."""
     path = fake_sweep(tmp_path, "grid", {"x": {"values": [0.5]}}, "--mode=quadratic", "--steps=200", "--pause=0.5")
     env = {**os.environ, "WANDB_MODE": "disabled"}
     first = subprocess.Popen(sweep_cmd(path, tmp_path, "--heartbeat=1"), cwd=ROOT, env=env,
@@ -150,8 +152,9 @@ def test_stale_heartbeat_of_a_trial_from_another_host_is_retried(tmp_path):
     first.wait()
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'sweeps' / 's' / 'optuna.db'}")
     (running,) = [t for t in trials(tmp_path) if t.state == TrialState.RUNNING]
-    storage.set_trial_user_attr(running._trial_id, "host", "another-host")
-    time.sleep(4.0)  # the heartbeat is now stale (> 3 x 1 s): the state any other host would see
+    for key in ("host", "host_id"):  # host_id is what the same-host check compares
+        storage.set_trial_user_attr(running._trial_id, key, "another-host")
+    time.sleep(grace_period(1) + 1.0)  # the heartbeat is now stale: the state any other host would see
     fast = {**env, "FAKE_STEPS": "1"}
     second = subprocess.run(sweep_cmd(path, tmp_path, "--heartbeat=1"), cwd=ROOT, env=fast, capture_output=True,
                             text=True)  # fmt: skip

@@ -90,7 +90,7 @@ def test_constant_is_not_sampled():
 def test_methods_and_goal():
     assert isinstance(sf.sampler(base("random")), optuna.samplers.RandomSampler)
     assert isinstance(sf.sampler(base("bayes")), optuna.samplers.TPESampler)
-    assert sf.direction(base()) == "maximize"
+    assert sf.directions(base()) == ["maximize"]
     assert sf.trial_budget({**base("random"), "run_cap": 7}) == 7
 
 

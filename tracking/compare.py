@@ -67,7 +67,8 @@ class CompareOptions:
 
     out_dir: str = "out"  # records are read recursively from here (runs/ and sweeps/)
     sweep: str | None = None  # keep runs of this sweep / study only; its metric becomes the default
-    metric: str | None = None  # M[,M...]; default: the sweep's metric with --sweep, else val/acc
+    metric: str | None = None  # M[,M...]; default: the sweep's metric(s) with --sweep, else val/acc; several
+    # metrics: side by side, then their Pareto front (non-dominated rows)
     value: str = "final"  # "final" (last validation) or "best" (best validation, by the metric's goal)
     aggregate: str = "mean"  # over seeds: mean or median (TUPE's rule)
     best_over: str | None = None  # KEY (e.g. model.init_args.lr): per cell keep the KEY value aggregating best
@@ -163,10 +164,11 @@ class Comparison:
     aggregate: str = "mean"
     best_over: str | None = None
     alternatives: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # best-over candidates
+    declared_goal: str | None = None  # "max"/"min" from the sweep file's metric(s); else by the metric's name
 
     @property
     def goal(self) -> str:
-        return goal(self.metric)
+        return self.declared_goal or goal(self.metric)
 
     def is_best(self, row: str, col: str) -> bool:
         return self.ranks.get((row, col)) == min(self.ranks[r, col] for r in self.rows if (r, col) in self.ranks)
@@ -394,10 +396,11 @@ def welch_statement(comp: Comparison, col: str) -> str:
 
 def compare(
     records: list[dict], metric: str, value: str = "final", rows="encoding", cols="task", aggregate: str = "mean",
-    best_over: str | None = None, chosen: dict | None = None,
+    best_over: str | None = None, chosen: dict | None = None, direction: str | None = None,
 ) -> Comparison:  # fmt: skip
     """Aggregate records into a Comparison: cells over seeds, ranks, mean ranks, tests, exclusions.
-    `chosen` ({(row, col): value}) fixes the --best-over choice (made on another metric)."""
+    `chosen` ({(row, col): value}) fixes the --best-over choice (made on another metric); `direction`
+    (maximize/minimize, the sweep file's goal) overrides the goal read from the metric's name."""
     if value not in VALUES:
         raise ConfigError(f"--value {value!r}; choose one of: {', '.join(VALUES)}")
     if aggregate not in AGGREGATES:
@@ -407,8 +410,10 @@ def compare(
         check_best_over(records, best_over)
     row_keys, col_keys = keys_of(rows), keys_of(cols)
     cells, excluded = group_cells(records, metric, value, row_keys, col_keys, aggregate, best_over)
-    kept, alternatives = pick_best_over(cells, goal(metric), chosen)
+    declared = direction[:3] if direction else None  # maximize -> max
+    kept, alternatives = pick_best_over(cells, declared or goal(metric), chosen)
     comp = Comparison(metric, value, row_keys, col_keys, kept, excluded, aggregate=aggregate, best_over=best_over)
+    comp.declared_goal = declared
     comp.alternatives = alternatives if best_over else {}
     comp.rows = sorted({r for r, _ in kept})
     comp.cols = sorted({c for _, c in kept})
@@ -419,12 +424,16 @@ def compare(
     return comp
 
 
-def compare_metrics(records: list[dict], metrics: list[str], **kwargs) -> list["Comparison"]:
+def compare_metrics(
+    records: list[dict], metrics: list[str], goals: list[str | None] | None = None, **kwargs
+) -> list["Comparison"]:
     """One Comparison per metric; a --best-over choice is made on the first metric and kept for the rest
-    (so, e.g., a learning rate is never chosen on a beyond-length metric listed second)."""
-    first = compare(records, metrics[0], **kwargs)
+    (so, e.g., a learning rate is never chosen on a beyond-length metric listed second). `goals`: per
+    metric, the sweep file's direction (maximize/minimize) or None (goal by the metric's name)."""
+    goals = list(goals or [None] * len(metrics))
+    first = compare(records, metrics[0], direction=goals[0], **kwargs)
     chosen = {key: cell.chosen for key, cell in first.cells.items()} if kwargs.get("best_over") else None
-    return [first] + [compare(records, m, chosen=chosen, **kwargs) for m in metrics[1:]]
+    return [first] + [compare(records, m, chosen=chosen, direction=d, **kwargs) for m, d in zip(metrics[1:], goals[1:])]
 
 
 def check_metric(records: list[dict], metric: str, value: str) -> None:
@@ -685,12 +694,14 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
     else:
         records = read_records(opts.out_dir, opts.sweep)
     spec = sweep_spec(opts.out_dir, opts.sweep)
-    metrics = keys_of(opts.metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC)
+    metrics = objectives(spec, opts.metric)
     comps = compare_metrics(
-        records, metrics, value=opts.value, rows=opts.rows or default_rows(spec), cols=opts.cols,
-        aggregate=opts.aggregate, best_over=opts.best_over,
+        records, [m for m, _ in metrics], value=opts.value, rows=opts.rows or default_rows(spec), cols=opts.cols,
+        aggregate=opts.aggregate, best_over=opts.best_over, goals=[d for _, d in metrics],
     )  # fmt: skip
     output(comps, opts.format)
+    if opts.format == "table":
+        print_front(comps, [d for _, d in metrics], Console())
     if opts.report:
         from tracking.compare_report import write_report
 
@@ -707,18 +718,44 @@ def compare_main(args: list[str]) -> Comparison | list[Comparison]:
 
 
 def print_comparison(
-    out_dir: str = "out", sweep: str | None = None, metric: str | None = None, console=None, rows: str | None = None
+    out_dir: str = "out",
+    sweep: str | None = None,
+    metric: str | list[str] | None = None,
+    console=None,
+    rows: str | None = None,
 ) -> None:
-    """Print the comparison table of a sweep's runs (called at the end of `cli.py sweep`), for the
-    synthetic tasks in-distribution and beyond-length accuracy side by side; a problem such as no
-    finished run yet is one line, never an exception."""
+    """Print the comparison table of a sweep's runs (called at the end of `cli.py sweep`): for one
+    objective on the synthetic tasks, in-distribution and beyond-length accuracy side by side; for several
+    objectives, each of them and their Pareto front. A problem such as no finished run yet is one line,
+    never an exception."""
     console = console or Console()
     try:
         records = read_records(out_dir, sweep)
         spec = sweep_spec(out_dir, sweep)
-        metric = metric or spec.get("metric", {}).get("name") or DEFAULT_METRIC
-        comps = compare_metrics(records, side_by_side(metric, records), rows=rows or default_rows(spec))
+        metrics = objectives(spec, ",".join(metric) if isinstance(metric, list) else metric)
+        declared = dict(metrics)
+        shown = side_by_side(metrics[0][0], records) if len(metrics) == 1 else list(declared)
+        goals = [declared.get(m) for m in shown]  # the companion (e.g. val/acc_ood) goes by its name
+        comps = compare_metrics(records, shown, rows=rows or default_rows(spec), goals=goals)
     except ConfigError as error:
         console.print(f"compare: {error}")
         return
     console.print(render_table(comps))
+    print_front(comps[: len(metrics)], [d for _, d in metrics], console)
+
+
+def objectives(spec: dict, metric: str | None) -> list[tuple[str, str]]:
+    """(metric, Optuna direction) pairs: --metric (comma-separated for several), else the sweep's
+    `metrics` / `metric`, else val/acc. A goal comes from the sweep file when it names the metric, else
+    from the metric's name (`lightning_modules.metrics.goal`)."""
+    declared = {m["name"]: m.get("goal", "minimize") for m in spec.get("metrics") or [spec.get("metric") or {}] if m}
+    names = keys_of(metric) if metric else list(declared) or [DEFAULT_METRIC]
+    return [(m, declared.get(m) or ("maximize" if goal(m) == "max" else "minimize")) for m in names]
+
+
+def print_front(comps: list[Comparison], directions: list[str], console: Console) -> None:
+    """The Pareto front beside the per-metric tables (several objectives only)."""
+    if len(comps) > 1:
+        from tracking.pareto import front_table
+
+        console.print(front_table(comps, directions))

@@ -52,6 +52,11 @@ def check_protocol(sweep: dict, opts: SweepOptions) -> list[str]:
         raise ConfigError(f"--per needs --reseed N with N >= 1 fresh seeds per configuration, got {opts.reseed}")
     if opts.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {opts.workers}")
+    if len(sf.metric_names(sweep)) > 1:
+        raise ConfigError(f"--reseed chooses each group's best setting on one metric; {opts.file} has metrics: "
+                          f"{', '.join(sf.metric_names(sweep))} (give one metric:)")  # fmt: skip
+    if "search_space" in (sweep.get("scheduler") or {}):
+        raise ConfigError("--per fixes the file's parameters; with scheduler.search_space the source file defines them")
     keys = [k.strip() for k in opts.per.split(",") if k.strip()]
     choices = [k for k, s in sweep["parameters"].items() if "values" in s and k != SEED]
     for key in keys:
@@ -86,7 +91,7 @@ def best_configs(study: optuna.Study, sweep: dict, group: dict) -> list[Choice]:
         task = tuple((k, v) for k, v in trial.params.items() if k in TASK_KEYS)
         params = tuple((k, v) for k, v in trial.params.items() if k not in TASK_KEYS and k != SEED)
         by_setting.setdefault((task, params), []).append(trial.value)
-    maximize = sf.direction(sweep) == "maximize"
+    maximize = sf.directions(sweep) == ["maximize"]
     best: dict[tuple, Choice] = {}
     for (task, params), values in sorted(by_setting.items(), key=repr):  # ties: the first in a fixed order
         mean = sum(values) / len(values)
@@ -115,13 +120,16 @@ def fresh_seeds(used: set, n: int) -> list[int]:
 
 
 def reseed_sweep(sweep: dict, choices: list[Choice], seeds: list[int]) -> dict:
-    """A grid study over exactly the chosen configurations x the fresh seeds (no pruning, no cap)."""
+    """A grid study over exactly the chosen configurations x the fresh seeds (no pruning, no cap), run by
+    our own grid queue whatever `scheduler:` stage 1 used (W&B's Optuna engine has no grid)."""
     points = [{**c.group, **c.task, **c.params, SEED: s} for c in choices for s in seeds]
     parameters = {k: s for k, s in sweep["parameters"].items() if "value" in s and k not in points[0]}
     for key in points[0]:
         values = list(dict.fromkeys(p[key] for p in points))
         parameters[key] = {"values": values}
-    out = {k: v for k, v in sweep.items() if k not in ("early_terminate", "run_cap", "method", "parameters")}
+    out = {
+        k: v for k, v in sweep.items() if k not in ("early_terminate", "run_cap", "method", "parameters", "scheduler")
+    }
     return {**out, "method": "grid", "parameters": parameters, "points": points}
 
 
@@ -151,7 +159,7 @@ def run_reseed(opts: SweepOptions) -> optuna.Study:
     sweep, suffix = apply_overrides(sf.load_sweep(opts.file), overrides)
     keys = check_protocol(sweep, opts)
     base = opts.study_name or "-".join(filter(None, [Path(opts.file).stem, suffix]))
-    metric = sweep["metric"]["name"]
+    metric = sf.metric_names(sweep)[0]
     console = Console()
     studies, choices = [], []
     for group, group_sweep in group_sweeps(sweep, keys):

@@ -50,6 +50,7 @@ from lightning_modules.errors import ConfigError
 from tracking import sweep_file as sf
 from tracking.children import launch_child, stop_child
 from tracking.records import RECORD_FILE, check_name, read_record
+from tracking.search import Search, build_search
 
 QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)
 CRASHES = "pe_crashes"  # system attr: how many predecessors of this retry had their child die or crash
@@ -186,6 +187,8 @@ HOST_ID = host_id()
 def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
     """Fix parameters to constants; returns the new sweep and a study-name suffix."""
     suffix = []
+    if overrides and "search_space" in (sweep.get("scheduler") or {}):
+        raise ConfigError("--set fixes the file's parameters; with scheduler.search_space the source file defines them")
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or key not in sweep["parameters"]:
@@ -232,16 +235,20 @@ def open_storage(opts: SweepOptions, url: str) -> optuna.storages.RDBStorage:
     raise ConfigError(f"cannot open sweep storage {redact_url(url)}: {reason}") from None
 
 
-def open_study(sweep: dict, opts: SweepOptions, storage, study_name: str, locked: bool) -> optuna.Study:
+def open_study(
+    sweep: dict, opts: SweepOptions, storage, study_name: str, locked: bool, search: Search | None = None
+) -> optuna.Study:
     """Create the study (queueing every grid point once) or load it, checking it is the same sweep.
     `locked`: this process holds the SQLite file lock, so a study that is not ready was left half-made
-    by a process that died while creating it (on PostgreSQL: not ready after a minute)."""
+    by a process that died while creating it (on PostgreSQL: not ready after a minute). `search`: the
+    sweep file's directions, sampler and pruner (tracking/search.py), built from `sweep` when not given."""
+    search = search or build_search(sweep, study_name)
     digest = hashlib.sha256(json.dumps(sweep, sort_keys=True).encode()).hexdigest()[:16]
-    kwargs = {"study_name": study_name, "storage": storage, "sampler": sf.sampler(sweep, opts.seed)}
+    kwargs = {"study_name": study_name, "storage": storage, "sampler": search.make_sampler(opts.seed)}
     try:
-        study = optuna.create_study(direction=sf.direction(sweep), pruner=sf.pruner(sweep), **kwargs)
+        study = optuna.create_study(directions=search.directions, pruner=search.pruner, **kwargs)
     except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(pruner=sf.pruner(sweep), **kwargs)
+        study = optuna.load_study(pruner=search.pruner, **kwargs)
         attrs = study.user_attrs if locked else wait_until_ready(study)
         if attrs.get("ready") and attrs.get("sweep_digest") != digest:
             raise ConfigError(
@@ -397,11 +404,11 @@ class TrialRun:
 
     def __init__(self, runner: "Sweep", study: optuna.Study, slot: int):
         self.runner, self.study, self.slot = runner, study, slot
-        self.sweep, self.opts = runner.sweep, runner.opts
-        self.metric = self.sweep["metric"]["name"]
+        self.sweep, self.opts, self.search = runner.sweep, runner.opts, runner.search
+        self.metric = self.search.metrics[0]  # the one streamed to the pruner (single-objective only)
 
     def run(self, trial: optuna.Trial) -> None:
-        params = {n: sf.suggest(trial, n, s, self.sweep["method"]) for n, s in self.sweep["parameters"].items()}
+        params = self.search.draw(trial)
         trial_dir = Path(self.opts.out_dir).resolve() / "sweeps" / self.study.study_name / f"trial-{trial.number}"
         trial_dir.mkdir(parents=True, exist_ok=True)
         trial.set_user_attr("trial_dir", str(trial_dir))
@@ -428,7 +435,7 @@ class TrialRun:
         """If the dead trial's child finished its run after the sweep died, take its result: no rerun."""
         dead_dir = dead.user_attrs.get("trial_dir")
         record = latest_record(Path(dead_dir)) if dead_dir else None
-        if not record or record.get("status") != "finished" or self.metric not in record.get("final", {}):
+        if not record or record.get("status") != "finished" or not finite(record.get("final", {}), self.search.metrics):
             return False
         trial.set_user_attr("reason", f"trial {dead.number}'s run finished after its sweep died; result adopted")
         trial.set_user_attr("trial_dir", dead_dir)
@@ -461,7 +468,10 @@ class TrialRun:
 
     def catch_up(self, trial: optuna.Trial, trial_dir: Path, reported: int, offset: int, report=False) -> int:
         """How many values of the metric the child's record holds; with `report`, report the new ones
-        (step = offset + validation index) and return how many are now reported."""
+        (step = offset + validation index) and return how many are now reported. A multi-objective trial
+        reports nothing: Optuna's intermediate values feed pruners, which rank one value."""
+        if self.search.multi_objective:
+            return 0
         record = latest_record(trial_dir) or {"history": []}
         values = [h[self.metric] for h in record.get("history", []) if self.metric in h]
         if not report:
@@ -483,14 +493,22 @@ class TrialRun:
             reported = self.study._storage.get_trial(trial._trial_id).intermediate_values  # a live Trial has none
             reason = f"pruned at validation {len(reported)}"
             self.runner.finish(self.study, trial, TrialState.PRUNED, reason=reason)
-        elif returncode == 0 and self.metric in final and final[self.metric] == final[self.metric]:
-            self.runner.finish(self.study, trial, TrialState.COMPLETE, value=final[self.metric])
+        elif returncode == 0 and finite(final, self.search.metrics):
+            values = [final[m] for m in self.search.metrics]
+            value = values if self.search.multi_objective else values[0]
+            self.runner.finish(self.study, trial, TrialState.COMPLETE, value=value)
         else:
-            reason = failure_reason(returncode, record, self.metric, trial_dir)
+            missing = next((m for m in self.search.metrics if not finite(final, [m])), self.metric)
+            reason = failure_reason(returncode, record, missing, trial_dir)
             died = crashed(returncode, record)
             self.runner.finish(
                 self.study, trial, TrialState.FAIL, reason=reason, requeue_as=(reason, True) if died else None
             )
+
+
+def finite(final: dict, metrics: list[str]) -> bool:
+    """Every objective was logged and none is NaN."""
+    return all(m in final and final[m] == final[m] for m in metrics)
 
 
 def recover_dead_trials(study: optuna.Study, max_retries: int, heartbeat: int) -> None:
@@ -562,12 +580,14 @@ class Sweep:
     def __init__(self, sweep: dict, opts: SweepOptions):
         self.sweep, self.opts = sweep, opts
         self.study_name = opts.study_name or Path(opts.file).stem
+        self.search = build_search(sweep, self.study_name)
         url = storage_url(opts, self.study_name)
         self.url = url
         self.lock = StudyLock(url)
         with self.lock:  # on SQLite, creating the tables and queueing the grid happen once
             self.storage = open_storage(opts, url)
-            self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, self.lock.file is not None)
+            locked = self.lock.file is not None
+            self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
         self.errors: list[str] = []
         self.stop = threading.Event()
         self.stop_signal: int | None = None
@@ -593,6 +613,8 @@ class Sweep:
                 return None
             recover_dead_trials(study, self.opts.max_retries, self.opts.heartbeat)
             if not budget_left(study, self.sweep):
+                return None
+            if self.search.terminator and self.search.terminator(study):  # the optimizer factory's stop rule
                 return None
             trial = study.ask()
             # before anything else: who runs it, and a first heartbeat, so it is never stranded
@@ -631,9 +653,9 @@ class Sweep:
 
     def worker(self, slot: int) -> None:
         try:
+            sampler = self.search.make_sampler(self.opts.seed + slot)
             study = retrying(lambda: optuna.load_study(
-                study_name=self.study_name, storage=self.storage, sampler=sf.sampler(self.sweep, self.opts.seed + slot),
-                pruner=sf.pruner(self.sweep),
+                study_name=self.study_name, storage=self.storage, sampler=sampler, pruner=self.search.pruner,
             ))  # fmt: skip
             while (trial := retrying(self.next_trial, study)) is not None:
                 try:
@@ -688,8 +710,8 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
               "stopped and re-queued; run the same command again to resume", file=sys.stderr)  # fmt: skip
         raise SystemExit(128 + runner.stop_signal)
     console.print()
-    console.print(trial_table(study, sweep["metric"]["name"]))
-    print_comparison(opts.out_dir, study.study_name, sweep["metric"]["name"], console=console)
+    console.print(trial_table(study, runner.search.metrics))
+    print_comparison(opts.out_dir, study.study_name, runner.search.metrics, console=console)
     for error in runner.errors:
         print(f"error: {error}", file=sys.stderr)
     left = unfinished_points(study, sweep) if sweep["method"] == "grid" else []

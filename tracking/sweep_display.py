@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tracking.pareto import front_trials
+
 STATE_NAMES = {
     TrialState.COMPLETE: "done", TrialState.RUNNING: "running", TrialState.FAIL: "failed",
     TrialState.PRUNED: "pruned", TrialState.WAITING: "queued",
@@ -17,7 +19,9 @@ def status_line(study: optuna.Study) -> str:
     counts = {name: sum(t.state == state for t in trials) for state, name in STATE_NAMES.items()}
     line = f"[bold]{study.study_name}[/]  " + "  ".join(f"{name} {n}" for name, n in counts.items())
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    if complete:
+    if complete and len(study.directions) > 1:
+        line += f"  Pareto front {len(front_trials(study))} trials"
+    elif complete:
         best = study.best_trial
         line += f"  best {best.value:.4g} (trial {best.number}: {short_params(best.params)})"
     return line
@@ -27,10 +31,14 @@ def short_params(params: dict) -> str:
     return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in params.items())
 
 
-def trial_table(study: optuna.Study, metric: str) -> Table:
-    """One row per trial: number, state, parameters, metric value, duration and failure reason."""
-    table = Table(title=f"sweep {study.study_name}: {metric}")
-    for column in ("#", "state", "parameters", metric, "seconds", "note"):
+def trial_table(study: optuna.Study, metrics: str | list[str]) -> Table:
+    """One row per trial: number, state, parameters, one column per objective, duration and failure
+    reason; with several objectives, trials on the Pareto front (Optuna's `best_trials`) are marked."""
+    metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+    front = front_trials(study) if len(metrics) > 1 else set()
+    title = f"sweep {study.study_name}: {', '.join(metrics)}" + ("  (* = Pareto front)" if len(metrics) > 1 else "")
+    table = Table(title=title)
+    for column in ("#", "state", "parameters", *metrics, "seconds", "note"):
         table.add_column(column, overflow="fold")
     for t in study.get_trials(deepcopy=False):
         seconds = (
@@ -38,10 +46,11 @@ def trial_table(study: optuna.Study, metric: str) -> Table:
             if t.datetime_complete and t.datetime_start
             else None
         )
+        values = t.values or [None] * len(metrics)
         table.add_row(
-            str(t.number), STATE_NAMES.get(t.state, t.state.name.lower()), short_params(t.params),
-            "" if t.value is None else f"{t.value:.4f}", "" if seconds is None else f"{seconds:.0f}",
-            t.user_attrs.get("reason", ""),
+            f"{t.number}*" if t.number in front else str(t.number), STATE_NAMES.get(t.state, t.state.name.lower()),
+            short_params(t.params), *("" if v is None else f"{v:.4f}" for v in values),
+            "" if seconds is None else f"{seconds:.0f}", t.user_attrs.get("reason", ""),
         )  # fmt: skip
     return table
 

@@ -1,15 +1,25 @@
-"""Read a W&B sweep file and translate it to Optuna: sampler, pruner, direction, trial budget and
+"""Read a W&B sweep file and translate it to Optuna: sampler, pruner, directions, trial budget and
 one `suggest` per parameter. Anything that cannot be translated faithfully is a ConfigError.
+
+Parameter distributions and objective directions are W&B's own (`sweep_parameter_to_distribution`,
+`sweep_directions` in wandb.sdk.sweeps.scheduler.optuna, the translation W&B's Optuna sweep scheduler
+uses), so a file means the same study here as under `wandb sweep-scheduler`. Our own code is kept only
+where W&B's functions do not apply, each place saying why. The `scheduler:` block itself (engine,
+optimizer, search_space, source) is read in tracking/search.py.
 
 W&B's sweep-config format: https://docs.wandb.ai/guides/sweeps/sweep-config-keys
 """
 
+import functools
 import itertools
+import json
 import math
 from pathlib import Path
 
 import optuna
 import yaml
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from wandb.sdk.sweeps.scheduler import optuna as wandb_optuna
 
 from lightning_modules.errors import ConfigError
 
@@ -18,8 +28,10 @@ DISTRIBUTIONS = (
     "constant", "categorical", "int_uniform", "uniform", "q_uniform",
     "log_uniform", "log_uniform_values", "q_log_uniform_values",
 )  # fmt: skip
-TOP_KEYS = {"program", "method", "metric", "parameters", "command", "early_terminate", "run_cap", "name",
-            "description", "project", "entity"}  # fmt: skip
+TOP_KEYS = {"program", "method", "metric", "metrics", "parameters", "command", "early_terminate", "run_cap", "name",
+            "description", "project", "entity", "scheduler"}  # fmt: skip
+ENGINES = ("wandb", "optuna")  # `scheduler.engine`s the runner runs (W&B's scheduler also has `ax`)
+SCHEDULER_KEYS = ("engine", "optimizer", "search_space", "source")
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]
 PARAMETER_KEYS = ("value", "values", "distribution", "min", "max", "q")  # `probabilities`, `mu`, ... not translated
 METRIC_KEYS = ("name", "goal")  # `target` (stop the sweep at a value) is not translated
@@ -49,7 +61,63 @@ def load_sweep(path: str | Path) -> dict:
         )
     if sweep.get("method") not in METHODS:
         raise ConfigError(f"sweep file {path}: method {sweep.get('method')!r}; choose one of: {', '.join(METHODS)}")
-    metric = sweep.get("metric") or {}
+    engine = check_scheduler(sweep, path)
+    for metric in objectives(sweep, path):
+        check_metric(metric, path)
+    if engine == "optuna":
+        check_optuna_engine(sweep, path)
+    elif not isinstance(sweep.get("parameters"), dict) or not sweep["parameters"]:
+        raise ConfigError(f"sweep file {path}: parameters must be a non-empty mapping of CLI keys")
+    for name, spec in (sweep.get("parameters") or {}).items():
+        distribution(name, spec, sweep["method"])
+        if engine == "optuna" and "search_space" not in sweep["scheduler"]:
+            wandb_distribution(name, spec)  # W&B's Optuna engine refuses what it cannot translate (log_uniform)
+    check_command(sweep, path)
+    cap = sweep.get("run_cap")
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+        raise ConfigError(f"sweep file {path}: run_cap must be a positive integer, got {cap!r}")
+    pruner(sweep)
+    return sweep
+
+
+def check_scheduler(sweep: dict, path: Path) -> str:
+    """The `scheduler:` block of W&B's client-side sweep scheduler (wandb>=0.31): its engine, `wandb`
+    when the block is absent (W&B's server-side search, as before the block existed)."""
+    if "scheduler" not in sweep:
+        return "wandb"
+    block = sweep["scheduler"]
+    if not isinstance(block, dict):
+        raise ConfigError(f"sweep file {path}: scheduler must be a mapping with keys {', '.join(SCHEDULER_KEYS)}")
+    if extra := sorted(set(block) - set(SCHEDULER_KEYS)):
+        raise ConfigError(
+            f"sweep file {path}: scheduler key {extra[0]!r} is unknown; known: {', '.join(SCHEDULER_KEYS)}"
+        )
+    engine = block.get("engine")
+    if engine not in ENGINES:
+        raise ConfigError(
+            f"sweep file {path}: scheduler.engine {engine!r} is not supported by cli.py sweep; choose one of: "
+            f"{', '.join(ENGINES)} (engine ax runs online only, with `wandb sweep-scheduler`)"
+        )
+    if engine == "wandb" and (used := sorted(set(block) - {"engine"})):
+        raise ConfigError(f"sweep file {path}: scheduler.{used[0]} is read by engine optuna only, not engine wandb")
+    return engine
+
+
+def objectives(sweep: dict, path: Path) -> list:
+    """`metric` (one objective) or `metrics` (several, W&B's Optuna and Ax engines only), never both."""
+    if "metric" in sweep and "metrics" in sweep:
+        raise ConfigError(f"sweep file {path}: give either metric (one objective) or metrics (several), not both")
+    if "metrics" not in sweep:
+        return [sweep.get("metric") or {}]
+    metrics = sweep["metrics"]
+    if (sweep.get("scheduler") or {}).get("engine") != "optuna":
+        raise ConfigError(f"sweep file {path}: metrics (several objectives) needs scheduler: {{engine: optuna}}")
+    if not isinstance(metrics, list) or not metrics:
+        raise ConfigError(f"sweep file {path}: metrics must be a non-empty list of {{name, goal}} mappings")
+    return metrics
+
+
+def check_metric(metric, path: Path) -> None:
     if isinstance(metric, dict) and (extra := sorted(set(metric) - set(METRIC_KEYS))):
         raise ConfigError(
             f"sweep file {path}: metric key {extra[0]!r} is not translated; known: {', '.join(METRIC_KEYS)}"
@@ -60,16 +128,23 @@ def load_sweep(path: str | Path) -> dict:
         or metric.get("goal", "minimize") not in ("minimize", "maximize")
     ):
         raise ConfigError(f"sweep file {path}: metric needs a name and goal minimize or maximize")
-    if not isinstance(sweep.get("parameters"), dict) or not sweep["parameters"]:
-        raise ConfigError(f"sweep file {path}: parameters must be a non-empty mapping of CLI keys")
-    for name, spec in sweep["parameters"].items():
-        distribution(name, spec, sweep["method"])
-    check_command(sweep, path)
-    cap = sweep.get("run_cap")
-    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
-        raise ConfigError(f"sweep file {path}: run_cap must be a positive integer, got {cap!r}")
-    pruner(sweep)
-    return sweep
+
+
+def check_optuna_engine(sweep: dict, path: Path) -> None:
+    """What W&B's Optuna engine does not read would be silently ignored here too: refused instead."""
+    if sweep["method"] == "grid":
+        raise ConfigError(
+            f"sweep file {path}: method grid is not used by scheduler engine optuna (the sampler is Optuna's "
+            "or your scheduler.optimizer's); use method random or bayes, or engine wandb for a grid"
+        )
+    if sweep.get("early_terminate"):
+        raise ConfigError(
+            f"sweep file {path}: early_terminate is not read by scheduler engine optuna; give the study a "
+            "pruner in scheduler.optimizer instead"
+        )
+    has_space = "search_space" in sweep["scheduler"]
+    if not has_space and (not isinstance(sweep.get("parameters"), dict) or not sweep["parameters"]):
+        raise ConfigError(f"sweep file {path}: parameters must be a non-empty mapping (or give scheduler.search_space)")
 
 
 def check_command(sweep: dict, path: Path) -> None:
@@ -120,25 +195,52 @@ def distribution(name: str, spec: dict, method: str) -> str:
     return kind
 
 
-def suggest(trial: optuna.Trial, name: str, spec: dict, method: str):
-    """Draw one parameter with the Optuna call that matches its W&B distribution."""
+def wandb_distribution(name: str, spec: dict) -> BaseDistribution:
+    """The Optuna distribution W&B's Optuna sweep scheduler builds for this parameter (W&B's own code)."""
+    try:
+        return _wandb_distribution(json.dumps(spec, sort_keys=True))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ConfigError(f"parameter {name!r}: W&B's Optuna engine cannot translate it: {error}") from None
+
+
+@functools.cache
+def _wandb_distribution(spec: str) -> BaseDistribution:
+    # cached: W&B warns once per parameter when it drops `q`, not once per trial
+    return wandb_optuna.sweep_parameter_to_distribution(json.loads(spec))
+
+
+def suggest_distribution(trial: optuna.Trial, name: str, dist: BaseDistribution):
+    """Draw `name` from `dist` with the public `suggest_*` call whose distribution is exactly `dist`."""
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, list(dist.choices))
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    assert isinstance(dist, FloatDistribution), dist
+    return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+
+
+def suggest(trial: optuna.Trial, name: str, spec: dict, method: str, engine: str = "wandb"):
+    """Draw one parameter from the distribution W&B's Optuna scheduler uses for it. With `engine` wandb
+    (W&B's server-side search) three cases keep our own handling, where W&B's Optuna translation differs
+    from what W&B's own search does with the same file:
+    - a constant is passed through, not sampled: it stays out of grid points and `--set` studies (W&B's
+      Optuna engine makes it a one-choice categorical, which draws the same value);
+    - `log_uniform` (min and max are natural-log exponents): W&B's server samples exp(U(min, max)),
+      W&B's Optuna translation has no equivalent and refuses it;
+    - `q_log_uniform_values` that Optuna cannot step on a log scale (q != 1 or min < 1): W&B's Optuna
+      translation drops q (a log-float space); W&B's server rounds to a multiple of q, and so do we.
+    With engine optuna every parameter is exactly W&B's Optuna translation."""
     kind = distribution(name, spec, method)
+    if engine == "optuna":
+        return suggest_distribution(trial, name, wandb_distribution(name, spec))
     if kind == "constant":
         return spec["value"]
-    if kind == "categorical":
-        return trial.suggest_categorical(name, spec["values"])
-    low, high = spec["min"], spec["max"]
-    if kind == "int_uniform":
-        return trial.suggest_int(name, low, high)
-    if kind == "uniform":
-        return trial.suggest_float(name, low, high)
-    if kind == "q_uniform":
-        return trial.suggest_float(name, low, high, step=spec.get("q", 1.0))
-    if kind == "log_uniform":  # W&B: min and max are natural-log exponents
-        return trial.suggest_float(name, math.exp(low), math.exp(high), log=True)
-    value = trial.suggest_float(name, low, high, log=True)  # log_uniform_values, q_log_uniform_values
-    if kind == "q_log_uniform_values":  # Optuna has no step on a log scale: round as W&B does
-        q = spec.get("q", 1.0)
+    if kind == "log_uniform":
+        return trial.suggest_float(name, math.exp(spec["min"]), math.exp(spec["max"]), log=True)
+    dist = wandb_distribution(name, spec)
+    value = suggest_distribution(trial, name, dist)
+    if kind == "q_log_uniform_values" and isinstance(dist, FloatDistribution):
+        q = spec.get("q", 1)
         value = round(value / q) * q
         trial.set_user_attr(f"quantized/{name}", value)
     return value
@@ -190,8 +292,19 @@ def pruner(sweep: dict) -> optuna.pruners.BasePruner:
     )  # fmt: skip
 
 
-def direction(sweep: dict) -> str:
-    return sweep["metric"].get("goal", "minimize")
+def engine(sweep: dict) -> str:
+    """`scheduler.engine`; `wandb` (W&B's own search, our translation) when the file has no block."""
+    return (sweep.get("scheduler") or {}).get("engine", "wandb")
+
+
+def directions(sweep: dict) -> list[str]:
+    """One Optuna direction per objective (`metric` or `metrics`), by W&B's own `sweep_directions`."""
+    return wandb_optuna.sweep_directions(sweep)
+
+
+def metric_names(sweep: dict) -> list[str]:
+    """The objective metrics, in file order: `metrics` (several) or `metric` (one)."""
+    return [m["name"] for m in sweep.get("metrics") or [sweep["metric"]]]
 
 
 def wandb_env(sweep: dict) -> dict[str, str]:
