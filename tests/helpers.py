@@ -1,5 +1,10 @@
 """Helpers shared by the tests (not fixtures: those live in conftest.py)."""
 
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
 import torch
 from torch import nn
 
@@ -16,3 +21,33 @@ def randomize_(module: nn.Module, seed: int = 0) -> nn.Module:
                 else:
                     p.copy_(0.3 * noise)
     return module
+
+
+def fresh_postgres_database(prefix: str) -> Iterator[str]:
+    """Yield the URL of a new, empty database on the test PostgreSQL server, dropped afterwards (use with
+    `yield from` in a fixture). Fails in CI without PE_TEST_POSTGRES, skips elsewhere."""
+    server = os.environ.get("PE_TEST_POSTGRES")
+    if not server and os.environ.get("CI"):
+        pytest.fail("CI must provide PE_TEST_POSTGRES (scripts/start_postgres.sh)")
+    if not server:
+        pytest.skip("no PostgreSQL: run scripts/start_postgres.sh and set PE_TEST_POSTGRES")
+    import psycopg
+
+    database = f"{prefix}_{os.getpid()}_{time.time_ns()}"
+    with psycopg.connect(server, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {database}")
+    yield server.rsplit("/", 1)[0] + "/" + database
+    with psycopg.connect(server, autocommit=True) as connection:
+        connection.execute(f"DROP DATABASE {database} WITH (FORCE)")
+
+
+def kill_once_started(process, started, timeout: float, what: str) -> None:
+    """SIGKILL `process` as soon as `started()` is true (fail if it exits first or `timeout` passes)."""
+    import signal
+
+    deadline = time.time() + timeout
+    while not started():
+        assert time.time() < deadline and process.poll() is None, what
+        time.sleep(0.1)
+    process.send_signal(signal.SIGKILL)
+    process.wait()

@@ -13,6 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from helpers import fresh_postgres_database
 from optuna.trial import TrialState
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,19 +74,7 @@ def storage_url(request, tmp_path):
     if request.param == "sqlite":
         yield None
         return
-    server = os.environ.get("PE_TEST_POSTGRES")
-    if not server and os.environ.get("CI"):
-        pytest.fail("CI must provide PE_TEST_POSTGRES (scripts/start_postgres.sh)")
-    if not server:
-        pytest.skip("no PostgreSQL: run scripts/start_postgres.sh and set PE_TEST_POSTGRES")
-    import psycopg
-
-    database = f"pe_faults_{os.getpid()}_{time.time_ns()}"
-    with psycopg.connect(server, autocommit=True) as connection:
-        connection.execute(f"CREATE DATABASE {database}")
-    yield server.rsplit("/", 1)[0] + "/" + database
-    with psycopg.connect(server, autocommit=True) as connection:
-        connection.execute(f"DROP DATABASE {database} WITH (FORCE)")
+    yield from fresh_postgres_database("pe_faults")
 
 
 PROCESSES, WORKERS, POINTS, KILL_ROUNDS = 3, 2, 12, 1

@@ -33,6 +33,7 @@ import optuna
 import pytest
 import yaml
 from conftest import TINY
+from helpers import fresh_postgres_database, kill_once_started
 from optuna.trial import TrialState
 
 from tracking import sweep_file as sf
@@ -144,12 +145,8 @@ def test_stale_heartbeat_of_a_trial_from_another_host_is_retried(tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled"}
     first = subprocess.Popen(sweep_cmd(path, tmp_path, "--heartbeat=1"), cwd=ROOT, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.time() + 120
-    while not list((tmp_path / "sweeps" / "s").glob("trial-0/runs/*/record.json")):
-        assert time.time() < deadline and first.poll() is None, "the first trial never started"
-        time.sleep(0.1)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    started = lambda: list((tmp_path / "sweeps" / "s").glob("trial-0/runs/*/record.json"))  # noqa: E731
+    kill_once_started(first, started, 120, "the first trial never started")
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'sweeps' / 's' / 'optuna.db'}")
     (running,) = [t for t in trials(tmp_path) if t.state == TrialState.RUNNING]
     for key in ("host", "host_id"):  # host_id is what the same-host check compares
@@ -223,19 +220,7 @@ def test_bad_sweep_file_is_one_line(tmp_path):
 def empty_postgres():
     """A new, empty database on the test server, so both sweep processes race to create Optuna's tables
     (as two hosts starting on a fresh database do)."""
-    server = os.environ.get("PE_TEST_POSTGRES")
-    if not server and os.environ.get("CI"):
-        pytest.fail("CI must provide PE_TEST_POSTGRES (scripts/start_postgres.sh)")
-    if not server:
-        pytest.skip("no PostgreSQL: run scripts/start_postgres.sh and set PE_TEST_POSTGRES")
-    import psycopg
-
-    database = f"pe_test_{os.getpid()}_{time.time_ns()}"
-    with psycopg.connect(server, autocommit=True) as connection:
-        connection.execute(f"CREATE DATABASE {database}")
-    yield server.rsplit("/", 1)[0] + "/" + database
-    with psycopg.connect(server, autocommit=True) as connection:
-        connection.execute(f"DROP DATABASE {database} WITH (FORCE)")
+    yield from fresh_postgres_database("pe_test")
 
 
 def test_two_processes_share_a_postgres_study(tmp_path, empty_postgres):
@@ -420,12 +405,8 @@ def test_reseed_survives_kill_9_in_the_reseed_stage(tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled", "FAKE_TRIAL_SECONDS": "3"}
     cmd = sweep_cmd(path, tmp_path, "--reseed=2", "--per=model.encoding")
     sweep = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 180
-    while not list((tmp_path / "sweeps" / "s-reseed").glob("trial-*/runs/*/record.json")):
-        assert time.time() < deadline and sweep.poll() is None, "the reseed stage never started a trial"
-        time.sleep(0.2)
-    sweep.send_signal(signal.SIGKILL)
-    sweep.wait()
+    started = lambda: list((tmp_path / "sweeps" / "s-reseed").glob("trial-*/runs/*/record.json"))  # noqa: E731
+    kill_once_started(sweep, started, 180, "the reseed stage never started a trial")
     run_sweep(path, tmp_path, "--reseed=2", "--per=model.encoding")
     points = reseed_points(tmp_path)
     assert len(points) == 4 == len(set(points))
