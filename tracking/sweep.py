@@ -629,6 +629,15 @@ class Sweep:
                 return None
             return trial
 
+    def others_running(self, study: optuna.Study) -> bool:
+        """Grid points another sweep process is running: this one waits for them instead of exiting, so a
+        point whose process dies is re-queued (stale heartbeat) and finished here, and the exit status
+        reports the whole grid."""
+        if self.stop.is_set() or self.sweep["method"] != "grid":
+            return False
+        running = retrying(study.get_trials, False, (TrialState.RUNNING,))
+        return any(QUEUED in t.system_attrs and t.user_attrs.get("token") != TOKEN for t in running)
+
     def finish(self, study, trial, state, value=None, reason=None, requeue_as=None) -> None:
         """Tell the trial's result (skipped if another process already failed it) and re-queue it if asked."""
 
@@ -657,7 +666,10 @@ class Sweep:
             study = retrying(lambda: optuna.load_study(
                 study_name=self.study_name, storage=self.storage, sampler=sampler, pruner=self.search.pruner,
             ))  # fmt: skip
-            while (trial := retrying(self.next_trial, study)) is not None:
+            while (trial := retrying(self.next_trial, study)) is not None or self.others_running(study):
+                if trial is None:  # another process runs the last points: wait, and take them over if it dies
+                    self.stop.wait(min(2.0, self.opts.heartbeat))
+                    continue
                 try:
                     TrialRun(self, study, slot).run(trial)
                 except Exception as error:  # a bug or a storage failure: the trial is failed, not stranded
