@@ -1,5 +1,42 @@
 """Tests for lightning_modules/encodings: the hook contract over the whole ENCODINGS registry, closed forms
-(sinusoid, ALiBi slopes, T5 buckets, TUPE's [CLS] scheme) and numerical parity with x-transformers."""
+(sinusoid, ALiBi slopes, T5 buckets, TUPE's [CLS] scheme) and numerical parity with x-transformers.
+
+README claims covered here:
+- "sinusoidal | fixed sin/cos table, interleaved, no scaling": test_sinusoid_hand_computed_entries,
+  test_sinusoid_formula
+- "t5_bias | bucketed relative bias (32 buckets, max distance 128)": test_t5_bucket_table_bidirectional,
+  test_t5_bucket_table_causal, test_t5_bias_is_table_lookup_of_bucket, test_t5_bias_matches_x_transformers,
+  test_the_readmes_options_and_defaults_are_the_encodings
+- "alibi | linear bias -m_h abs(i-j), geometric slopes; symmetric when bidirectional": test_alibi_slopes_closed_form,
+  test_alibi_bias_closed_form, test_alibi_matches_x_transformers
+- "rope | rotary q/k (interleaved pairs), option base": test_rope_matches_x_transformers,
+  test_rope_logits_depend_on_distance_only
+- "tupe_a | untied positional attention, 1/sqrt(2 d_head), [CLS] untied ... (untie_cls, proj_bias)"; "deberta |
+  ... 1/sqrt(3 d_head)": test_tupe_cls_scheme_matches_official, test_attention_scale
+- "tupe_r | tupe_a + T5 relative bias, [CLS] buckets as in the official code": test_tupe_cls_scheme_matches_official,
+  test_tupe_r_causal_cls_buckets, test_tupe_r_relative_part_matches_t5_when_tied
+- "bert_r | learned + T5 relative bias, unscaled": test_bert_r_is_learned_absolute_plus_tupe_r_relative_term
+- "tupe_a_tied | tupe_a with [CLS] tied (untie_cls: false)": test_tupe_a_tied_is_tupe_a_without_the_cls_reset
+- "learned | ... positions beyond max_length are a clear error": test_max_positions_refused_with_config_error
+- "cope | ... (max_pos, 64) ... one table for all layers"; "sandwich | ... sandwich_dim (128)":
+  test_cope_keeps_one_table_for_all_layers, test_the_readmes_options_and_defaults_are_the_encodings
+- "sinusoidal and scaled_sinusoidal take scale_tokens (multiply the token embeddings by sqrt(d) first ...; off by
+  default)": test_sinusoidal_scale_tokens_is_vaswanis_sqrt_d_input_scaling
+- the options the README lists per encoding, and "encoding_options('rope') lists them":
+  test_the_readmes_options_and_defaults_are_the_encodings, test_every_option_is_accepted,
+  test_unknown_option_names_the_valid_ones
+- "TUPE's [CLS] untying applies only where position 0 holds [CLS] ... untie_cls: true there is a one-line error.
+  mode: bert_ad is tied by default": test_untie_cls_only_where_position_0_holds_cls
+- "Initialisation: every trainable position tensor starts as its method's reference code does ... INIT_REFERENCE
+  ... checks its statistics": test_initialisation_matches_the_reference,
+  test_check_init_rejects_the_defects_it_exists_for
+- "declares its capabilities (causal_only, shift_invariant, max_positions)":
+  test_causal_only_and_head_split_checked_at_build, test_shift_invariance_of_hooks,
+  test_max_positions_refused_with_config_error
+- "positional_logits(L) returns exactly the logit term it adds": test_positional_logits_is_the_bias
+- "Attention goes through scaled_dot_product_attention (the default attend), except shaw with values: true":
+  test_only_shaw_replaces_sdpa
+"""
 
 import inspect
 import math
@@ -16,7 +53,7 @@ from x_transformers.x_transformers import (
     apply_rotary_pos_emb,
 )
 
-from lightning_modules.encodings import ENCODINGS, build_encoding, encoding_options
+from lightning_modules.encodings import ENCODINGS, build_encoding, encoding_options, option_parameters
 from lightning_modules.encodings.alibi import alibi_slopes
 from lightning_modules.encodings.sinusoidal import sinusoid_table
 from lightning_modules.encodings.t5_bias import t5_bucket
@@ -185,6 +222,54 @@ def test_every_option_is_accepted():
                 name, dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=True, **{option: param.default}
             )
             assert isinstance(enc, ENCODINGS[name])
+
+
+README_OPTIONS = {  # the options the README names, per encoding (each also takes randomize_positions)
+    "rope": {"base", "rotary_dim", "interpolation_factor", "ntk_base_rescale", "yarn_factor", "dynamic_ntk_factor",
+             "original_length", "rope_fraction"},
+    "alibi": {"heads"}, "sinusoidal": {"scale_tokens"}, "scaled_sinusoidal": {"scale_tokens"},
+    "learned": {"init_from", "init_scale", "init_rows", "freeze"}, "shaw": {"values", "max_relative"},
+    "tupe_a": {"untie_cls", "proj_bias", "mode"}, "tupe_r": {"untie_cls", "proj_bias", "mode"},
+    "cope": {"max_pos"}, "sandwich": {"sandwich_dim"}, "dynamic_bias": {"log_distance"},
+}  # fmt: skip
+README_DEFAULTS = {("t5_bias", "num_buckets"): 32, ("t5_bias", "max_distance"): 128, ("cope", "max_pos"): 64,
+                   ("sandwich", "sandwich_dim"): 128, ("tupe_a_tied", "untie_cls"): False,
+                   ("sinusoidal", "scale_tokens"): False, ("scaled_sinusoidal", "scale_tokens"): False}  # fmt: skip
+
+
+def test_the_readmes_options_and_defaults_are_the_encodings():
+    """Every option the README's table and option list name is one `encoding_options` lists (the command the
+    README gives to list them), with the default the README states; every encoding takes randomize_positions."""
+    for name in NAMES:
+        assert "randomize_positions" in encoding_options(name), name
+    for name, options in README_OPTIONS.items():
+        assert options <= set(encoding_options(name)), (name, options - set(encoding_options(name)))
+    for (name, option), default in README_DEFAULTS.items():
+        assert option_parameters(name)[option].default == default, (name, option)
+    for name in ("t5_bias", "cope", "sandwich"):  # the defaults really are what gets built
+        enc = build_encoding(name, dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=True)
+        for (owner, option), default in README_DEFAULTS.items():
+            if owner == name:
+                assert getattr(enc, option) == default, (name, option)
+
+
+def test_only_shaw_replaces_sdpa():
+    """The default `attend` is SDPA; only Shaw (for its relative values) overrides it."""
+    from lightning_modules.encodings import PositionalEncoding
+
+    overriding = {name for name, cls in ENCODINGS.items() if cls.attend is not PositionalEncoding.attend}
+    assert overriding == {"shaw"}
+
+
+def test_cope_keeps_one_table_for_all_layers():
+    """CoPE's position table lives in the encoding, shared by every layer: a deeper model has no more of it."""
+    sizes = []
+    for depth in (1, 3):
+        model = Transformer(vocab_size=50, encoding="cope", dim=DIM, depth=depth, num_heads=HEADS, max_length=MAX_LEN)
+        tables = [key for key, _ in model.named_parameters() if key.startswith("encoding.")]
+        assert tables == ["encoding.table"]
+        sizes.append(sum(p.numel() for key, p in model.named_parameters() if "table" in key))
+    assert sizes[0] == sizes[1] == 64 * HEAD_DIM  # max_pos 64 rows of a head's width
 
 
 # ----------------------------------------------------------------------------- sinusoid closed form

@@ -1,7 +1,35 @@
 """Tests for the second wave of encodings and options: closed forms and numerical parity with x-transformers or
 written-out copies of the official code, the `attend` hook (Shaw's relative values), randomized positions,
 PE-Study table transfer, TUPE's BERT-Ad mode, and the Transformer contract for option variants that the
-registry-parametrised tests (defaults only) do not reach."""
+registry-parametrised tests (defaults only) do not reach.
+
+README claims covered here:
+- "scaled_sinusoidal | sinusoid times one learned scale": test_scaled_sinusoidal_matches_x_transformers
+- "sinusoidal_learnable | trainable table initialised with the sinusoid":
+  test_sinusoidal_learnable_starts_at_the_sinusoid_and_learns
+- "shaw | relative key (and optionally value, values) embeddings clipped at max_relative":
+  test_shaw_key_term_written_out, test_shaw_values_attend_matches_written_out
+- "deberta | disentangled c2p + p2c over log buckets": test_deberta_log_buckets, test_deberta_matches_official_code
+- "xpos | rotary with exponential decay; causal only": test_xpos_matches_x_transformers,
+  test_xpos_is_causal_only_and_decays
+- "kerple_log, kerple_power | -r1 log(1 + r2 abs(i-j)), -r1 abs(i-j)^r2": test_kerple_log_hand_computed,
+  test_kerple_power_hand_computed
+- "fire | MLP over progressively interpolated log distance": test_fire_closed_form_with_hand_set_mlp,
+  test_fire_defaults_and_threshold_frozen
+- "dynamic_bias | per-head MLP over (log) distance": test_dynamic_bias_matches_x_transformers
+- "randomize_positions: N (... sorted random positions from [0, N) at training time, 0..L-1 at evaluation)":
+  test_sample_positions_sorted_distinct_in_range, test_every_encoding_accepts_randomize_positions,
+  test_randomized_training_positions_reach_the_encoding
+- "rope also takes rotary_dim, interpolation_factor, ntk_base_rescale": test_rope_options_match_x_transformers,
+  test_rope_option_errors
+- "learned takes a saved table (init_from a .pt/.npy file ...; PCA to the width, standardised, init_scale, init_rows:
+  first|every_k, freeze)": test_learned_init_from_pca_standardised, test_learned_init_rows_scale_and_freeze,
+  test_learned_init_from_errors
+- "tupe_a/tupe_r take ... mode: bert_ad" ("tied by default, as the paper's BERT-Ad"): test_tupe_bert_ad_written_out,
+  test_tupe_bert_ad_cls_reset_touches_only_the_position_term
+- "... except shaw with values: true, whose value term needs the attention weights":
+  test_shaw_values_changes_output_and_default_stays_on_sdpa
+"""
 
 import math
 

@@ -1,6 +1,24 @@
 """Third wave: CoPE, Sandwich, forgetting attention (fox), ALiBi on a subset of heads, and RoPE's YaRN, dynamic
 NTK and p-RoPE options; parity with x-transformers and transformers' RoPE initialisation where they coincide,
-closed forms elsewhere. Registry-wide tests (test_encodings.py) pick the new encodings up by themselves."""
+closed forms elsewhere. Registry-wide tests (test_encodings.py) pick the new encodings up by themselves.
+
+README claims covered here:
+- "cope | contextual positions: gate sums sum_t sigmoid(q.k), interpolated q.e[p] ...; causal only":
+  test_cope_matches_x_transformers, test_cope_counts_gates, test_causal_only_refuses_an_encoder
+- "sandwich | bias (p_i.p_j - d'/2) H/(8h) from sinusoids of width sandwich_dim ..., no input embedding":
+  test_sandwich_closed_form
+- "fox | forgetting decay sum log sigmoid(w.k_t + b) (x-transformers' data-dependent ALiBi ...); causal only":
+  test_fox_matches_x_transformers_data_dependent_alibi, test_fox_bias_is_a_decay, test_causal_only_refuses_an_encoder
+- "alibi takes heads (ALiBi on the first k heads only, x-transformers' alibi_num_heads)":
+  test_alibi_heads_subset_matches_x_transformers
+- "yarn_factor (YaRN ...) ... original_length ... checked against transformers' RoPE initialisation", and rope's
+  "interleaved pairs": test_yarn_matches_transformers, test_yarn_rotation_matches_transformers_half_split_layout
+- "dynamic_ntk_factor (dynamic NTK: the base grows with the evaluated length)": test_dynamic_ntk_matches_transformers,
+  test_dynamic_ntk_rotates_with_the_frequencies_of_each_evaluated_length
+- "rope_fraction (p-RoPE ...: only the highest-frequency fraction rotates)":
+  test_p_rope_rotates_only_the_highest_frequencies
+- "an encoding option of the wrong type or range" is one line: test_bad_options_are_one_line
+"""
 
 import math
 
@@ -92,6 +110,8 @@ def test_sandwich_closed_form():
                 assert bias[h, a, b].item() == pytest.approx(expected, abs=1e-4)
     assert (bias.diagonal(dim1=-2, dim2=-1) == 0).all() and (bias <= 1e-6).all()
     torch.testing.assert_close(bias, bias.transpose(-1, -2))  # bidirectional: symmetric
+    x = torch.randn(2, len(positions), DIM)
+    assert torch.equal(enc.embed(x, positions), x)  # no input embedding: the bias is its only position signal
 
 
 def hf_config(rope_type: str, **params) -> LlamaConfig:

@@ -19,7 +19,8 @@ README claims covered here:
   test_mlm_preset_is_tupes_setting
 - "configs/glue_from_scratch.yaml is PE-Study's classifier (1 layer, d=256, 8 heads, FFN 512, length 128, batch 32)";
   "configs/pe_study_cls.yaml is PE-Study's setting: 1 layer, d=256, 8 heads, FFN 512, length 128, Adam lr 1e-4
-  (AdamW with weight decay 0, betas 0.9/0.98), batch 32, 30 epochs, BPE word pieces": test_classifier_presets_are_pe_studys
+  (AdamW with weight decay 0, betas 0.9/0.98), batch 32, 30 epochs, BPE word pieces":
+  test_classifier_presets_are_pe_studys
 - Throughput "python benchmarks/throughput.py (options: --dim --depth --heads --length --batch --encodings --threads
   --device cpu|cuda --preset bert-base --repeats) ... writes JSON and markdown under benchmarks/results/ ... --compile":
   test_throughput_benchmark_takes_the_readmes_options

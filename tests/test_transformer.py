@@ -1,6 +1,22 @@
 """Tests for lightning_modules/transformer.py, every one run over the ENCODINGS registry, causal and
 bidirectional: shapes, SDPA == a plain reference attention, causal no-leak, padding, explicit positions,
-shift invariance of the whole model."""
+shift invariance of the whole model.
+
+README claims covered here:
+- "bias (content-independent logit term, computed once per forward and shared by all layers)"; t5_bias "shared by
+  all layers": test_bias_is_computed_once_per_forward_and_shared_by_all_layers
+- "A causal model without a logit term (rope, xpos, none, absolute encodings) passes no mask and is_causal=True ...
+  also with padding": test_the_readmes_encodings_without_a_logit_term_take_the_fused_causal_path,
+  test_sdpa_gets_no_mask_unless_a_bias_or_padding_needs_one
+- "batches are right-padded, so no real query sees a padded key": test_right_padding_does_not_change_real_tokens,
+  test_fully_masked_rows_stay_finite_and_do_not_touch_real_tokens (test_encodings.py)
+- "A bias, a content term or bidirectional padding fold into one mask per forward":
+  test_sdpa_gets_no_mask_unless_a_bias_or_padding_needs_one, test_attention_content_bias_hook_matches_reference
+- "the registry-parametrised tests (shapes, no causal leakage, padding, shift invariance, SDPA == reference
+  attention) pick it up": test_output_shape_and_positional_logits, test_no_leak_from_future_tokens,
+  test_right_padding_does_not_change_real_tokens, test_shift_invariance_of_the_model, test_attention_matches_reference
+- learned "positions beyond max_length are a clear error": test_too_long_input
+"""
 
 import pytest
 import torch
@@ -276,6 +292,45 @@ def test_shift_invariance_of_the_model(name, causal):
         torch.testing.assert_close(shifted, out, atol=1e-5, rtol=1e-5)
     else:
         assert (shifted - out).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    "name", ["rope", "xpos", "none", "learned", "sinusoidal", "scaled_sinusoidal", "sinusoidal_learnable"]
+)
+def test_the_readmes_encodings_without_a_logit_term_take_the_fused_causal_path(name, monkeypatch):
+    """The README names rope, xpos, none and the absolute encodings as causal models without a logit term:
+    SDPA gets no mask and is_causal=True, also with (right) padding."""
+    calls, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+        calls.append((attn_mask, is_causal))
+        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    make_model(name, causal=True)(tokens(2, 6), padding_mask=torch.arange(6)[None, :] < torch.tensor([[6], [3]]))
+    assert calls == [(None, True)] * DEPTH
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bias_is_computed_once_per_forward_and_shared_by_all_layers(name):
+    """The contract's `bias`: called once per forward (not once per layer), and every layer receives the same
+    merged mask; `content_bias` and `rotate`, by contrast, run in every layer."""
+    model = Transformer(vocab_size=VOCAB, encoding=name, dim=DIM, depth=3, num_heads=HEADS, max_length=MAX_LEN,
+                        causal=True)  # fmt: skip
+    enc, calls, masks = model.encoding, {"bias": 0, "content_bias": 0, "rotate": 0}, []
+    for hook in calls:
+        original = getattr(enc, hook)
+
+        def counted(*args, _hook=hook, _original=original, **kwargs):
+            calls[_hook] += 1
+            return _original(*args, **kwargs)
+
+        setattr(enc, hook, counted)
+    for block in model.blocks:
+        block.register_forward_pre_hook(lambda module, args: masks.append(args[3]))
+    model(tokens(2, 7), padding_mask=torch.arange(7)[None, :] < torch.tensor([[7], [4]]))
+    assert calls == {"bias": 1, "content_bias": 3, "rotate": 3}
+    assert len(masks) == 3 and all(m is masks[0] for m in masks)
 
 
 # ----------------------------------------------------------------------------- position tables
