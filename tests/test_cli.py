@@ -1,8 +1,26 @@
 """`cli.py fit` end to end on the tiny config: every encoding trains, records are written, bad input
-is one clear line, runs are reproducible."""
+is one clear line, runs are reproducible.
+
+README claims covered here:
+- "any --trainer.*, --model.*, --data.* key can be set on the command line or in a YAML file passed with repeated
+  --config" (the README's fit commands: every encoding, causal or not, every task): test_fit_every_encoding,
+  test_fit_every_task
+- "The data's vocabulary size and longest sequence are linked into the model and --model.causal into the data, so
+  they cannot disagree": test_fit_every_encoding, test_config_saved_with_record,
+  test_linked_model_arguments_cannot_be_given
+- "A bad encoding, task or option is one line on stderr naming the valid choices (exit code 2)":
+  test_bad_names_are_one_line
+- learned "positions beyond max_length are a clear error": test_learned_table_too_short_is_clear
+- "Every run also leaves out/runs/<name>-<time>-<pid>/ with config.yaml (resolved config), checkpoints/ and
+  record.json": test_config_saved_with_record, test_wandb_offline_without_key
+- "Generated deterministically from data.seed" (the same seed, the same metrics): test_same_seed_same_metrics
+- "val/examples (evaluated examples, summed over DDP ranks)"; "DDP when there are several" GPUs (gloo on CPU here):
+  test_ddp_fit_on_two_cpu_processes
+"""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,9 +127,30 @@ def test_learned_table_too_short_is_clear(tiny_fit_args):
 
 @pytest.mark.slow  # trains a model or starts a process
 def test_config_saved_with_record(tiny_fit_args):
+    from datamodules.synthetic import SyntheticDataModule
+
     record = fit(tiny_fit_args)
-    saved = json.loads((Path(record["run_dir"]) / "record.json").read_text())
+    run_dir = Path(record["run_dir"])
+    saved = json.loads((run_dir / "record.json").read_text())
     assert saved["config"]["seed_everything"] == 0
+    assert re.fullmatch(rf"{re.escape(record['name'])}-\d{{8}}-\d{{6}}-\d+", run_dir.name)  # <name>-<time>-<pid>
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert resolved["model"]["init_args"]["dim"] == 32 and resolved["data"]["init_args"]["train_max_len"] == 4
+    data = SyntheticDataModule(**saved["config"]["data"]["init_args"])  # the data's sizes, linked into the model
+    model = saved["config"]["model"]["init_args"]
+    assert (model["vocab_size"], model["max_length"]) == (data.vocab_size, data.max_seq_len)
+
+
+def test_linked_model_arguments_cannot_be_given():
+    """--model.vocab_size and --model.max_length come from the data; given on the line they are refused."""
+    from lightning_modules.arg_checks import check_not_linked
+    from lightning_modules.errors import ConfigError
+
+    check_not_linked(["--model.dim=32", "--data.train_max_len=4"])
+    for arg in ("--model.vocab_size=3", "--model.max_length=9", "--model.init_args.max_length=9"):
+        with pytest.raises(ConfigError, match="is set from .* and cannot be given"):
+            check_not_linked(["--model.dim=32", arg])
 
 
 @pytest.mark.slow

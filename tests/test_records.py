@@ -1,0 +1,96 @@
+"""tracking/records.py on hand-built trainers and folders: the record rewritten at every validation (final,
+best by the metric's direction, history), the status of each way a run ends, the diverged-loss line, and
+which run a `run:NAME` reference picks.
+
+README claims covered here:
+- "record.json: identity (task, encoding, seed, sweep), status (running, finished, failed, diverged, interrupted),
+  final and best value of every metric, and the validation history. It is rewritten at every validation, so a
+  killed run keeps what it measured": test_record_is_rewritten_at_every_validation, test_status_of_each_ending
+- "A non-finite training loss stops the run with one line saying the step and what to try, and the record says
+  diverged": test_non_finite_loss_is_one_line_with_the_step_and_what_to_try, test_status_of_each_ending
+- "--model.init_from takes ... run:NAME (the newest finished run of that name under the output directory;
+  {encoding} and other model arguments are filled in ...)": test_run_reference_is_the_newest_finished_run_of_its_name
+"""
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lightning_modules.errors import ConfigError, DivergedError
+from lightning_modules.optim import check_finite
+from tracking.records import RECORD_FILE, RunRecord, find_checkpoint, status_of
+
+
+def trainer(step: int, **metrics: float) -> SimpleNamespace:
+    """What RunRecord reads from a Lightning trainer at the end of a validation."""
+    return SimpleNamespace(
+        callback_metrics={k: torch.tensor(v) for k, v in metrics.items()}, global_step=step, is_global_zero=True,
+        sanity_checking=False, state=SimpleNamespace(fn="fit"), interrupted=False,
+    )  # fmt: skip
+
+
+def test_record_is_rewritten_at_every_validation(tmp_path):
+    identity = {"name": "copy-rope-s0", "task": "copy", "encoding": "rope", "seed": 0, "sweep": None}
+    record = RunRecord(tmp_path, identity, {"model": {}})
+    path = tmp_path / RECORD_FILE
+    record.on_validation_end(trainer(10, **{"val/acc": 0.5, "val/loss": 2.0}), None)
+    first = json.loads(path.read_text())  # on disk after the first validation: a killed run keeps it
+    assert {k: first[k] for k in identity} == identity and first["status"] == "running"
+    assert first["final"] == first["best"] == {"val/acc": 0.5, "val/loss": 2.0}
+    assert first["history"] == [{"step": 10, "val/acc": 0.5, "val/loss": 2.0}]
+    record.on_validation_end(trainer(20, **{"val/acc": 0.25, "val/loss": 1.0}), None)
+    second = json.loads(path.read_text())
+    assert second["final"] == {"val/acc": 0.25, "val/loss": 1.0}
+    assert second["best"] == {"val/acc": 0.5, "val/loss": 1.0}  # max for accuracy, min for loss
+    assert [h["step"] for h in second["history"]] == [10, 20]
+    sanity = trainer(0, **{"val/acc": 1.0})
+    sanity.sanity_checking = True
+    record.on_validation_end(sanity, None)  # Lightning's sanity check is not a validation of the run
+    assert json.loads(path.read_text())["history"] == second["history"]
+
+
+def test_status_of_each_ending(tmp_path):
+    assert status_of(DivergedError("train/loss is nan at step 3")) == "diverged"
+    assert status_of(KeyboardInterrupt()) == "interrupted"
+    assert status_of(type("SIGTERMException", (Exception,), {})()) == "interrupted"
+    assert status_of(ValueError("boom")) == "failed"
+    record = RunRecord(tmp_path, {"name": "n"}, {})
+    record.on_exception(trainer(7), None, DivergedError("train/loss is nan at step 7"))
+    saved = json.loads((tmp_path / RECORD_FILE).read_text())
+    assert saved["status"] == "diverged" and saved["global_step"] == 7 and "step 7" in saved["error"]
+
+
+def test_non_finite_loss_is_one_line_with_the_step_and_what_to_try():
+    check_finite(torch.tensor(1.5), step=3, lr=0.1)  # finite: nothing happens
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(DivergedError) as error:
+            check_finite(torch.tensor(bad), step=42, lr=0.1)
+        message = str(error.value)
+        assert "\n" not in message and "step 42" in message
+        assert "--model.lr" in message and "gradient_clip_val" in message
+
+
+def fake_run(root: Path, folder: str, name: str, encoding: str, status: str, age: int) -> Path:
+    run = root / "runs" / folder
+    (run / "checkpoints").mkdir(parents=True)
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    checkpoint.write_bytes(b"x")
+    os.utime(checkpoint, (1_000_000 - age, 1_000_000 - age))
+    (run / RECORD_FILE).write_text(json.dumps({"name": name, "status": status, "encoding": encoding}))
+    return checkpoint
+
+
+def test_run_reference_is_the_newest_finished_run_of_its_name(tmp_path):
+    fake_run(tmp_path, "old", "mlm-rope", "rope", "finished", age=200)
+    newest = fake_run(tmp_path, "new", "mlm-rope", "rope", "finished", age=100)
+    fake_run(tmp_path, "running", "mlm-rope", "rope", "running", age=0)  # newer, but not finished
+    fake_run(tmp_path, "other", "mlm-alibi", "alibi", "finished", age=0)
+    assert find_checkpoint("run:mlm-rope", str(tmp_path), {}) == str(newest)
+    assert find_checkpoint("run:mlm-{encoding}", str(tmp_path), {"encoding": "rope"}) == str(newest)
+    assert find_checkpoint("some/path.ckpt", str(tmp_path), {}) == "some/path.ckpt"  # a path is taken as given
+    with pytest.raises(ConfigError, match="cannot fill"):
+        find_checkpoint("run:mlm-{size}", str(tmp_path), {"encoding": "rope"})
