@@ -1,5 +1,13 @@
 """The Chomsky-hierarchy config (Ruoss et al. 2023's encoder protocol) and bad input through cli.py: an option a
-variant does not have, a task option out of range, a causal-only encoding in an encoder -> one line, exit 2."""
+variant does not have, a task option out of range, a causal-only encoding in an encoder -> one line, exit 2.
+
+README claims covered here:
+- "Chomsky hierarchy, Ruoss et al. 2023's protocol (configs/chomsky.yaml, sweeps/chomsky.yaml): encoder (causal:
+  false), 5 layers, width 64, 8 heads, train lengths 1-40, evaluation every 20 lengths up to 500; score =
+  val/tok_acc_ood ...; the config defaults to 10,000 steps": test_config_is_the_ruoss_protocol, test_a_tiny_chomsky_run
+- "Task options with --data.task_options, e.g. '{modulus: 7}' ...; a missing or out-of-range one is a one-line
+  error"; xpos, cope, fox are causal only: test_bad_input_is_one_line_exit_2
+"""
 
 import os
 import subprocess
@@ -18,10 +26,17 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_config_is_the_ruoss_protocol():
+    from datamodules.synthetic import SyntheticDataModule
+    from tracking.sweep_file import load_sweep, metric_names
+
     config = yaml.safe_load((ROOT / "configs" / "chomsky.yaml").read_text())
     model, data = config["model"]["init_args"], config["data"]["init_args"]
-    assert model["causal"] is False and model["depth"] == 5 and model["dim"] == 64
+    assert model["causal"] is False and model["depth"] == 5 and model["dim"] == 64 and model["num_heads"] == 8
     assert data["min_len"] == 1 and data["train_max_len"] == 40 and data["eval_max_len"] == 500
+    assert config["trainer"]["max_steps"] == 10000
+    lengths = SyntheticDataModule(**{k: v for k, v in data.items() if k != "task"}, causal=False).eval_lengths
+    assert lengths == sorted({*range(1, 501, 20), 40, 500})  # every 20 lengths up to 500 (and the boundary)
+    assert metric_names(load_sweep(ROOT / "sweeps" / "chomsky.yaml")) == ["val/tok_acc_ood"]
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ README claims covered here:
   train_max_len), val/acc_ood (beyond) ... val/acc_best": test_per_length_exact_and_token_accuracy,
   test_summary_splits_at_train_max_len, test_acc_best_is_the_best_val_acc_so_far
 - per-length accuracy "summed across devices": test_states_sum_across_ranks
+- "The in-distribution and beyond means weigh every length equally": test_summary_splits_at_train_max_len
 - "an encoding that still cannot serve a context gets inf for it and one warning, never a crash":
   test_unservable_context_is_inf_with_one_warning
 - "BLEU by torchmetrics' SacreBLEUScore (13a tokenisation, x100)": test_mid_range_bleu_equals_sacrebleu

@@ -1,4 +1,17 @@
-"""Tests for datamodules/synthetic.py; every test runs over the TASKS registry (and both formattings)."""
+"""Tests for datamodules/synthetic.py; every test runs over the TASKS registry (and both formattings).
+
+README claims covered here:
+- "Generated deterministically from data.seed": test_deterministic
+- "train lengths in [min_len, train_max_len], validation and test at every eval_length_stride-th length up to
+  eval_max_len (default 4x; stride default 1), always including train_max_len and eval_max_len": test_lengths,
+  test_sizes_known_before_setup
+- "Decoder-only (prompt SEP answer, loss on the answer) or, with --model.causal=false, a bidirectional encoder that
+  predicts every answer token at MASK slots": test_format_example, test_batches, test_supervised_targets_are_the_answer
+- "batches are right-padded ... and padded positions carry no loss": test_batches
+- "val/loss (in distribution)": test_val_loss_counts_only_in_distribution_lengths
+- "A bad encoding, task or option is one line ... naming the valid choices": test_unknown_task_lists_choices,
+  test_config_errors
+"""
 
 import numpy as np
 import pytest
@@ -154,3 +167,26 @@ def test_config_errors(kwargs):
 def test_unknown_task_lists_choices():
     with pytest.raises(ConfigError, match="unknown task 'nope'; choose one of: copy, reverse"):
         SyntheticDataModule(task="nope")
+
+
+def test_val_loss_counts_only_in_distribution_lengths():
+    """val/loss averages the loss of the batches' examples with length <= train_max_len; longer ones only count
+    in the per-length accuracies (and in val/examples)."""
+    from types import SimpleNamespace
+
+    from lightning_modules.synthetic_model import SyntheticTaskModel
+
+    dm = make_dm("copy")
+    torch.manual_seed(0)
+    model = SyntheticTaskModel(dim=16, depth=1, num_heads=2, vocab_size=dm.vocab_size, max_length=dm.max_seq_len)
+    model._trainer = SimpleNamespace(datamodule=dm)
+    batch = dm.collate_fn(dm.val_set.examples[::3])  # lengths on both sides of train_max_len 6
+    inside = batch["length"] <= TRAIN_MAX_LEN
+    assert inside.any() and not inside.all()
+    with torch.no_grad():
+        model._eval_step(batch, "val")
+        logits = model(batch)
+    expected = model.loss(logits[inside], batch["targets"][inside])
+    assert model.losses["val"].compute().item() == pytest.approx(expected.item(), rel=1e-5)
+    assert model.losses["val"].compute().item() != pytest.approx(model.loss(logits, batch["targets"]).item(), rel=1e-3)
+    assert model.examples["val"].compute().item() == len(batch["length"])

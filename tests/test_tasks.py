@@ -1,6 +1,24 @@
 """The task registry's shared semantics test: every entry's answer equals its independent reference, its
 lengths depend on n only, its output is deterministic given the seed, and its tokens fit the vocabulary. A new
-task needs no edit here (only its generator, its reference and its registry line)."""
+task needs no edit here (only its generator, its reference and its registry line).
+
+README claims covered here:
+- the task list "copy, reverse, sort, addition, lookup; the Chomsky-hierarchy suite (regular: 4 ...; context-free:
+  4 ...; context-sensitive: 7 ...); and flip-flop language modelling (flip_flop, flip_flop_sparse, flip_flop_dense)":
+  test_families_cover_the_paper_suites
+- "addition (operands and sum least-significant digit first), lookup (...; queried indices stay in the training
+  range)": test_addition_is_least_significant_digit_first_and_lookup_queries_the_training_range
+- "defined as in the paper's code ...; deviations in the docstrings: outputs after a termination token unscored ...,
+  odds_first as the code": test_paper_examples, test_lengths_depend_on_n_only_and_tokens_fit
+- "flip_flop on FFL(0.8), flip_flop_sparse and flip_flop_dense trained on FFL(0.8) and evaluated on FFL(0.98) /
+  FFL(0.1); ... accuracy on the read positions": test_flip_flop_reads_repeat_the_last_write,
+  test_flip_flop_languages_by_split
+- "Task options with --data.task_options ...; a missing or out-of-range one is a one-line error":
+  test_bad_task_options_are_one_line, test_task_options_come_from_the_generator
+- "A new task is one generator, one reference (...; tests/test_tasks.py checks every entry against it, plus lengths
+  and seeding)": test_answer_matches_the_reference, test_lengths_depend_on_n_only_and_tokens_fit,
+  test_deterministic_given_the_seed
+"""
 
 import numpy as np
 import pytest
@@ -104,6 +122,33 @@ def test_flip_flop_reads_repeat_the_last_write():
     assert symbols(prompt)[0::2].count(i) > 360  # p_ignore 0.98 at evaluation
     (prompt, answer), _ = sample("flip_flop_sparse", 400, 0, train=True)
     assert symbols(prompt)[0::2].count(i) < 360  # 0.8 in training
+
+
+def test_addition_is_least_significant_digit_first_and_lookup_queries_the_training_range():
+    from datamodules.tasks.basic import addition_reference, addition_task
+    from datamodules.tasks.tokens import PLUS, QUERY, index_token
+
+    # 99 + 1 written LSD first: 9 9 + 1 0 -> 0 0 1 (= 100), n + 1 digits
+    assert symbols(addition_reference(tokens([9, 9]) + [PLUS] + tokens([1, 0]), 2, 12, 8)) == [0, 0, 1]
+    prompt, answer = addition_task(np.random.default_rng(0), 6, 12, 8)
+    a, b = symbols(prompt[:6]), symbols(prompt[7:])
+    as_int = lambda digits: sum(d * 10**i for i, d in enumerate(digits))  # digit i has weight 10^i
+    assert as_int(symbols(answer)) == as_int(a) + as_int(b) and len(answer) == 7
+    queried = set()
+    for seed in range(200):  # at length 40 > train_max_len 8, the queried index still lies in 0..7
+        (prompt, answer), _ = sample("lookup", 40, seed)
+        assert prompt[-2] == QUERY
+        queried.add(prompt[-1] - index_token(0, NUM_SYMBOLS))
+    assert queried == set(range(TRAIN_MAX_LEN))
+
+
+def test_flip_flop_languages_by_split():
+    """flip_flop: FFL(0.8) in training and evaluation; flip_flop_dense: FFL(0.8) in training, FFL(0.1) in
+    evaluation (flip_flop_sparse: FFL(0.98), test_flip_flop_reads_repeat_the_last_write)."""
+    ignore = 4
+    share = lambda task, train: symbols(sample(task, 2000, 0, train)[0][0])[2::2].count(ignore) / 2000
+    assert 0.77 < share("flip_flop", True) < 0.83 and 0.77 < share("flip_flop", False) < 0.83
+    assert 0.77 < share("flip_flop_dense", True) < 0.83 and 0.07 < share("flip_flop_dense", False) < 0.13
 
 
 @pytest.mark.parametrize(
