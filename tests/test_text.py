@@ -1,7 +1,42 @@
-"""Text LM data (tokenizers, cache, packed blocks, evaluation windows) and the causal LM module."""
+"""Text LM data (tokenizers, cache, packed blocks, evaluation windows) and the causal LM module.
+
+README claims covered here:
+- "train on packed blocks of data.block_size tokens, evaluate perplexity at block_size * f for every f in
+  data.eval_factors (default 1, 2, 4) on NON-overlapping windows (stride = window)"; "data.max_train_blocks /
+  data.max_eval_tokens cut slices": test_training_blocks_are_packed_and_targets_shifted_by_one,
+  test_eval_windows_are_non_overlapping_at_each_context
+- "Logged: train/loss, val/loss and val/ppl at the training context, val/ppl_ctx_<n> per context (and test/...)":
+  test_few_step_fit_logs_perplexity_per_context
+- "--data.eval_stride S (1 <= S <= block_size; default null = non-overlapping only)":
+  test_bad_eval_stride_is_one_line_exit_2_and_writes_nothing
+- "windows of n tokens moved by S, each token scored exactly once (the same tokens as the non-overlapping mode) with
+  at least n - S tokens of context before it": test_sliding_windows_hand_checked,
+  test_sliding_windows_score_each_token_once_with_enough_context
+- "at n = S it equals val/ppl_ctx_<n>": test_sliding_perplexity_equals_non_overlapping_at_stride_window
+- "The model's max_length is linked to the longest context" (data.max_seq_len = block_size * max(eval_factors)):
+  test_training_blocks_are_packed_and_targets_shifted_by_one
+- "an encoding that still cannot serve a context gets inf for it and one warning, never a crash":
+  test_context_beyond_an_encodings_table_is_inf_not_a_crash
+- "local files under data.data_dir, resolved against the repository root; data.hub_name for the hub, with a
+  one-line hint to use local files when the hub is unreachable": test_data_dir_is_resolved_against_the_repository_root,
+  test_missing_file_is_one_line_config_error, test_unreachable_hub_is_one_line_error
+- "Splits: tinyshakespeare input.txt 90/5/5 by characters (cut at line breaks); wikitext2 ... train = first 90 % of
+  valid.txt, validation = its last 10 %, test = test.txt": test_splits_are_disjoint_and_deterministic,
+  test_wikitext2_splits_valid_90_10_and_tests_on_test_txt
+- "Tokenizers: char, word (whitespace; line break = <eos>), byte-level bpe (vocab_size_limit); auto = char for
+  tinyshakespeare, word for wikitext2; specials [PAD] [CLS] [SEP] [MASK] [UNK]":
+  test_tokenizer_trains_once_then_loads_from_cache, test_char_tokenizer_round_trips_and_auto_picks_per_task,
+  test_word_tokenizer_splits_on_whitespace_with_eos_lines
+- "trained on the training split only and cached under <datasets cache>/pe_tokenizers/ (or $PE_TOKENIZER_CACHE),
+  keyed by task, tokenizer, vocabulary limit and the files' size and mtime":
+  test_tokenizer_trains_once_then_loads_from_cache,
+  test_tokenizer_sees_the_training_split_only_and_is_keyed_by_the_files
+- "A bad encoding, task or option is one line": test_unknown_task_and_tokenizer_are_one_line_errors
+"""
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -223,3 +258,55 @@ def test_bad_eval_stride_is_one_line_exit_2_and_writes_nothing(stride, tmp_path,
     assert not any(tmp_path.iterdir())
     with pytest.raises(ConfigError, match="eval_stride must be in"):
         TextDataModule(task="tinyshakespeare", eval_stride=int(stride), **SMALL)
+
+
+def test_data_dir_is_resolved_against_the_repository_root(tmp_path, monkeypatch):
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)  # not the current directory
+    assert text.resolve_dir("../shared/data") == root / "../shared/data"
+    assert text.resolve_dir(str(tmp_path)) == tmp_path
+    folder = tmp_path / "wikitext-2"
+    folder.mkdir()
+    for name in ("valid.txt", "test.txt"):
+        (folder / name).write_text("x\n")
+    relative = os.path.relpath(tmp_path, root)  # relative to the repository, not to the current directory
+    assert text.corpus_paths("wikitext2", relative)["test"] == root / relative / "wikitext-2" / "test.txt"
+    with pytest.raises(ConfigError, match="data file not found"):
+        text.corpus_paths("wikitext2", ".")  # the current directory holds wikitext-2/, the repository does not
+
+
+def test_wikitext2_splits_valid_90_10_and_tests_on_test_txt():
+    valid = "".join(f"= line {i} =\n" for i in range(100))
+    train, val, test = text.split_wikitext2({"valid": valid, "test": "held out\n"})
+    assert train + val == valid and test == "held out\n"
+    assert train.endswith("\n") and 0.89 < len(train) / len(valid) < 0.91
+
+
+def test_word_tokenizer_splits_on_whitespace_with_eos_lines():
+    tokenizer, trainer = text.new_tokenizer("word", 100)
+    tokenizer.train_from_iterator(["the cat sat\non the mat\n"], trainer=trainer)
+    ids = text.encode(tokenizer, "the  cat\nsat")
+    assert [tokenizer.id_to_token(i) for i in ids.tolist()] == ["the", "cat", "<eos>", "sat"]
+
+
+def test_tokenizer_sees_the_training_split_only_and_is_keyed_by_the_files(tmp_path, monkeypatch):
+    monkeypatch.setenv(text.CACHE_ENV, str(tmp_path / "cache"))
+    corpus = tmp_path / "data" / "tinyshakespeare" / "input.txt"
+    corpus.parent.mkdir(parents=True)
+    corpus.write_text("abc cab\n" * 95 + "xyz Z\n" * 5)  # 'Z' only in the last 5 %: the test split
+    small = dict(task="tinyshakespeare", data_dir=str(tmp_path / "data"), block_size=4, eval_factors=[1])
+    dm = TextDataModule(**small)
+    assert dm.tokenizer.token_to_id("a") is not None and dm.tokenizer.token_to_id("Z") is None
+    assert dm.tokenizer_file.parent == tmp_path / "cache"
+    trained = text.TRAIN_COUNT["n"]
+    assert TextDataModule(**small).tokenizer_file == dm.tokenizer_file and text.TRAIN_COUNT["n"] == trained
+    assert TextDataModule(**small, vocab_size_limit=50).tokenizer_file != dm.tokenizer_file
+    stat = corpus.stat()
+    os.utime(corpus, (stat.st_atime, stat.st_mtime + 10))  # the same text, a newer file: a new tokenizer
+    newer = TextDataModule(**small)
+    assert newer.tokenizer_file != dm.tokenizer_file and text.TRAIN_COUNT["n"] == trained + 2
+    assert "tinyshakespeare" in newer.tokenizer_file.name and "char" in newer.tokenizer_file.name
+    monkeypatch.delenv(text.CACHE_ENV)
+    import datasets
+
+    assert text.tokenizer_cache_dir() == Path(datasets.config.HF_DATASETS_CACHE) / "pe_tokenizers"
