@@ -1,5 +1,39 @@
-"""Masked-LM pre-training data and module, GLUE data, metrics and fine-tuning from an MLM checkpoint."""
+"""Masked-LM pre-training data and module, GLUE data, metrics and fine-tuning from an MLM checkpoint.
 
+README claims covered here:
+- "every block is [CLS] + 127 tokens of the packed stream, so [CLS] is always at position 0":
+  test_blocks_start_with_cls_and_pack_the_stream (block_size 128: test_presets.py)
+- "each non-special token is selected with probability 0.15 (80 % [MASK], 10 % random token, 10 % kept)":
+  test_masking_rates_within_tolerance_and_specials_never_masked
+- "afresh every epoch for training (dynamic masking) and once, seeded, for validation":
+  test_validation_masks_are_fixed_and_training_masks_dynamic
+- "post-LN layers, linear warm-up then linear decay": test_linear_warm_up_then_linear_decay (the preset:
+  test_presets.py)
+- "logged val/loss, val/acc (masked tokens) and val/ppl. Each checkpoint also holds the tokenizer":
+  test_fine_tune_loads_the_pretrained_encoder_and_tokenizer
+- "SST-2, CoLA, MRPC, RTE, STS-B from the GLUE TSVs under data.data_dir/glue/ (dev = validation; data.hub_name=glue
+  online)": test_glue_task_reads_labels_and_batches, test_sst2_dev_is_the_published_split,
+  test_unreachable_hub_is_a_one_line_error, test_missing_glue_file_and_unknown_task_are_one_line_errors
+- "inputs [CLS] a [SEP] or [CLS] a [SEP] b [SEP] truncated longest-first":
+  test_pair_inputs_are_cls_a_sep_b_sep_truncated_longest_first
+- "the head reads the [CLS] state (pooling: mean for the mean)"; STS-B "regressed with MSE":
+  test_head_reads_the_cls_state_or_the_mean_and_stsb_regresses_with_mse
+- "Metrics from torchmetrics, as GLUE: val/acc (SST-2, RTE, MRPC), val/f1 (MRPC), val/mcc (CoLA), val/pearson and
+  val/spearman (STS-B ...), and val/score, the task's mean of them": test_glue_metrics_equal_scikit_learn,
+  test_fine_tune_loads_the_pretrained_encoder_and_tokenizer, test_from_scratch_classifier_config_trains
+- "--model.init_from takes a MaskedLMModel checkpoint or run:NAME (...; {encoding} and other model arguments are
+  filled in)"; "the data then uses the checkpoint's tokenizer and max_length":
+  test_fine_tune_loads_the_pretrained_encoder_and_tokenizer
+- "The checkpoint's encoding and sizes must equal the model's (one-line error naming the difference)":
+  test_mismatched_checkpoint_is_a_one_line_error
+- "Without init_from, a BPE tokenizer is trained on the task's training sentences and cached":
+  test_glue_tokenizer_trains_once_then_loads_from_cache, test_glue_token_ids_are_cached_for_the_next_run
+- "unset, untie_cls is on for the masked-LM and classification models ... and off for causal LM, synthetic ...
+  models ...; untie_cls: true there is a one-line error. mode: bert_ad is tied by default":
+  test_untie_cls_follows_where_cls_sits
+"""
+
+import inspect
 import json
 from pathlib import Path
 
@@ -14,7 +48,7 @@ from datamodules.glue import CLS, GLUE_TASKS, SEP, GLUEDataModule, join_segments
 from datamodules.masked_lm import MASK, NUM_SPECIAL, MaskedLMDataModule, cls_blocks, mask_tokens
 from lightning_modules.classifier import GLUE_METRICS, SequenceClassifier, task_metrics
 from lightning_modules.errors import ConfigError
-from lightning_modules.masked_lm import TOKENIZER_KEY
+from lightning_modules.masked_lm import TOKENIZER_KEY, MaskedLMModel
 
 MLM_SMALL = {"task": "tinyshakespeare", "tokenizer": "bpe", "vocab_size_limit": 300, "block_size": 16,
              "max_train_blocks": 64, "max_eval_blocks": 8, "batch_size": 8}  # fmt: skip
@@ -245,3 +279,32 @@ def test_untie_cls_follows_where_cls_sits(encoding):
         assert build(**small).encoding.untie_cls is False
         with pytest.raises(ConfigError, match="untie_cls needs \\[CLS\\] at position 0"):
             build(**small, encoding_options={"untie_cls": True})
+
+
+def test_linear_warm_up_then_linear_decay():
+    from lightning_modules.optim import lr_factor
+
+    factor = lr_factor("linear", warmup_steps=4, total_steps=14)
+    assert [factor(step) for step in range(4)] == [0.25, 0.5, 0.75, 1.0]  # linear warm-up
+    assert [factor(step) for step in (4, 9, 14, 20)] == [1.0, 0.5, 0.0, 0.0]  # then linear to 0
+    defaults = inspect.signature(MaskedLMModel.__init__).parameters  # the model's own defaults: post-LN, linear
+    assert defaults["post_norm"].default is True and defaults["lr_decay"].default == "linear"
+
+
+def test_head_reads_the_cls_state_or_the_mean_and_stsb_regresses_with_mse():
+    small = {"encoding": "learned", "dim": 16, "depth": 1, "num_heads": 2, "vocab_size": 20, "max_length": 8}
+    tokens = torch.tensor([[CLS, 7, 8, SEP, 0, 0], [CLS, 9, SEP, 10, 11, SEP]])
+    mask = tokens != 0
+    for pooling in ("cls", "mean"):
+        torch.manual_seed(0)
+        model = SequenceClassifier(num_labels=3, pooling=pooling, **small).eval()
+        with torch.no_grad():
+            hidden = model.transformer(tokens, padding_mask=mask)
+            pooled = hidden[:, 0] if pooling == "cls" else (hidden * mask[..., None]).sum(1) / mask.sum(1, True)
+            torch.testing.assert_close(model(tokens, mask), model.head(pooled))
+    regressor = SequenceClassifier(num_labels=1, task="stsb", **small).eval()
+    batch = {"tokens": tokens, "padding_mask": mask, "labels": torch.tensor([1.5, 4.0])}
+    with torch.no_grad():
+        loss, scores = regressor.loss_and_predictions(batch)
+    assert scores.shape == (2,)
+    torch.testing.assert_close(loss, torch.nn.functional.mse_loss(scores, batch["labels"]))
