@@ -1,5 +1,33 @@
 """Text classification from TSV / CSV / JSON-lines files: classes, quoting, unicode, header-less files, splits,
-PE-Study's presets, one-line errors naming file and row, multi-class metrics and a CLI run."""
+PE-Study's presets, one-line errors naming file and row, multi-class metrics and a CLI run.
+
+README claims covered here:
+- "Files: TSV (read unquoted), CSV (standard quoting) or JSON lines, by suffix or data.format; a text column,
+  optionally data.text_pair_column for pairs, and a label column with any number of string or integer classes":
+  test_every_format_reads_the_same_rows_and_classes, test_header_less_file_integer_labels_and_pairs
+- "Header-less files: data.header=false with data.column_names (else columns are named 0, 1, ...)":
+  test_header_less_file_integer_labels_and_pairs
+- "The label set is the training split's, sorted (numerically when all are integers); its names go to the
+  classifier's labels, so the checkpoint's hparams and the run record keep them":
+  test_header_less_file_integer_labels_and_pairs, test_cli_trains_three_classes_and_saves_the_label_set,
+  test_classifier_refuses_label_names_of_the_wrong_count
+- "Splits: data.val_file / data.test_file, or cut from the training file with data.split_seed, stratified ...: the
+  test set a data.test_fraction or fold data.fold of data.folds (stratified K-fold), the validation set a
+  data.val_fraction of the rest": test_seeded_and_kfold_splits_are_disjoint_stratified_and_reproducible
+- "Metrics (torchmetrics): val/acc, val/macro_f1 over all classes and val/score = accuracy; the test split with
+  python cli.py test --config ... --ckpt_path <run>/checkpoints/last.ckpt": test_multiclass_metrics_equal_scikit_learn,
+  test_cli_trains_three_classes_and_saves_the_label_set
+- "Bad files stop with one line naming the file and the row (rows count from 1 after the header): empty file,
+  missing column, malformed row, empty value, a label the training split does not have (exit 2)":
+  test_bad_training_file_is_one_line_naming_file_and_row, test_unseen_label_and_malformed_json_name_the_row,
+  test_cli_bad_file_exits_2_with_one_line
+- "Presets: mr, cr, subj, mpqa read ../shared/data/pe_study_cls/<NAME>/all.tsv (... 10 stratified folds with seed
+  1111, data.fold 0-9 is the test fold; the validation set is a stratified 10 % of the other nine folds)":
+  test_local_presets_read_senteval_files_with_10_fold_protocol
+- "trec (6 classes) and sst (binary, sentence level) have no local copy: offline, pass --data.train_file /
+  --data.test_file ..., as the error says": test_presets_without_local_copy_say_what_to_pass
+- "Online, data.hub_name loads a set from the hub instead": test_unreachable_hub_is_one_line
+"""
 
 import json
 from pathlib import Path
@@ -157,6 +185,7 @@ def test_local_presets_read_senteval_files_with_10_fold_protocol(preset):
     sizes = {s: len(dm.splits[s][0]) for s in ("val", "test")}
     total = {"mr": 10662, "cr": 3771, "subj": 10000, "mpqa": 10603}[preset]
     assert dm.folds == 10 and dm.num_labels == 2 and abs(sizes["test"] - total / 10) <= 1
+    assert dm.split_seed == 1111 and dm.fold == 0 and dm.val_fraction == 0.1  # SentEval's seed; 10 % validation
     assert set(dm.label_names) in ({"neg", "pos"}, {"objective", "subjective"})
     assert set(dm.splits["train"][1]) == {0.0, 1.0}  # the files list one class first: a cut subset has both
 
@@ -209,3 +238,12 @@ def test_cli_trains_three_classes_and_saves_the_label_set(tmp_path):
     (checkpoint,) = (tmp_path / "runs").glob("cls-*/checkpoints/last.ckpt")
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)["hyper_parameters"]
     assert saved["labels"] == ["alpha", "beta", "gamma"] and saved["num_labels"] == 3 and saved["task"] == "cls-train"
+    cli_main([  # the README's test command: the same data options and the run's checkpoint
+        "test", "--config=configs/pe_study_cls.yaml", "--model.dim=32", "--model.num_heads=4", *QUIET,
+        "--data.preset=null", f"--data.train_file={train}", "--data.text_column=text", "--data.vocab_size_limit=300",
+        "--data.max_length=16", "--data.batch_size=8", f"--ckpt_path={checkpoint}", f"--run.out_dir={tmp_path}",
+        "--run.name=cls-test",
+    ])  # fmt: skip
+    (tested,) = (tmp_path / "runs").glob("cls-test-*/record.json")
+    tested = json.loads(tested.read_text())
+    assert tested["status"] == "finished" and {"test/acc", "test/macro_f1"} <= set(tested["final"])
