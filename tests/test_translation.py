@@ -1,5 +1,27 @@
 """Multi30k translation: joint tokenizer and cache, shifted batches, greedy and beam decoding, BLEU, source
-padding, every encoding on the decoder side, and `cli.py fit` with independent encoder/decoder encodings."""
+padding, every encoding on the decoder side, and `cli.py fit` with independent encoder/decoder encodings.
+
+README claims covered here:
+- "Encoder-decoder Transformer whose encoder and decoder self-attention carry independent registered encodings
+  (cross-attention has no positional term)": test_few_step_fit_with_independent_encodings,
+  test_every_encoding_decodes, test_source_padding_changes_nothing_at_real_positions,
+  test_cross_attention_has_no_positional_term_and_embeddings_are_tied
+- "xpos is causal-only and so decoder-only": test_xpos_encoder_is_a_one_line_error, test_every_encoding_decodes
+- "One joint byte-level BPE over the English and German training text; tied embeddings":
+  test_joint_tokenizer_trains_once_then_loads_from_cache,
+  test_cross_attention_has_no_positional_term_and_embeddings_are_tied
+- "Decoding without a KV cache (correct for every encoding): greedy, and batched beam search (beam_size, default 5,
+  score = mean token log-probability)": test_greedy_and_beam_return_valid_sequences_and_beam_one_is_greedy,
+  test_exhaustive_beam_finds_the_best_hypothesis_and_never_loses_to_greedy, test_every_encoding_decodes,
+  test_cross_attention_has_no_positional_term_and_embeddings_are_tied
+- "BLEU by torchmetrics' SacreBLEUScore (13a tokenisation, x100) on detokenised output":
+  test_bleu_is_100_for_perfect_and_0_for_disjoint_predictions, test_batches_are_padded_and_targets_shifted
+- "val/bleu greedy on the first val_bleu_batches batches, test/bleu beam and test/bleu_greedy on test_2016_flickr;
+  val/loss, val/ppl token NLL": test_test_step_logs_beam_and_greedy_bleu, test_few_step_fit_with_independent_encodings
+- "A run is named and compared by <encoder>+<decoder>": test_few_step_fit_with_independent_encodings
+- TUPE's [CLS] untying "off for ... translation models ...; untie_cls: true there is a one-line error":
+  test_cross_attention_has_no_positional_term_and_embeddings_are_tied
+"""
 
 import itertools
 import json
@@ -221,6 +243,31 @@ def test_every_encoding_decodes(encoding):
     beam, scores = model.beam_search(src, src_mask, beam_size=2, max_len=5)
     check_hypotheses(beam, 5)
     assert torch.isfinite(scores).all()
+
+
+def test_cross_attention_has_no_positional_term_and_embeddings_are_tied():
+    """Cross-attention ignores where a source token sits (permuting the encoder output permutes nothing in the
+    result); one (vocabulary, width) matrix embeds source and target and projects the output; beam 5 by default;
+    TUPE's [CLS] untying stays off on both sides (position 0 is an ordinary token), forcing it is an error."""
+    from lightning_modules.translation import CrossAttention
+
+    torch.manual_seed(0)
+    cross = CrossAttention(dim=16, num_heads=4, dropout=0.0).eval()
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    allowed = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]
+    permutation = torch.tensor([4, 2, 0, 3, 1])
+    with torch.no_grad():
+        torch.testing.assert_close(cross(x, memory, allowed),
+                                   cross(x, memory[:, permutation], allowed[..., permutation]))  # fmt: skip
+    model = tiny_model(40)
+    embeddings = [key for key, p in model.named_parameters() if p.shape == (40, TINY_MODEL["dim"])]
+    assert embeddings == ["encoder.token_emb.weight"] and model.hparams.beam_size == 5
+    hidden = torch.randn(2, 3, TINY_MODEL["dim"])
+    torch.testing.assert_close(model.logits(hidden), hidden @ model.token_emb.weight.T)
+    tupe = tiny_model(40, encoder="tupe_a", decoder="tupe_r")
+    assert tupe.encoder.encoding.untie_cls is False and tupe.decoder.encoding.untie_cls is False
+    with pytest.raises(ConfigError, match="untie_cls needs \\[CLS\\] at position 0"):
+        tiny_model(40, encoder="tupe_a", encoder_encoding_options={"untie_cls": True})
 
 
 def test_xpos_encoder_is_a_one_line_error(capsys):
