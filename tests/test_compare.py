@@ -1,5 +1,42 @@
 """`cli.py compare` on hand-made records: aggregation over seeds, ranks, exclusions with reasons, the
-Welch statement, machine formats, the HTML report, the W&B path (fake Api) and one offline W&B fit."""
+Welch statement, machine formats, the HTML report, the W&B path (fake Api) and one offline W&B fit.
+
+README claims covered here:
+- "python cli.py compare # every run under out/: encoding x task table"; "--sweep quickstart" (one study, its
+  metric); "--format latex # table | csv | json | markdown | latex"; "--wandb ENTITY/PROJECT # the same from the W&B
+  API": test_compare_main_reads_a_sweep_its_metric_and_varied_parameters, test_machine_formats_parse,
+  test_several_metrics_side_by_side_and_latex, test_wandb_path_with_a_fake_api
+- "Each cell is the mean (or --aggregate median) +- std over seeds with n and a 95 % percentile bootstrap interval of
+  that aggregate (scipy.stats.bootstrap, 10,000 resamples, RNG seed 0, so the same records always print the same
+  interval)": test_cells_mean_std_n_ci_ranks_and_best, test_intervals_stay_in_the_metric_range_and_are_reproducible
+- "A percentile interval ... never leaves their range, and so never the metric's range":
+  test_intervals_stay_in_the_metric_range_and_are_reproducible
+- "Numbers are printed to two significant digits of the interval's width (three significant digits for a single
+  seed)": test_numbers_carry_two_significant_digits_of_the_interval_width
+- "The best cell per column is marked, each column is ranked and rows carry the mean rank and the mean reciprocal
+  rank": test_cells_mean_std_n_ci_ranks_and_best, test_min_goal_ranks_lowest_first_and_best_value
+- "a Welch t-test says whether the best row is separated from the runner-up ...; with more than two rows every pair is
+  tested and the p-values are Holm-adjusted ... (--format json lists every pair)": test_welch_statement_per_column,
+  test_holm_matches_the_hand_computed_step_down
+- "--metric a,b puts several metrics side by side, each ranked on its own (by the sweep file's goal when the file
+  names the metric, else by its name ...) and then (table format) their Pareto front":
+  test_several_metrics_side_by_side_and_latex,
+  test_several_metrics_rank_by_the_declared_goal_and_show_their_pareto_front
+- "--best-over KEY ...: per cell only the value of KEY with the best aggregate is kept, written @value ...; with
+  several metrics it is chosen on the first and kept for the others":
+  test_best_over_keeps_the_best_aggregate_per_cell_and_names_it
+- "A KEY that takes a single value among the selected runs is one line naming the keys that do vary":
+  test_best_over_a_key_that_does_not_vary_is_one_line_exit_2
+- "Runs that did not finish, lack the metric or were trained with a different config than the rest of their cell are
+  excluded and listed with the reason": test_unusable_runs_are_excluded_and_reported,
+  test_mixed_configs_keep_the_majority_or_exclude_the_cell
+- "--report DIR writes bar charts with error bars, accuracy vs length with the training boundary, validation curves
+  ... and, for LM runs, perplexity vs context, all in one HTML page": test_report_has_every_plot_and_page_refers_to_each
+- Quick start "ends by printing ... the encoding x task comparison, with ... val/acc ... and ... val/acc_ood ... side
+  by side"; "A run is named and compared by <encoder>+<decoder>":
+  test_end_of_sweep_comparison_shows_in_distribution_and_beyond_length,
+  test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding
+"""
 
 import csv
 import io
@@ -303,6 +340,17 @@ def tupe_records() -> list[dict]:
     """lr 1e-3: seeds 0.5, 0.6, 0.9 (mean 0.667, median 0.6); lr 1e-2: 0.7, 0.7, 0.1 (mean 0.5, median 0.7)."""
     accs = {0.001: [0.5, 0.6, 0.9], 0.01: [0.7, 0.7, 0.1]}
     return [rec("rope", seed=s, acc=a, lr=lr) for lr, values in accs.items() for s, a in enumerate(values)]
+
+
+def test_numbers_carry_two_significant_digits_of_the_interval_width():
+    wide = C.Cell([{}] * 3, [0.9, 0.8, 1.0])  # interval [0.80, 1.00]: width 0.2
+    assert wide.decimals == 2 and C.cell_text(wide, 1, False) == "0.90 ± 0.10 (n=3) [0.80, 1.00] #1"
+    narrow = C.Cell([{}] * 3, [0.5011, 0.5023, 0.5032])  # width about 0.002: two significant digits of it
+    low, high = narrow.ci
+    assert narrow.decimals == 1 - math.floor(math.log10(high - low)) == 4
+    assert C.cell_number(narrow.center, narrow) == f"{narrow.center:.4f}"
+    single = C.Cell([{}], [0.123456])  # one seed: no interval, three significant digits
+    assert single.decimals is None and C.cell_text(single, 1, True) == "* 0.123 (n=1) #1"
 
 
 def test_best_over_keeps_the_best_aggregate_per_cell_and_names_it():
