@@ -1,6 +1,20 @@
 """Pre-trained position tables (PE-Study): tiny random GPT-2 / BERT / RoBERTa models saved by transformers are
 read exactly (RoBERTa without its padding offset), probed, and transferred into `learned`; .npy / .pt tables;
-an unreachable hub name is one line."""
+an unreachable hub name is one line.
+
+README claims covered here:
+- "cli.py probe --hf-model path/to/bert-base-uncased ... # a pre-trained table"; "--hf-model takes a folder saved by
+  transformers (save_pretrained) or a hub name (online only; an unreachable name is one line asking for a local
+  folder, exit 2)": test_probe_reads_hf_models_and_tables, test_unreachable_hub_and_bad_sources_are_one_line
+- "reads, through transformers (safetensors, or .bin with weights_only), GPT-2's wpe, BERT's
+  embeddings.position_embeddings or RoBERTa's, without RoBERTa's first padding_idx + 1 rows":
+  test_the_exact_table_is_read, test_bin_weights_are_read_and_a_crafted_pt_table_is_refused,
+  test_unsupported_family_is_named
+- "--table reads a .npy array or a .pt file holding one tensor": test_probe_reads_hf_models_and_tables,
+  test_bin_weights_are_read_and_a_crafted_pt_table_is_refused
+- "The same sources feed learned's init_from (PE-Study's transfer setting)"; learned "init_from a .pt/.npy file or a
+  Hugging Face GPT-2 / BERT / RoBERTa model folder": test_learned_init_from_a_hf_model_folder
+"""
 
 import numpy as np
 import pytest
@@ -101,6 +115,29 @@ def test_unreachable_hub_and_bad_sources_are_one_line(monkeypatch, tmp_path, cap
         with pytest.raises(ConfigError, match=message) as error:
             probe_main(args)
         assert "\n" not in str(error.value)
+
+
+class _Evil:
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {os.environ['PE_EVIL_MARKER']}",))
+
+
+def test_bin_weights_are_read_and_a_crafted_pt_table_is_refused(tmp_path, monkeypatch):
+    """A model folder saved with `.bin` weights (no safetensors) reads the same table; a `.pt` table holding a
+    pickle that would run code is refused with one line (weights_only=True) and the code never runs."""
+    model, _, expected = tiny_model("gpt2")
+    model.save_pretrained(tmp_path / "bin")  # transformers 5 writes safetensors only: rewrite its weights as .bin
+    (tmp_path / "bin" / "model.safetensors").unlink()
+    torch.save(model.state_dict(), tmp_path / "bin" / "pytorch_model.bin")
+    assert torch.equal(hf_position_table(str(tmp_path / "bin")), expected.detach())
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("PE_EVIL_MARKER", str(marker))
+    torch.save({"table": _Evil()}, tmp_path / "evil.pt")
+    with pytest.raises(ConfigError, match="--table: cannot read") as error:
+        probe_main(["--table", str(tmp_path / "evil.pt"), *SMALL])
+    assert "\n" not in str(error.value) and not marker.exists()
 
 
 def test_unsupported_family_is_named(tmp_path):
