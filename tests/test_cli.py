@@ -16,6 +16,8 @@ README claims covered here:
 - "Generated deterministically from data.seed" (the same seed, the same metrics): test_same_seed_same_metrics
 - "val/examples (evaluated examples, summed over DDP ranks)"; "DDP when there are several" GPUs (gloo on CPU here):
   test_ddp_fit_on_two_cpu_processes
+- "Without an API key (no WANDB_API_KEY, no ~/.netrc entry) runs are offline": test_wandb_offline_without_key
+- bad input "--model.vocab_size (set from the data)": test_linked_model_arguments_cannot_be_given
 """
 
 import json
