@@ -3,6 +3,13 @@
 Tiny models (C 16, 2 layers) so that compiling dominates; `dynamic=True` so one compile serves both
 lengths. Dynamo's caches are reset per test: all encodings share the Block code, and past the recompile
 limit dynamo would silently fall back to eager.
+
+README claims covered here:
+- "--compile compiles both models' blocks (torch.compile, opt-in; every task module also takes --model.compile=true,
+  and every registered encoding compiles and matches eager)": test_compiled_forward_matches_eager,
+  test_compiled_training_step_matches_eager, test_task_modules_compile_flag,
+  test_translation_compiles_encoder_and_decoder_blocks, test_compiled_model_keeps_its_state_dict_keys
+  (the benchmark's --compile flag: test_presets.py)
 """
 
 import pytest
@@ -12,11 +19,14 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
 from lightning_modules.causal_lm import CausalLMModel
+from lightning_modules.classifier import SequenceClassifier
 from lightning_modules.compiling import NOT_COMPILABLE, check_compilable, compile_blocks
 from lightning_modules.encodings import ENCODINGS
 from lightning_modules.errors import ConfigError
+from lightning_modules.masked_lm import MaskedLMModel
 from lightning_modules.synthetic_model import SyntheticTaskModel
 from lightning_modules.transformer import Transformer
+from lightning_modules.translation import TranslationModel
 
 pytestmark = pytest.mark.slow  # generates and builds C++ kernels: a few seconds per encoding on one core
 
@@ -78,9 +88,9 @@ def test_default_options_recompile_once_for_a_new_length():
     assert counters["stats"]["unique_graphs"] == 2
 
 
-@pytest.mark.parametrize("module", [SyntheticTaskModel, CausalLMModel])
+@pytest.mark.parametrize("module", [SyntheticTaskModel, CausalLMModel, MaskedLMModel, SequenceClassifier])
 def test_task_modules_compile_flag(module, monkeypatch):
-    sizes = {"dim": 16, "depth": 2, "num_heads": 2}
+    sizes = {"dim": 16, "depth": 2, "num_heads": 2, "encoding": "rope"}
     plain, compiled = module(**sizes), module(**sizes, compile=True)
     assert all(block._compiled_call_impl is None for block in plain.transformer.blocks)
     assert all(block._compiled_call_impl is not None for block in compiled.transformer.blocks)
@@ -88,6 +98,14 @@ def test_task_modules_compile_flag(module, monkeypatch):
     monkeypatch.setitem(NOT_COMPILABLE, "rope", "a reason")
     with pytest.raises(ConfigError, match="rope"):
         module(**sizes, compile=True)
+
+
+def test_translation_compiles_encoder_and_decoder_blocks():
+    sizes = {"dim": 16, "encoder_depth": 1, "decoder_depth": 1, "num_heads": 2, "vocab_size": 300}
+    compiled = TranslationModel(**sizes, compile=True)
+    blocks = [*compiled.encoder.blocks, *compiled.decoder.blocks]
+    assert len(blocks) == 2 and all(block._compiled_call_impl is not None for block in blocks)
+    assert all(block._compiled_call_impl is None for block in TranslationModel(**sizes).encoder.blocks)
 
 
 def test_compiled_model_keeps_its_state_dict_keys():
