@@ -33,7 +33,7 @@ def test_config_is_the_ruoss_protocol():
     model, data = config["model"]["init_args"], config["data"]["init_args"]
     assert model["causal"] is False and model["depth"] == 5 and model["dim"] == 64 and model["num_heads"] == 8
     assert data["min_len"] == 1 and data["train_max_len"] == 40 and data["eval_max_len"] == 500
-    assert config["trainer"]["max_steps"] == 10000
+    assert config["trainer"]["max_steps"] == 10000 and data["batch_size"] == 128
     lengths = SyntheticDataModule(**{k: v for k, v in data.items() if k != "task"}, causal=False).eval_lengths
     assert lengths == sorted({*range(1, 501, 20), 40, 500})  # every 20 lengths up to 500 (and the boundary)
     assert metric_names(load_sweep(ROOT / "sweeps" / "chomsky.yaml")) == ["val/tok_acc_ood"]

@@ -2,6 +2,7 @@
 (sinusoid, ALiBi slopes, T5 buckets, TUPE's [CLS] scheme) and numerical parity with x-transformers.
 
 README claims covered here:
+- "none | no positional information (NoPE)": test_none_adds_no_position
 - "sinusoidal | fixed sin/cos table, interleaved, no scaling": test_sinusoid_hand_computed_entries,
   test_sinusoid_formula
 - "t5_bias | bucketed relative bias (32 buckets, max distance 128)": test_t5_bucket_table_bidirectional,
@@ -251,6 +252,16 @@ def test_the_readmes_options_and_defaults_are_the_encodings():
         for (owner, option), default in README_DEFAULTS.items():
             if owner == name:
                 assert getattr(enc, option) == default, (name, option)
+
+
+def test_none_adds_no_position():
+    """NoPE: no table, no logit term, no rotation; its model is the same for any positions."""
+    enc = build_encoding("none", dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=True)
+    x, q = torch.randn(2, 5, DIM), torch.randn(2, HEADS, 5, HEAD_DIM)
+    positions = torch.arange(5)
+    assert list(enc.parameters()) == [] and enc.bias(positions) is None and enc.positional_logits(5) is None
+    assert torch.equal(enc.embed(x, positions), x) and enc.content_bias(q, q, positions) is None
+    assert all(torch.equal(a, b) for a, b in zip(enc.rotate(q, q, positions + 9), (q, q)))
 
 
 def test_only_shaw_replaces_sdpa():

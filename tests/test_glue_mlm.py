@@ -140,6 +140,8 @@ def test_glue_tokenizer_trains_once_then_loads_from_cache():
 
 
 def test_glue_metrics_equal_scikit_learn():
+    assert GLUE_METRICS == {"sst2": ("acc",), "cola": ("mcc",), "mrpc": ("f1", "acc"), "rte": ("acc",),
+                            "stsb": ("pearson", "spearman")}  # fmt: skip
     generator = torch.Generator().manual_seed(0)
     preds, labels = torch.randint(0, 2, (200,), generator=generator), torch.randint(0, 2, (200,), generator=generator)
     expected = {"acc": accuracy_score, "f1": f1_score, "mcc": matthews_corrcoef}
