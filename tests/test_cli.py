@@ -16,7 +16,8 @@ README claims covered here:
 - "Generated deterministically from data.seed" (the same seed, the same metrics): test_same_seed_same_metrics
 - "val/examples (evaluated examples, summed over DDP ranks)"; "DDP when there are several" GPUs (gloo on CPU here):
   test_ddp_fit_on_two_cpu_processes
-- "Without an API key (no WANDB_API_KEY, no ~/.netrc entry) runs are offline": test_wandb_offline_without_key
+- "Without an API key (no WANDB_API_KEY, no ~/.netrc entry) runs are offline; an explicit WANDB_MODE is always
+  respected": test_wandb_offline_without_key, test_wandb_mode_is_offline_without_a_key_and_an_explicit_one_is_respected
 - bad input "--model.vocab_size (set from the data)": test_linked_model_arguments_cannot_be_given
 """
 
@@ -98,6 +99,24 @@ def test_wandb_offline_without_key(tiny_fit_args, tmp_path):
     (offline,) = list((run_dir / "wandb").glob("offline-run-*"))
     assert any(offline.glob("*.wandb"))
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["init_args"]["encoding"] == "rope"
+
+
+def test_wandb_mode_is_offline_without_a_key_and_an_explicit_one_is_respected(tmp_path, monkeypatch):
+    from tracking.wandb_setup import default_wandb_mode
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("NETRC", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert default_wandb_mode() == "offline" == os.environ["WANDB_MODE"]  # set for the children too
+    monkeypatch.delenv("WANDB_MODE")
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai login user password " + "k" * 40 + "\n")
+    (tmp_path / ".netrc").chmod(0o600)
+    assert default_wandb_mode() == "online"
+    for explicit in ("disabled", "offline"):
+        monkeypatch.setenv("WANDB_MODE", explicit)
+        monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+        assert default_wandb_mode() == explicit
 
 
 @pytest.mark.parametrize(
