@@ -51,3 +51,20 @@ def kill_once_started(process, started, timeout: float, what: str) -> None:
         time.sleep(0.1)
     process.send_signal(signal.SIGKILL)
     process.wait()
+
+
+def cli_in_process(args: list[str], capsys, monkeypatch, root) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `cli.py ARGS` run in this process from `root`: what a subprocess would
+    show for commands that exit before training (--print_config, bad input), without paying its imports."""
+    from cli import cli_main
+
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    capsys.readouterr()
+    try:
+        cli_main(args)
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err

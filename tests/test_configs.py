@@ -8,14 +8,12 @@ README claims covered here:
   test_presets_pick_the_gpu_when_present, test_devices_per_trial_and_one_agent_per_gpu_resolve
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from unittest import mock
 
 import pytest
 import yaml
+from helpers import cli_in_process
 from pytorch_lightning.accelerators import CUDAAccelerator
 from pytorch_lightning.trainer.connectors.accelerator_connector import _AcceleratorConnector
 
@@ -23,18 +21,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 
-@pytest.mark.slow  # starts cli.py
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_config_parses(path):
+def test_config_parses(path, capsys, monkeypatch):
     config = yaml.safe_load(path.read_text())
     complete = "class_path" in (config.get("model") or {})
     stack = [f"--config={path}"] if complete else ["--config=configs/synthetic.yaml", f"--config={path}"]
-    result = subprocess.run(
-        [sys.executable, "cli.py", "fit", *stack, "--print_config"], cwd=ROOT, capture_output=True, text=True,
-        env={**os.environ, "WANDB_MODE": "disabled"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    resolved = yaml.safe_load(result.stdout)
+    code, out, err = cli_in_process(["fit", *stack, "--print_config"], capsys, monkeypatch, ROOT)
+    assert code == 0, err[-2000:]
+    resolved = yaml.safe_load(out)
     assert resolved["model"]["class_path"] and resolved["data"]["class_path"]
     assert (resolved["trainer"]["accelerator"], resolved["trainer"]["devices"]) == ("auto", "auto")
 

@@ -33,7 +33,7 @@ import optuna
 import pytest
 import yaml
 from conftest import TINY
-from helpers import fresh_postgres_database, kill_once_started
+from helpers import cli_in_process, fresh_postgres_database, kill_once_started
 from optuna.trial import TrialState
 
 from tracking import sweep_file as sf
@@ -186,7 +186,7 @@ def test_two_workers_never_repeat_a_grid_point(tmp_path):
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "sweeps").glob("*.yaml")), ids=lambda p: p.name)
-def test_every_sweep_command_parses_with_cli(path, tmp_path):
+def test_every_sweep_command_parses_with_cli(path, tmp_path, capsys, monkeypatch):
     sweep = sf.load_sweep(path)
     study = optuna.create_study(sampler=sf.sampler(sweep))
     for point in sf.grid_points(sweep)[:50] if sweep["method"] == "grid" else [{}]:
@@ -195,9 +195,10 @@ def test_every_sweep_command_parses_with_cli(path, tmp_path):
     params = {n: sf.suggest(trial, n, s, sweep["method"]) for n, s in sweep["parameters"].items()}
     argv = build_command(sweep, params, tmp_path)
     assert argv[:2] == ["/usr/bin/env", sys.executable]
-    result = subprocess.run([*argv[1:], "--print_config"], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-2000:]
-    config = yaml.safe_load(result.stdout)
+    assert argv[2] == str(ROOT / "cli.py") or argv[2] == "cli.py", argv
+    code, out, err = cli_in_process([*argv[3:], "--print_config"], capsys, monkeypatch, ROOT)
+    assert code == 0, err[-2000:]
+    config = yaml.safe_load(out)
     for key, value in params.items():
         node = config
         for part in key.split("."):
@@ -205,15 +206,12 @@ def test_every_sweep_command_parses_with_cli(path, tmp_path):
         assert node == value, key
 
 
-def test_bad_sweep_file_is_one_line(tmp_path):
+def test_bad_sweep_file_is_one_line(tmp_path, capsys, monkeypatch):
     path = tmp_path / "bad.yaml"
     path.write_text("method: evolution\nmetric: {name: val/acc}\nparameters: {x: {values: [1]}}\n")
-    result = run_sweep(path, tmp_path, check=False)
-    assert result.returncode == 2
-    assert (
-        result.stderr.strip()
-        == "error: sweep file " + str(path) + ": method 'evolution'; choose one of: grid, random, bayes"
-    )
+    code, _, err = cli_in_process(["sweep", str(path), f"--out_dir={tmp_path}"], capsys, monkeypatch, ROOT)
+    assert code == 2
+    assert err.strip() == "error: sweep file " + str(path) + ": method 'evolution'; choose one of: grid, random, bayes"
 
 
 @pytest.fixture
@@ -423,8 +421,9 @@ def test_reseed_survives_kill_9_in_the_reseed_stage(tmp_path):
         (["--per=model.encoding"], "error: --per needs --reseed N with N >= 1 fresh seeds per configuration, got 0"),
     ],
 )  # fmt: skip
-def test_reseed_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
+def test_reseed_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message, capsys, monkeypatch):
     path = reseed_sweep(tmp_path)
-    result = run_sweep(path, tmp_path / "out", *args, check=False)
-    assert result.returncode == 2 and result.stderr.strip() == message.format(path=path)
+    code, _, err = cli_in_process(["sweep", str(path), f"--out_dir={tmp_path / 'out'}", *args], capsys, monkeypatch,
+                                  ROOT)  # fmt: skip
+    assert code == 2 and err.strip() == message.format(path=path)
     assert not (tmp_path / "out").exists()
