@@ -354,6 +354,8 @@ def requeue(study: optuna.Study, trial: FrozenTrial, why: str, max_retries: int,
     child has died or crashed more than `max_retries` times."""
     if not retries_left(trial, max_retries, crashed):
         return False
+    if any(trial.number in t.system_attrs.get("retry_history", []) for t in study.get_trials(deepcopy=False)):
+        return True  # queued already (by this trial's own sweep just before it was told, or a repeated call)
     attrs = {**trial.system_attrs, CRASHES: trial.system_attrs.get(CRASHES, 0) + crashed}
     attrs["failed_trial"] = attrs.get("failed_trial", trial.number)
     attrs["retry_history"] = [*attrs.get("retry_history", []), trial.number]
@@ -511,6 +513,9 @@ def finite(final: dict, metrics: list[str]) -> bool:
     return all(m in final and final[m] == final[m] for m in metrics)
 
 
+DIED = "sweep process died; re-queued"  # set before the trial is failed, so a re-queue a kill cut off is redone
+
+
 def recover_dead_trials(study: optuna.Study, max_retries: int, heartbeat: int) -> None:
     """Fail and re-queue RUNNING trials whose sweep process is gone: at once on this host and pid namespace
     (its pid is gone, or is now another process), and on any host once their heartbeat is stale (Optuna's
@@ -524,11 +529,16 @@ def recover_dead_trials(study: optuna.Study, max_retries: int, heartbeat: int) -
         if not (gone or never_started):
             continue
         try:
-            study._storage.set_trial_user_attr(trial._trial_id, "reason", "sweep process died; re-queued")
+            study._storage.set_trial_user_attr(trial._trial_id, "reason", DIED)
             if study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
                 requeue(study, study._storage.get_trial(trial._trial_id), "sweep process died", max_retries)
         except optuna.exceptions.UpdateFinishedTrialError:  # another process was first
             pass
+    trials = study.get_trials(deepcopy=False)
+    retried = {n for t in trials for n in t.system_attrs.get("retry_history", [])}
+    for trial in trials:  # failed as dead, then the recovering process was killed before it re-queued the trial
+        if trial.state == TrialState.FAIL and trial.user_attrs.get("reason") == DIED and trial.number not in retried:
+            requeue(study, trial, "sweep process died", max_retries)
     optuna.storages.fail_stale_trials(study)
 
 
@@ -651,12 +661,13 @@ class Sweep:
                     note = f"{reason[:220]}; not re-queued: --max_retries {self.opts.max_retries} reached"
                 if note:
                     trial.set_user_attr("reason", note[:300])
+                if requeue_as:  # the retry first: a kill between the two writes must not lose the grid point
+                    running = study._storage.get_trial(trial._trial_id)
+                    requeue(study, running, requeue_as[0], self.opts.max_retries, crashed=requeue_as[1])
                 try:
-                    frozen = study.tell(trial, value, state=state)
+                    study.tell(trial, value, state=state)
                 except optuna.exceptions.UpdateFinishedTrialError:
                     return  # the same, between the check and the tell (PostgreSQL: no file lock)
-                if requeue_as:
-                    requeue(study, frozen, requeue_as[0], self.opts.max_retries, crashed=requeue_as[1])
 
         retrying(tell, what=f"trial {trial.number}")
 
