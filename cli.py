@@ -38,7 +38,14 @@ from lightning_modules.encodings import check_encoding  # noqa: E402
 from lightning_modules.errors import ConfigError, DivergedError  # noqa: E402
 from tracking.options import dashes_to_underscores, parse_options  # noqa: E402
 from tracking.records import RunRecord, check_name, find_checkpoint  # noqa: E402
-from tracking.wandb_setup import make_wandb_logger, run_group, run_name  # noqa: E402
+from tracking.wandb_setup import (  # noqa: E402
+    LogLearningRate,
+    make_wandb_logger,
+    quiet_lightning_tips,
+    run_group,
+    run_name,
+    sweep_params,
+)
 
 RUN_DIR_ENV = "PE_RUN_DIR"  # shared by the DDP ranks Lightning launches as child processes
 
@@ -55,7 +62,7 @@ class RunOptions:
     entity: str | None = field(default_factory=lambda: os.environ.get("WANDB_ENTITY"))
     # sweep or study this run belongs to (`cli.py sweep` sets PE_SWEEP; W&B agents WANDB_SWEEP_ID)
     sweep: str | None = field(default_factory=lambda: os.environ.get("PE_SWEEP"))
-    name: str | None = None  # default <task>-<encoding>-s<seed>
+    name: str | None = None  # default <task>-<encoding>[-<key>=<value> per parameter its sweep varies]-s<seed>
 
 
 class PECLI(LightningCLI):
@@ -111,18 +118,19 @@ class PECLI(LightningCLI):
         task = getattr(self.datamodule, "task", type(self.datamodule).__name__)
         encoding = getattr(self.model, "run_encoding", None) or self.model.hparams.get("encoding", "none")
         seed = config.seed_everything
-        name = run.name or run_name(task, encoding, seed)
+        name = run.name or run_name(task, encoding, seed, sweep_params())
         run_dir = self._run_dir(run.out_dir, name)
         sweep = run.sweep or os.environ.get("WANDB_SWEEP_ID")
         identity = {
-            "name": name, "group": run_group(task, encoding), "task": task, "encoding": encoding,
+            "name": name, "group": run_group(task, encoding, sweep or run.project), "task": task, "encoding": encoding,
             "seed": seed, "sweep": sweep, "subcommand": self.subcommand, "process_start": PROCESS_START,
         }  # fmt: skip
         resolved = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_link_targets=False))
         model_args = resolved["model"]["init_args"]  # values linked at instantiation are not in `config`
         # (a None default is left out of the dump: a value linked into it, e.g. the class names, is added)
         model_args.update({k: v for k, v in self.model.hparams.items() if k in model_args or v is not None})
-        callbacks = [RunRecord(run_dir, identity, resolved)]
+        self.run_record = RunRecord(run_dir, identity, resolved)
+        callbacks = [self.run_record]
         if config.trainer.enable_checkpointing is not False:
             callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True))
         configured = self.config_init[self.subcommand].trainer.callbacks or []
@@ -130,8 +138,17 @@ class PECLI(LightningCLI):
         if run.wandb and config.trainer.logger in (None, True):
             tags = [task, encoding] + ([sweep] if sweep else [])
             kwargs["logger"] = make_wandb_logger(run_dir, name, identity["group"], run.project, run.entity, tags)
+            kwargs["callbacks"].append(LogLearningRate())
+        quiet_lightning_tips()
         kwargs.setdefault("default_root_dir", str(run_dir))
         return super().instantiate_trainer(**kwargs)
+
+    def after_fit(self) -> None:
+        """A short table of the final and best validation metrics, the record and how to sync W&B."""
+        if self.trainer.is_global_zero:
+            from tracking.summary import print_fit_summary
+
+            print_fit_summary(self.run_record.record, self.run_record.path)
 
 
 def sweep_main(args: list[str]):
