@@ -638,20 +638,25 @@ def select(records: list[dict], sweep: str | None, where: str) -> list[dict]:
 
 
 def sweep_spec(out_dir: str, sweep: str | None) -> dict:
-    """The sweep dict of a local Optuna study (out_dir/sweeps/<sweep>/optuna.db); {} if there is none."""
-    path = Path(out_dir) / "sweeps" / str(sweep) / "optuna.db"
-    if sweep is None or not path.is_file():
+    """The sweep dict of a local Optuna study: in out_dir/sweeps/<sweep>/optuna.db, or in the database of
+    the sweep file it was made from (`--set`, `--reseed` studies share one); {} if there is none."""
+    if sweep is None:
         return {}
     import optuna
 
-    try:
-        study = optuna.load_study(study_name=sweep, storage=f"sqlite:///{path.resolve()}")
-    except KeyError:
-        return {}
-    spec = dict(study.user_attrs.get("sweep") or {})
-    if study.user_attrs.get("compare_rows"):  # a reseed study: one row per tuned group (tracking/reseed.py)
-        spec["compare_rows"] = study.user_attrs["compare_rows"]
-    return spec
+    own = Path(out_dir) / "sweeps" / str(sweep) / "optuna.db"
+    for path in [own, *sorted(p for p in (Path(out_dir) / "sweeps").glob("*/optuna.db") if p != own)]:
+        if not path.is_file():
+            continue
+        try:
+            study = optuna.load_study(study_name=sweep, storage=f"sqlite:///{path.resolve()}")
+        except KeyError:
+            continue
+        spec = dict(study.user_attrs.get("sweep") or {})
+        if study.user_attrs.get("compare_rows"):  # a reseed study: one row per tuned group (tracking/reseed.py)
+            spec["compare_rows"] = study.user_attrs["compare_rows"]
+        return spec
+    return {}
 
 
 def default_rows(spec: dict) -> str:

@@ -726,18 +726,26 @@ class Sweep:
             self.quietly(on_tick, self.study)
 
 
+def name_study(opts: SweepOptions, sweep: dict, suffix: str = "") -> None:
+    """Set `opts.study_name` (--study_name, else the file's `name:` or file name, plus the --set values) and
+    `opts.storage` (default: the one SQLite database of the sweep file, shared by its --set studies, so one
+    optuna-dashboard shows them side by side)."""
+    base = base_name(opts, sweep)
+    check_name("study name (--study_name, the sweep file's `name:` or its file name)", base)
+    if opts.storage is None:
+        opts.storage = storage_url(opts, base)
+    if suffix and not opts.study_name:
+        opts.study_name = f"{base}-{suffix}"
+    opts.study_name = opts.study_name or base
+    check_name("study name", opts.study_name)
+
+
 def run_sweep(opts: SweepOptions) -> optuna.Study:
     """Run (or resume) the sweep with a live status line, then print the trial table. Exits 130 / 143 on
     SIGINT / SIGTERM (trials re-queued), 1 if grid points are left unfinished or a worker stopped."""
     check_options(opts)
     sweep, suffix = apply_overrides(sf.load_sweep(opts.file), opts.set.split(",") if opts.set else [])
-    base = base_name(opts, sweep)
-    check_name("study name (--study_name, the sweep file's `name:` or its file name)", base)
-    if opts.storage is None:  # the studies of one file (--set) share its database: one dashboard shows them all
-        opts.storage = storage_url(opts, base)
-    if suffix and not opts.study_name:
-        opts.study_name = f"{base}-{suffix}"
-    check_name("study name", opts.study_name or base)
+    name_study(opts, sweep, suffix)
 
     from rich.console import Console
 
