@@ -256,21 +256,63 @@ def test_wandb_path_with_a_fake_api(monkeypatch, capsys):
     assert record["best"]["val/loss"] == 1.0 and "epoch" not in record["final"]
 
 
+def wandb_records(run_dir: Path) -> list[dict] | None:
+    """The records of an offline run's .wandb log, by `wandb leet inspect --json` (None without it)."""
+    import shutil
+
+    leet = shutil.which("wandb") or str(Path(sys.executable).with_name("wandb"))
+    result = subprocess.run([leet, "leet", "inspect", "--json", str(next(run_dir.glob("*.wandb")))],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    if result.returncode != 0:
+        return None
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
 @pytest.mark.slow
 def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    env.pop("PE_RUN_DIR", None)
+    """Also issue 13's W&B identity, checked in the offline run files: a sweep trial's name and group,
+    `seed` = seed_everything and `data_seed`, `length` as the per-length x axis with a task/encoding/seed
+    table, `train/lr`, W&B's own sync hint (no WANDB_SILENT), the fit summary, no Lightning tips."""
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PE_SWEEP": "lr_search-rope",
+           "PE_SWEEP_PARAMS": '{"model.lr": 0.002}'}  # fmt: skip
+    for key in ("PE_RUN_DIR", "WANDB_SILENT"):
+        env.pop(key, None)
     result = subprocess.run(
-        [sys.executable, "cli.py", "fit", *TINY, f"--run.out_dir={tmp_path}"], cwd=ROOT, env=env,
-        capture_output=True, text=True,
+        [sys.executable, "cli.py", "fit", *TINY, f"--run.out_dir={tmp_path}", "--model.lr=0.002",
+         "--seed_everything=3", "--data.seed=5"], cwd=ROOT, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (record,) = load_records(tmp_path)
     assert record["status"] == "finished"
+    assert record["name"] == "copy-rope-lr=0.002-s3" and record["group"] == "lr_search-rope/copy/rope"
     (run_dir,) = Path(record["run_dir"]).glob("wandb/offline-run-*")
-    assert list(run_dir.glob("files/media/table/val_by_length/*.table.json"))
+    assert record["wandb"]["mode"] == "offline" and record["wandb"]["dir"] == str(run_dir)
+    assert record["step"] == record["max_steps"] == 4  # progress for the sweep's live view
+    (table,) = run_dir.glob("files/media/table/val_by_length/*.table.json")
+    table = json.loads(table.read_text())
+    assert table["columns"] == ["task", "encoding", "seed", "length", "acc", "tok_acc"]
+    assert table["data"][0][:4] == ["copy", "rope", 3, 1]
     binary = next(run_dir.glob("*.wandb")).read_bytes()
     assert b"resolved_config" in binary and b"val/acc_len_8" in binary
+    output = result.stdout + result.stderr
+    assert f"wandb sync {run_dir}" in result.stdout and f"record: {record['run_dir']}" in result.stdout
+    assert "val/acc_ood" in result.stdout and "Tip:" not in output and "You can sync this run" in output
+    records = wandb_records(run_dir)
+    if records is None:
+        pytest.skip("`wandb leet inspect` is not available: the rest reads the .wandb log through it")
+    (run,) = [r["run"] for r in records if r["type"] == "run"]
+    assert run["display_name"] == record["name"] and run["run_group"] == record["group"]
+    config = {}
+    for r in records:
+        if r["type"] == "config":
+            config.update(r["config"]["update"])
+    assert (config["seed"], config["data_seed"], config["encoding"], config["task"]) == (3, 5, "rope", "copy")
+    assert config["lr"] == 0.002 and config["sweep"] == "lr_search-rope"
+    metrics = {r["metric"].get("name"): r["metric"] for r in records if r["type"] == "metric"}
+    assert metrics["val_by_length/acc"]["step_metric"] == "length" and "val_by_length/tok_acc" in metrics
+    history = [r["history"]["item"] for r in records if r["type"] == "history"]
+    assert [h["length"] for h in history if "val_by_length/acc" in h] == list(range(1, 9))
+    assert any("train/lr" in h for h in history)
 
 
 def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():

@@ -60,7 +60,7 @@ def short_key(key: str) -> str:
 def short_value(value) -> str:
     """A parameter value as it appears in a run name: floats to 3 significant digits, no folder separators."""
     text = f"{value:.3g}" if isinstance(value, float) else str(value)
-    return re.sub(r"[^A-Za-z0-9_.+@-]", "_", text)
+    return re.sub(r"[^A-Za-z0-9_.+@-]+", "_", text).strip("_")
 
 
 def run_name(task: str, encoding: str, seed: int, varied: dict | None = None) -> str:
