@@ -49,6 +49,30 @@ from tracking.wandb_setup import (  # noqa: E402
 
 RUN_DIR_ENV = "PE_RUN_DIR"  # shared by the DDP ranks Lightning launches as child processes
 
+# short class names accepted wherever a model or data class path is (`--model=SyntheticTaskModel`,
+# `--model.help SyntheticTaskModel`)
+CLASSES = {
+    "model": {c.rsplit(".", 1)[-1]: c for c in (
+        "lightning_modules.synthetic_model.SyntheticTaskModel", "lightning_modules.causal_lm.CausalLMModel",
+        "lightning_modules.masked_lm.MaskedLMModel", "lightning_modules.classifier.SequenceClassifier",
+        "lightning_modules.translation.TranslationModel")},
+    "data": {c.rsplit(".", 1)[-1]: c for c in (
+        "datamodules.synthetic.SyntheticDataModule", "datamodules.text.TextDataModule",
+        "datamodules.masked_lm.MaskedLMDataModule", "datamodules.glue.GLUEDataModule",
+        "datamodules.text_classification.TextClassificationDataModule",
+        "datamodules.translation.TranslationDataModule")},
+}  # fmt: skip
+SUBCOMMANDS = {
+    "fit": "train a model (LightningCLI: --config FILE, --model.*, --data.*, --trainer.*, --run.*)",
+    "validate": "evaluate a checkpoint on the validation set (--ckpt_path)",
+    "test": "evaluate a checkpoint on the test set (--ckpt_path)",
+    "predict": "run a checkpoint's predictions (--ckpt_path)",
+    "sweep": "run a W&B sweep file with Optuna, offline, resumable, in parallel (--reseed: tune, then reseed)",
+    "compare": "compare runs (local records or a W&B project): tables, ranks, tests, an HTML report",
+    "probe": "probe what an encoding learned: absolute and relative position probes, heatmaps",
+}
+OPTIMISATION = ("--optimizer", "--lr_scheduler")  # LightningCLI's; refused: the task modules own theirs
+
 
 @dataclass
 class RunOptions:
@@ -69,6 +93,10 @@ class PECLI(LightningCLI):
     """LightningCLI wiring: shared sizes linked, run naming, W&B logger and the local run record."""
 
     def add_arguments_to_parser(self, parser) -> None:
+        parser.epilog = (
+            "Model and data options: `--model.help CLASS` / `--data.help CLASS` (short names: "
+            f"{', '.join(CLASSES['model'])}; {', '.join(CLASSES['data'])}), or `--print_config` with a --config."
+        )
         parser.add_class_arguments(RunOptions, "run")
         parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.max_seq_len", "model.init_args.max_length", apply_on="instantiate")
@@ -180,17 +208,59 @@ def compare_main(args: list[str]):
 EXTRA_COMMANDS = {"sweep": sweep_main, "compare": compare_main, "probe": probe_main}
 
 
+def overview() -> str:
+    """`cli.py --help`: every subcommand with one line, LightningCLI's and ours."""
+    width = max(map(len, SUBCOMMANDS))
+    lines = [f"  {name:<{width}}  {text}" for name, text in SUBCOMMANDS.items()]
+    return "\n".join([
+        "usage: cli.py SUBCOMMAND [options]      (cli.py SUBCOMMAND --help: its options)", "",
+        (__doc__ or "").splitlines()[0], "", "subcommands:", *lines,
+    ])  # fmt: skip
+
+
+def expand_class_names(argv: list[str]) -> list[str]:
+    """`--model=SyntheticTaskModel`, `--model.help SyntheticTaskModel`, `--data.class_path=...` with a short
+    class name -> the full import path (jsonargparse wants a dotted path there)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        for group, names in CLASSES.items():
+            for option in (f"--{group}", f"--{group}.help", f"--{group}.class_path"):
+                if arg.startswith(option + "=") and arg.split("=", 1)[1] in names:
+                    out[i] = f"{option}={names[arg.split('=', 1)[1]]}"
+                elif arg == option and i + 1 < len(out) and out[i + 1] in names:
+                    out[i + 1] = names[out[i + 1]]
+    return out
+
+
+def check_optimisation_args(argv: list[str]) -> None:
+    """--optimizer / --lr_scheduler would replace the modules' AdamW and schedule while model.lr is still
+    logged: refused in one line, naming what does set them."""
+    used = next((a.split("=", 1)[0] for a in argv if a.split("=", 1)[0].split(".", 1)[0] in OPTIMISATION), None)
+    if used:
+        raise ConfigError(
+            f"{used} is not supported: every task module trains with AdamW, linear warm-up and a decay schedule "
+            "(lightning_modules/optim.py); set --model.lr, --model.weight_decay, --model.warmup_steps, --model.lr_decay"
+        )
+
+
 def cli_main(args: list[str] | None = None):
     """Entry point. A ConfigError (bad name, size, option or file) is one line on stderr and exit 2;
     a diverged loss one line and exit 3 (its run record says `diverged`)."""
     argv = sys.argv[1:] if args is None else args
+    if argv[:1] in (["-h"], ["--help"]):
+        print(overview())
+        return None
     try:
         if argv and argv[0] in EXTRA_COMMANDS:
             return EXTRA_COMMANDS[argv[0]](argv[1:])
+        check_optimisation_args(argv)
+        if args is None:  # LightningCLI warns when given both `args` and a command line
+            sys.argv[1:] = expand_class_names(argv)
         return PECLI(
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
-            args=args,
+            auto_configure_optimizers=False,
+            args=None if args is None else expand_class_names(args),
         )
     except Exception as error:
         full = disk_full(error)

@@ -27,6 +27,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -49,6 +50,8 @@ IDENTICAL_RTOL = 1e-4  # rows closer than this (relative to max |E|) differ by f
 @dataclass
 class ProbeOptions:
     """Options of `cli.py probe` (the PE-Study probes of Wang & Chen 2020)."""
+
+    CHOICES: ClassVar[dict] = {"encoding": tuple(ENCODINGS)}
 
     encoding: str | None = None  # registry name: probe a freshly built (untrained) encoding
     ckpt: str | None = None  # SyntheticTaskModel checkpoint: probe its trained encoding

@@ -38,6 +38,7 @@ import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 from rich.console import Console
@@ -65,6 +66,8 @@ DEFAULT_METRIC = name("val", ACC)
 class CompareOptions:
     """Options of `cli.py compare`."""
 
+    CHOICES: ClassVar[dict] = {"value": VALUES, "aggregate": AGGREGATES, "format": FORMATS}
+
     out_dir: str = "out"  # records are read recursively from here (runs/ and sweeps/)
     sweep: str | None = None  # keep runs of this sweep / study only; its metric becomes the default
     metric: str | None = None  # M[,M...]; default: the sweep's metric(s) with --sweep, else val/acc; several
@@ -74,7 +77,7 @@ class CompareOptions:
     best_over: str | None = None  # KEY (e.g. model.init_args.lr): per cell keep the KEY value aggregating best
     rows: str | None = None  # comma-separated record fields or dotted config paths; default: encoding, and
     # with --sweep also the parameters that the sweep varies (other than seed, encoding and task)
-    cols: str = "task"
+    cols: str = "task"  # comma-separated record fields or dotted config paths, one column per value
     format: str = "table"  # table (rich, to the console), csv, json, markdown, latex (to stdout)
     report: str | None = None  # write PNG plots and index.html to this folder
     wandb: str | None = None  # ENTITY/PROJECT: read runs from the W&B API instead of --out_dir
@@ -717,9 +720,9 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
 
 def compare_main(args: list[str]) -> Comparison | list[Comparison]:
     """`cli.py compare [--out_dir DIR] [--sweep NAME] [--metric M[,M]] [--format F] [--report DIR] ...`"""
-    from jsonargparse import CLI
+    from tracking.options import parse_options
 
-    return run_compare(CLI(CompareOptions, args=args))
+    return run_compare(parse_options(CompareOptions, args))
 
 
 def print_comparison(

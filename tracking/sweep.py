@@ -69,14 +69,13 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 class SweepOptions:
     """Options of `cli.py sweep`."""
 
-    file: str
+    file: str  # a W&B sweep file (sweeps/*.yaml)
     study_name: str | None = None  # default: the file's `name:`, else its file name (plus the --set values)
-    # default: sqlite:///<out_dir>/sweeps/<name>/optuna.db, one per sweep file (`name:` or file name) shared
-    # by its --set and --reseed studies, or per --study_name
-    storage: str | None = None
+    storage: str | None = None  # default: sqlite:///<out_dir>/sweeps/<name>/optuna.db, one per sweep file
+    # (its `name:` or file name), shared by the studies --set and --reseed make; per --study_name when given
     workers: int = 1  # trials run in parallel by this process
     devices_per_trial: int = 0  # GPUs given to each trial (CUDA_VISIBLE_DEVICES); 0 = CPU threads
-    out_dir: str = "out"
+    out_dir: str = "out"  # studies, trial folders and their runs go under <out_dir>/sweeps/
     seed: int = 0  # sampler seed
     heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this (+ 20 s) is dead
     max_retries: int = 2  # times a trial whose child was killed or crashed is re-queued
