@@ -30,7 +30,7 @@ from pathlib import Path  # noqa: E402
 from pydoc import locate  # noqa: E402
 
 import yaml  # noqa: E402
-from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
+from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar  # noqa: E402
 from pytorch_lightning.cli import LightningCLI  # noqa: E402
 
 from lightning_modules.arg_checks import check_model_args, check_not_linked, check_trainer_args  # noqa: E402
@@ -40,6 +40,7 @@ from tracking.options import dashes_to_underscores, parse_options  # noqa: E402
 from tracking.records import RunRecord, check_name, find_checkpoint  # noqa: E402
 from tracking.wandb_setup import (  # noqa: E402
     LogLearningRate,
+    StepProgressBar,
     make_wandb_logger,
     quiet_lightning_tips,
     run_group,
@@ -162,7 +163,10 @@ class PECLI(LightningCLI):
         if config.trainer.enable_checkpointing is not False:
             callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True))
         configured = self.config_init[self.subcommand].trainer.callbacks or []
-        kwargs["callbacks"] = callbacks + (configured if isinstance(configured, list) else [configured])
+        configured = configured if isinstance(configured, list) else [configured]
+        if config.trainer.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in configured):
+            callbacks.append(StepProgressBar())  # "step 120/3000", not Lightning's "Epoch 0/-2"
+        kwargs["callbacks"] = callbacks + configured
         if run.wandb and config.trainer.logger in (None, True):
             tags = [task, encoding] + ([sweep] if sweep else [])
             kwargs["logger"] = make_wandb_logger(run_dir, name, identity["group"], run.project, run.entity, tags)

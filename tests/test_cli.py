@@ -34,7 +34,7 @@ def test_fit_every_encoding(tiny_fit_args, encoding, causal):
     record = fit([*tiny_fit_args, f"--model.encoding={encoding}", f"--model.causal={causal}"])
     assert record["status"] == "finished"
     assert record["encoding"] == encoding and record["task"] == "copy"
-    assert record["name"] == f"copy-{encoding}-s0" and record["group"] == f"copy/{encoding}"
+    assert record["name"] == f"copy-{encoding}-s0" and record["group"] == f"pe-sweeps/copy/{encoding}"
     assert record["config"]["model"]["init_args"]["causal"] is causal
     assert record["config"]["data"]["init_args"]["causal"] is causal  # linked
     for key in ("val/acc", "val/acc_ood", "val/loss", "val/acc_len_4", "val/acc_len_8", "val/tok_acc_len_8"):

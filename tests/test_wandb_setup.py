@@ -143,3 +143,13 @@ def test_readme_sync_hint_matches_where_sweep_trials_write(readme_line, tmp_path
     assert where_lines("sqlite:///x.db", tmp_path / "out" / "sweeps" / "st")[-1].endswith(
         "sweeps/st/trial-*/runs/*/wandb/offline-run-*"
     )
+
+
+def test_progress_bar_shows_steps_not_epoch_of_minus_two():
+    import types
+
+    bar = ws.StepProgressBar()
+    trainer = types.SimpleNamespace(loggers=[], progress_bar_metrics={"train/loss": 1.5}, max_steps=3000,
+                                    global_step=120, max_epochs=-1)  # fmt: skip
+    assert bar.get_metrics(trainer, None) == {"step": "120/3000", "train/loss": 1.5}
+    assert bar._get_train_description(0).strip() == "Epoch 0"

@@ -9,7 +9,7 @@ import os
 import re
 from pathlib import Path
 
-from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.callbacks import Callback, RichProgressBar
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
@@ -187,6 +187,19 @@ class LogLearningRate(Callback):
         if trainer.optimizers:
             lr = trainer.optimizers[0].param_groups[0]["lr"]
             pl_module.log("train/lr", float(lr), on_step=True, on_epoch=False, batch_size=1)
+
+
+class StepProgressBar(RichProgressBar):
+    """Lightning's rich progress bar with the global step out of max_steps ("step 120/3000") instead of
+    "Epoch 0/-2" (our runs are bounded by steps; max_epochs is -1)."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return f"{f'Epoch {current_epoch}':{len(self.validation_description)}}"
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        total = trainer.max_steps
+        return {"step": f"{trainer.global_step}/{total}" if total and total > 0 else trainer.global_step, **metrics}
 
 
 class DropLightningTips(logging.Filter):
