@@ -313,6 +313,8 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     history = [r["history"]["item"] for r in records if r["type"] == "history"]
     assert [h["length"] for h in history if "val_by_length/acc" in h] == list(range(1, 9))
     assert any("train/lr" in h for h in history)
+    # the sweep reports a validation to Optuna at the x value W&B plots it at
+    assert [h["trainer/global_step"] for h in history if "val/acc" in h] == [h["wandb_step"] for h in record["history"]]
 
 
 def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():

@@ -60,9 +60,11 @@ def write_record(trial_dir, record: dict):
 
 
 def test_intermediate_values_are_reported_at_the_global_step(tmp_path):
+    """At W&B's x value for the same validation (`wandb_step`, Lightning's logged step), else `step`."""
     study = optuna.create_study(direction="maximize")
     trial = study.ask()
-    history = [{"step": 250, "val/acc": 0.1}, {"step": 500, "val/loss": 2.0}, {"step": 750, "val/acc": 0.3}]
+    history = [{"step": 250, "val/acc": 0.1}, {"step": 500, "val/loss": 2.0},
+               {"step": 751, "wandb_step": 750, "val/acc": 0.3}]  # fmt: skip
     write_record(tmp_path, {"history": history})
     run = fake_trial_run("val/acc")
     assert run.catch_up(trial, tmp_path, 0) == 2

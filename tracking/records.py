@@ -85,7 +85,7 @@ class RunRecord(Callback):
         if trainer.state.fn == "validate":  # `cli.py validate`: the run is this evaluation
             self.record["status"] = "finished"
         evals = {k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val/")}
-        self.record["history"].append({"step": trainer.global_step, **evals})
+        self.record["history"].append({"step": trainer.global_step, "wandb_step": logged_step(trainer), **evals})
         self.write()
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -112,6 +112,12 @@ class RunRecord(Callback):
                 self.write()
             except OSError as error:  # e.g. the disk that made the run fail is still full
                 print(f"warning: cannot update {self.path}: {error}", file=sys.stderr)
+
+
+def logged_step(trainer: pl.Trainer) -> int:
+    """The `trainer/global_step` Lightning's loggers put on this validation's metrics: the batches stepped
+    before it (Lightning validates before counting the batch, so one less than `global_step` mid-fit)."""
+    return int(getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step))
 
 
 def status_of(exception: BaseException) -> str:

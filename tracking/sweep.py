@@ -502,7 +502,8 @@ class TrialRun:
 
     def catch_up(self, trial: optuna.Trial, trial_dir: Path, reported: int, report=False) -> int:
         """How many values of the metric the child's record holds; with `report`, report the new ones at
-        their global step and return how many are now reported. A multi-objective trial reports nothing:
+        the step W&B plots them at (`trainer/global_step`, the record's `wandb_step`; else `step`) and
+        return how many are now reported. A multi-objective trial reports nothing:
         Optuna's intermediate values feed pruners, which rank one value."""
         if self.search.multi_objective:
             return 0
@@ -513,7 +514,8 @@ class TrialRun:
 
         def send():
             for index in range(reported, len(history)):
-                trial.report(history[index][self.metric], history[index].get("step", index + 1))
+                row = history[index]
+                trial.report(row[self.metric], row.get("wandb_step", row.get("step", index + 1)))
             return len(history)
 
         return self.runner.quietly(send) or reported
