@@ -426,3 +426,33 @@ def test_several_metrics_rank_by_the_declared_goal_and_show_their_pareto_front(t
     shown = capsys.readouterr().out
     assert [c.metric for c in comps] == ["val/acc", "val/cost"] and "Pareto front" in shown
     assert "Holm" in shown or "Welch" in shown  # main's statistics under the side-by-side table
+
+
+def test_report_plots_agree_on_colours_show_seed_bands_units_and_log_perplexity(tmp_path):
+    """Issue 13, point 5: one colour per encoding in every plot; a band over seeds on per-length and
+    per-context curves; units and the training length / context marked; perplexity on a log axis; SVG."""
+    from matplotlib.colors import to_hex
+
+    from tracking.compare_report import bar_chart, length_curves, ppl_context, row_colors
+
+    records = [dict(r, final={**r["final"], "val/ppl_ctx_8": 3.0 + r["seed"], "val/ppl_ctx_16": 50.0}) for r in grid()]
+    for r in records:
+        r["config"]["data"]["init_args"]["block_size"] = 8
+    comp = C.compare(records, "val/acc")
+    colors = {row: to_hex(c) for row, c in row_colors(comp).items()}
+    bars = bar_chart(comp).axes[0]
+    assert [to_hex(p.get_facecolor()) for p in bars.patches] == [
+        colors[r] for r in comp.rows if (r, "copy") in comp.cells
+    ]
+    for fig in (length_curves(comp), ppl_context(comp)):
+        ax = fig.axes[0]
+        lines = {ln.get_label(): to_hex(ln.get_color()) for ln in ax.get_lines() if ln.get_label() in colors}
+        assert lines == {r: colors[r] for r in comp.rows if (r, "copy") in comp.cells}
+        assert len(ax.collections) == len(lines)  # one seed band per row
+        assert any(ln.get_linestyle() == "--" for ln in ax.get_lines())  # the training length / context
+    length_ax, ppl_ax = length_curves(comp).axes[0], ppl_context(comp).axes[0]
+    assert length_ax.get_xlabel() == "length (tokens)" and ppl_ax.get_xlabel() == "context (tokens)"
+    assert ppl_ax.get_yscale() == "log" and "block_size=8" in [ln.get_label() for ln in ppl_ax.get_lines()]
+    page = write_report(comp, tmp_path / "report")
+    assert sorted(p.name for p in page.parent.glob("*.svg")) == ["bars.svg", "curves.svg", "length.svg", "ppl_ctx.svg"]
+    assert 'href="length.svg"' in page.read_text()
