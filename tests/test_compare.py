@@ -456,3 +456,35 @@ def test_report_plots_agree_on_colours_show_seed_bands_units_and_log_perplexity(
     page = write_report(comp, tmp_path / "report")
     assert sorted(p.name for p in page.parent.glob("*.svg")) == ["bars.svg", "curves.svg", "length.svg", "ppl_ctx.svg"]
     assert 'href="length.svg"' in page.read_text()
+
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell")
+
+
+@pytest.mark.slow  # starts a browser
+def test_report_page_renders_every_image_in_headless_chromium(tmp_path):
+    """The page in a real browser: every image decodes and takes space, and the console shows no error."""
+    import re
+    import shutil
+
+    browser = next((path for name in BROWSERS if (path := shutil.which(name))), None)
+    if browser is None:
+        pytest.skip(f"no headless Chromium on PATH (looked for {', '.join(BROWSERS)})")
+    page = write_report(C.compare(grid(), "val/acc"), tmp_path / "report")
+    check = (
+        "<script>window.addEventListener('load', () => { const bad = [...document.images].filter(i => "
+        "!(i.complete && i.naturalWidth > 0 && i.getBoundingClientRect().width > 0)).map(i => i.alt); "
+        "document.body.setAttribute('data-images', document.images.length); "
+        "document.body.setAttribute('data-bad', bad.join(',') || 'none'); });</script>"
+    )
+    probe = page.with_name("probe.html")
+    probe.write_text(page.read_text().replace("</body>", check + "</body>"))
+    argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+            "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    images = re.search(r'data-images="(\d+)"', result.stdout)
+    assert images and int(images[1]) == len(list(page.parent.glob("*.png"))) > 0, result.stdout[-500:]
+    assert 'data-bad="none"' in result.stdout
+    console = [line for line in result.stderr.splitlines() if "CONSOLE" in line]
+    assert not [line for line in console if "rror" in line or "Uncaught" in line], console
