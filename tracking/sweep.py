@@ -5,7 +5,8 @@ Each trial runs the file's `command` as a child process, expanded exactly as `wa
 and may itself use DDP. The child writes its run record (tracking/records.py) at every validation;
 this process reads it, reports each value of the sweep metric to the trial at the step W&B plots it at
 (the record's `wandb_step`, Lightning's logged `trainer/global_step`; hyperband still counts validations,
-W&B's "iteration") and stops the child when the pruner says so. Each trial's user attributes name its record and its W&B run.
+W&B's "iteration") and stops the child when the pruner says so. Each trial's user attributes name its
+record, its log and its W&B run.
 
 Exactly once: every grid point is queued once at study creation and popped by `study.ask()`. Steps that
 read and then write the study (ask and its queue pop, tell, recovering dead trials, creating the study)
