@@ -30,7 +30,7 @@ from pathlib import Path  # noqa: E402
 from pydoc import locate  # noqa: E402
 
 import yaml  # noqa: E402
-from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
+from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar  # noqa: E402
 from pytorch_lightning.cli import LightningCLI  # noqa: E402
 
 from lightning_modules.arg_checks import check_model_args, check_not_linked, check_trainer_args  # noqa: E402
@@ -38,9 +38,41 @@ from lightning_modules.encodings import check_encoding  # noqa: E402
 from lightning_modules.errors import ConfigError, DivergedError  # noqa: E402
 from tracking.options import dashes_to_underscores, parse_options  # noqa: E402
 from tracking.records import RunRecord, check_name, find_checkpoint  # noqa: E402
-from tracking.wandb_setup import make_wandb_logger, run_group, run_name  # noqa: E402
+from tracking.wandb_setup import (  # noqa: E402
+    LogLearningRate,
+    StepProgressBar,
+    make_wandb_logger,
+    quiet_lightning_tips,
+    run_group,
+    run_name,
+    sweep_params,
+)
 
 RUN_DIR_ENV = "PE_RUN_DIR"  # shared by the DDP ranks Lightning launches as child processes
+
+# short class names accepted wherever a model or data class path is (`--model=SyntheticTaskModel`,
+# `--model.help SyntheticTaskModel`)
+CLASSES = {
+    "model": {c.rsplit(".", 1)[-1]: c for c in (
+        "lightning_modules.synthetic_model.SyntheticTaskModel", "lightning_modules.causal_lm.CausalLMModel",
+        "lightning_modules.masked_lm.MaskedLMModel", "lightning_modules.classifier.SequenceClassifier",
+        "lightning_modules.translation.TranslationModel")},
+    "data": {c.rsplit(".", 1)[-1]: c for c in (
+        "datamodules.synthetic.SyntheticDataModule", "datamodules.text.TextDataModule",
+        "datamodules.masked_lm.MaskedLMDataModule", "datamodules.glue.GLUEDataModule",
+        "datamodules.text_classification.TextClassificationDataModule",
+        "datamodules.translation.TranslationDataModule")},
+}  # fmt: skip
+SUBCOMMANDS = {
+    "fit": "train a model (LightningCLI: --config FILE, --model.*, --data.*, --trainer.*, --run.*)",
+    "validate": "evaluate a checkpoint on the validation set (--ckpt_path)",
+    "test": "evaluate a checkpoint on the test set (--ckpt_path)",
+    "predict": "run a checkpoint's predictions (--ckpt_path)",
+    "sweep": "run a W&B sweep file with Optuna, offline, resumable, in parallel (--reseed: tune, then reseed)",
+    "compare": "compare runs (local records or a W&B project): tables, ranks, tests, an HTML report",
+    "probe": "probe what an encoding learned: absolute and relative position probes, heatmaps",
+}
+OPTIMISATION = ("--optimizer", "--lr_scheduler")  # LightningCLI's; refused: the task modules own theirs
 
 
 @dataclass
@@ -55,13 +87,17 @@ class RunOptions:
     entity: str | None = field(default_factory=lambda: os.environ.get("WANDB_ENTITY"))
     # sweep or study this run belongs to (`cli.py sweep` sets PE_SWEEP; W&B agents WANDB_SWEEP_ID)
     sweep: str | None = field(default_factory=lambda: os.environ.get("PE_SWEEP"))
-    name: str | None = None  # default <task>-<encoding>-s<seed>
+    name: str | None = None  # default <task>-<encoding>[-<key>=<value> per parameter its sweep varies]-s<seed>
 
 
 class PECLI(LightningCLI):
     """LightningCLI wiring: shared sizes linked, run naming, W&B logger and the local run record."""
 
     def add_arguments_to_parser(self, parser) -> None:
+        parser.epilog = (
+            "Model and data options: `--model.help CLASS` / `--data.help CLASS` (short names: "
+            f"{', '.join(CLASSES['model'])}; {', '.join(CLASSES['data'])}), or `--print_config` with a --config."
+        )
         parser.add_class_arguments(RunOptions, "run")
         parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.max_seq_len", "model.init_args.max_length", apply_on="instantiate")
@@ -111,27 +147,40 @@ class PECLI(LightningCLI):
         task = getattr(self.datamodule, "task", type(self.datamodule).__name__)
         encoding = getattr(self.model, "run_encoding", None) or self.model.hparams.get("encoding", "none")
         seed = config.seed_everything
-        name = run.name or run_name(task, encoding, seed)
+        name = run.name or run_name(task, encoding, seed, sweep_params())
         run_dir = self._run_dir(run.out_dir, name)
         sweep = run.sweep or os.environ.get("WANDB_SWEEP_ID")
         identity = {
-            "name": name, "group": run_group(task, encoding), "task": task, "encoding": encoding,
+            "name": name, "group": run_group(task, encoding, sweep or run.project), "task": task, "encoding": encoding,
             "seed": seed, "sweep": sweep, "subcommand": self.subcommand, "process_start": PROCESS_START,
         }  # fmt: skip
         resolved = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_link_targets=False))
         model_args = resolved["model"]["init_args"]  # values linked at instantiation are not in `config`
         # (a None default is left out of the dump: a value linked into it, e.g. the class names, is added)
         model_args.update({k: v for k, v in self.model.hparams.items() if k in model_args or v is not None})
-        callbacks = [RunRecord(run_dir, identity, resolved)]
+        self.run_record = RunRecord(run_dir, identity, resolved)
+        callbacks = [self.run_record]
         if config.trainer.enable_checkpointing is not False:
             callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True))
         configured = self.config_init[self.subcommand].trainer.callbacks or []
-        kwargs["callbacks"] = callbacks + (configured if isinstance(configured, list) else [configured])
+        configured = configured if isinstance(configured, list) else [configured]
+        if config.trainer.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in configured):
+            callbacks.append(StepProgressBar())  # "step 120/3000", not Lightning's "Epoch 0/-2"
+        kwargs["callbacks"] = callbacks + configured
         if run.wandb and config.trainer.logger in (None, True):
             tags = [task, encoding] + ([sweep] if sweep else [])
             kwargs["logger"] = make_wandb_logger(run_dir, name, identity["group"], run.project, run.entity, tags)
+            kwargs["callbacks"].append(LogLearningRate())
+        quiet_lightning_tips()
         kwargs.setdefault("default_root_dir", str(run_dir))
         return super().instantiate_trainer(**kwargs)
+
+    def after_fit(self) -> None:
+        """A short table of the final and best validation metrics, the record and how to sync W&B."""
+        if self.trainer.is_global_zero:
+            from tracking.summary import print_fit_summary
+
+            print_fit_summary(self.run_record.record, self.run_record.path)
 
 
 def sweep_main(args: list[str]):
@@ -163,17 +212,59 @@ def compare_main(args: list[str]):
 EXTRA_COMMANDS = {"sweep": sweep_main, "compare": compare_main, "probe": probe_main}
 
 
+def overview() -> str:
+    """`cli.py --help`: every subcommand with one line, LightningCLI's and ours."""
+    width = max(map(len, SUBCOMMANDS))
+    lines = [f"  {name:<{width}}  {text}" for name, text in SUBCOMMANDS.items()]
+    return "\n".join([
+        "usage: cli.py SUBCOMMAND [options]      (cli.py SUBCOMMAND --help: its options)", "",
+        (__doc__ or "").splitlines()[0], "", "subcommands:", *lines,
+    ])  # fmt: skip
+
+
+def expand_class_names(argv: list[str]) -> list[str]:
+    """`--model=SyntheticTaskModel`, `--model.help SyntheticTaskModel`, `--data.class_path=...` with a short
+    class name -> the full import path (jsonargparse wants a dotted path there)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        for group, names in CLASSES.items():
+            for option in (f"--{group}", f"--{group}.help", f"--{group}.class_path"):
+                if arg.startswith(option + "=") and arg.split("=", 1)[1] in names:
+                    out[i] = f"{option}={names[arg.split('=', 1)[1]]}"
+                elif arg == option and i + 1 < len(out) and out[i + 1] in names:
+                    out[i + 1] = names[out[i + 1]]
+    return out
+
+
+def check_optimisation_args(argv: list[str]) -> None:
+    """--optimizer / --lr_scheduler would replace the modules' AdamW and schedule while model.lr is still
+    logged: refused in one line, naming what does set them."""
+    used = next((a.split("=", 1)[0] for a in argv if a.split("=", 1)[0].split(".", 1)[0] in OPTIMISATION), None)
+    if used:
+        raise ConfigError(
+            f"{used} is not supported: every task module trains with AdamW, linear warm-up and a decay schedule "
+            "(lightning_modules/optim.py); set --model.lr, --model.weight_decay, --model.warmup_steps, --model.lr_decay"
+        )
+
+
 def cli_main(args: list[str] | None = None):
     """Entry point. A ConfigError (bad name, size, option or file) is one line on stderr and exit 2;
     a diverged loss one line and exit 3 (its run record says `diverged`)."""
     argv = sys.argv[1:] if args is None else args
+    if argv[:1] in (["-h"], ["--help"]):
+        print(overview())
+        return None
     try:
         if argv and argv[0] in EXTRA_COMMANDS:
             return EXTRA_COMMANDS[argv[0]](argv[1:])
+        check_optimisation_args(argv)
+        if args is None:  # LightningCLI warns when given both `args` and a command line
+            sys.argv[1:] = expand_class_names(argv)
         return PECLI(
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
-            args=args,
+            auto_configure_optimizers=False,
+            args=None if args is None else expand_class_names(args),
         )
     except Exception as error:
         full = disk_full(error)

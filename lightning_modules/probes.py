@@ -27,6 +27,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -49,6 +50,8 @@ IDENTICAL_RTOL = 1e-4  # rows closer than this (relative to max |E|) differ by f
 @dataclass
 class ProbeOptions:
     """Options of `cli.py probe` (the PE-Study probes of Wang & Chen 2020)."""
+
+    CHOICES: ClassVar[dict] = {"encoding": tuple(ENCODINGS)}
 
     encoding: str | None = None  # registry name: probe a freshly built (untrained) encoding
     ckpt: str | None = None  # SyntheticTaskModel checkpoint: probe its trained encoding
@@ -81,6 +84,12 @@ class ProbeResult:
     figures: list[str] = field(default_factory=list)
 
     @property
+    def chance(self) -> dict[str, float]:
+        """What a probe without position information scores: the absolute MAE of always predicting the
+        middle position (N/4 for N positions), and a coin flip's relative error."""
+        return {"absolute_mae": chance_mae(self.positions), "relative_error": 0.5}
+
+    @property
     def relative(self) -> dict[str, float]:
         """Mean, std (ddof=0), min and max of the relative error over seeds."""
         e = np.asarray(self.relative_errors)
@@ -100,6 +109,13 @@ def absolute_position_mae(E: np.ndarray, seed: int = 0) -> float:
         prediction = LinearRegression().fit(X[train], y[train]).predict(X[test])
         errors.append(np.abs(np.rint(prediction) - y[test]).mean())
     return float(np.mean(errors))
+
+
+def chance_mae(n: int) -> float:
+    """Mean absolute error over positions 0..n-1 of predicting their (rounded) mean: the absolute probe's
+    score without any position signal."""
+    y = np.arange(n, dtype=np.float64)
+    return float(np.abs(np.rint(y.mean()) - y).mean())
 
 
 def sample_pairs(n: int, pairs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -269,6 +285,9 @@ def figure_arrays(E: np.ndarray, transformer: Transformer | None, length: int) -
     logits = None if transformer is None else transformer.encoding.positional_logits(length)
     if logits is not None:
         arrays["logits"] = logits.float().cpu().numpy()
+        if transformer.causal:  # keys after the query are masked: no logit there, drawn blank
+            query, key = np.triu_indices(length, k=1)
+            arrays["logits"][:, query, key] = np.nan
     return arrays
 
 
@@ -313,14 +332,19 @@ def plot_logits(logits: np.ndarray, title: str):
     cols = min(4, heads)
     rows = math.ceil(heads / cols)
     figure = Figure(figsize=(3 * cols, 2.8 * rows + 0.4), layout="constrained")
-    figure.suptitle(f"positional logits per head (query x key): {title}")
-    for h, ax in enumerate(figure.subplots(rows, cols, squeeze=False).flat):
+    figure.suptitle(f"positional logits per head (query x key; blank: masked): {title}")
+    shown = np.where(np.isfinite(logits), logits, np.nan)
+    bound = float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else 1.0
+    axes = figure.subplots(rows, cols, squeeze=False)
+    image = None
+    for h, ax in enumerate(axes.flat):
         if h >= heads:
             ax.axis("off")
             continue
-        image = ax.imshow(np.where(np.isfinite(logits[h]), logits[h], np.nan), cmap="viridis")
+        # one diverging scale centred on 0 for every head: signs and magnitudes compare across heads
+        image = ax.imshow(shown[h], cmap="RdBu_r", vmin=-bound, vmax=bound)
         ax.set_title(f"head {h}", fontsize=9)
-        figure.colorbar(image, ax=ax)
+    figure.colorbar(image, ax=axes, label="logit")
     return figure
 
 
@@ -329,13 +353,14 @@ def write_index(result: ProbeResult, paths: list[Path], out_dir: Path) -> None:
     lines = [
         f"<h1>PE-Study probes: {result.encoding}</h1>",
         f"<p>source: {result.source}; {result.positions} positions x {result.width}</p>",
-        f"<p>absolute MAE {result.absolute_mae:.3f}; relative error {relative_summary(result)}</p>",
+        f"<p>absolute MAE {result.absolute_mae:.3f} (chance {result.chance['absolute_mae']:.3f}); relative "
+        f"error {relative_summary(result)} (chance 50 %)</p>",
         *(f"<p>{note}</p>" for note in result.notes),
         *(f'<h2>{p.stem}</h2><img src="{p.name}">' for p in paths),
     ]
     head = '<html><head><meta charset="utf-8"></head><body>\n'
     (out_dir / "index.html").write_text(head + "\n".join(lines) + "\n</body></html>\n")
-    payload = {**asdict(result), "relative": result.relative}
+    payload = {**asdict(result), "relative": result.relative, "chance": result.chance}
     (out_dir / "probe.json").write_text(json.dumps(payload, indent=2))
 
 
@@ -365,11 +390,12 @@ def results_table(result: ProbeResult):
     from rich.table import Table
 
     table = Table(title=f"PE-Study probes (Wang & Chen 2020): {result.encoding}")
-    for column in ("source", "positions x width", "absolute MAE", "relative error: mean ± std (min-max)"):
+    for column in ("source", "positions x width", "absolute MAE (chance)", "relative error: mean ± std (min-max)"):
         table.add_column(column)
     source = result.source + (" (identical rows)" if result.identical_rows else "")
     size = f"{result.positions} x {result.width}"
-    table.add_row(source, size, f"{result.absolute_mae:.3f}", relative_summary(result))
+    mae = f"{result.absolute_mae:.3f} ({result.chance['absolute_mae']:.3f})"
+    table.add_row(source, size, mae, f"{relative_summary(result)}; chance 50 %")
     return table
 
 

@@ -1,7 +1,9 @@
 """A fake `cli.py fit` for tests/test_faults.py (tests/fake_trial.py is the sweep-method tests' one): takes
 the sweep's --key=value arguments, validates twice
 within about a second (writing its run record as a real run does) and finishes with val/acc = x.
-FAKE_SLEEP=S: S seconds per validation; FAKE_CRASH_X=N: the trial with x=N prints a warning and crashes."""
+FAKE_SLEEP=S: S seconds per validation; FAKE_CRASH_X=N: the trial with x=N prints a warning and crashes.
+Validations are at global steps 1 and 2, or 3 and 4 when resumed (`--ckpt_path`: a checkpoint taken at step 2),
+as a resumed run's global steps continue from its checkpoint."""
 
 import json
 import os
@@ -30,7 +32,7 @@ record = {"name": "fake", "status": "running", "final": {}, "history": [], "args
 if args.get("x") == os.environ.get("FAKE_CRASH_X"):
     print("UserWarning: a warning line that is not the error", file=sys.stderr)
     raise RuntimeError("boom")
-for step in (1, 2):
+for step in (3, 4) if "ckpt_path" in args else (1, 2):
     time.sleep(float(os.environ.get("FAKE_SLEEP", 0)) or random.uniform(0.1, 0.5))
     record["history"].append({"step": step, "val/acc": step / 10})
     write_atomic(run_dir / "record.json", json.dumps(record))

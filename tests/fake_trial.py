@@ -2,9 +2,10 @@
 record `cli.py fit` writes (`$PE_OUT_DIR/runs/<name>/record.json`: status, final, history), so the runner's
 sampling, budget and pruning are tested end to end without training a model.
 
-    fake_trial.py --mode=quadratic|first_wins|pareto [--steps=N] [--pause=SECONDS] [--x=...] [other --key=value ...]
+    fake_trial.py --mode=quadratic|first_wins|pareto [--steps=N] [--step_size=K] [--pause=SECONDS] [--x=...] [...]
 
-$FAKE_STEPS, when set, overrides --steps (a re-run sweep can then finish quickly).
+$FAKE_STEPS, when set, overrides --steps (a re-run sweep can then finish quickly). Validation i is at global
+step i * step_size (default 1). The record names a W&B run (`wandb`: id fake-<trial>), as `cli.py fit`'s does.
 
 quadratic: val/score = -(x - 0.3)^2 at every validation. first_wins: val/score = 1 for trial 0 and 0 for
 every later trial (each trial's directory is `trial-<n>`), a metric a pruner must cut. pareto: quadratic's
@@ -29,9 +30,20 @@ else:
     value = 1.0 if trial == 0 else 0.0
 path = out / "runs" / f"fake-{os.getpid()}" / "record.json"
 path.parent.mkdir(parents=True, exist_ok=True)
-record = {"task": "fake", "encoding": "fake", "seed": trial, "sweep": os.environ.get("PE_SWEEP"),
-          "status": "running", "config": args, "final": {}, "best": {}, "history": [],
-          "wandb_project": os.environ.get("WANDB_PROJECT")}  # fmt: skip
+record = {
+    "task": "fake",
+    "encoding": "fake",
+    "seed": trial,
+    "sweep": os.environ.get("PE_SWEEP"),
+    "status": "running",
+    "config": args,
+    "final": {},
+    "best": {},
+    "history": [],
+    "wandb_project": os.environ.get("WANDB_PROJECT"),
+    "sweep_params": os.environ.get("PE_SWEEP_PARAMS"),
+    "wandb": {"id": f"fake-{trial}", "path": f"p/fake-{trial}", "mode": "offline", "dir": str(out / "wandb")},
+}
 
 
 def write() -> None:
@@ -40,9 +52,11 @@ def write() -> None:
     os.replace(tmp, path)
 
 
-for step in range(1, int(os.environ.get("FAKE_STEPS", args.get("steps", 1))) + 1):
+steps, size = int(os.environ.get("FAKE_STEPS", args.get("steps", 1))), int(args.get("step_size", 1))
+for step in range(1, steps + 1):
     time.sleep(float(args.get("pause", 0)))
-    record["history"].append({"step": step, "val/score": value, **metrics})
+    record.update(step=step * size, max_steps=steps * size)
+    record["history"].append({"step": step * size, "val/score": value, **metrics})
     record["final"].update({"val/score": value, **metrics})
     write()
 record["status"] = "finished"

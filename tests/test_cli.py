@@ -55,7 +55,7 @@ def test_fit_every_encoding(tiny_fit_args, encoding, causal):
     record = fit([*tiny_fit_args, f"--model.encoding={encoding}", f"--model.causal={causal}"])
     assert record["status"] == "finished"
     assert record["encoding"] == encoding and record["task"] == "copy"
-    assert record["name"] == f"copy-{encoding}-s0" and record["group"] == f"copy/{encoding}"
+    assert record["name"] == f"copy-{encoding}-s0" and record["group"] == f"pe-sweeps/copy/{encoding}"
     assert record["config"]["model"]["init_args"]["causal"] is causal
     assert record["config"]["data"]["init_args"]["causal"] is causal  # linked
     for key in ("val/acc", "val/acc_ood", "val/loss", "val/acc_len_4", "val/acc_len_8", "val/tok_acc_len_8"):
@@ -199,3 +199,76 @@ def test_ddp_fit_on_two_cpu_processes(tiny_fit_args, tmp_path):
     assert finals[2].keys() == finals[1].keys()
     for key, value in finals[1].items():
         assert finals[2][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+
+
+# ------------------------------------------------------------------ issue 13, point 4: help and CLI options
+
+
+def test_top_level_help_lists_every_subcommand(capsys):
+    import cli
+
+    cli_main(["--help"])
+    out = capsys.readouterr().out
+    for name in ("fit", "validate", "test", "predict", "sweep", "compare", "probe"):
+        assert f"\n  {name} " in out, name
+    assert set(cli.SUBCOMMANDS) == {"fit", "validate", "test", "predict", *cli.EXTRA_COMMANDS}
+
+
+@pytest.mark.parametrize(
+    "module, name",
+    [("tracking.sweep", "SweepOptions"), ("tracking.compare", "CompareOptions"),
+     ("lightning_modules.probes", "ProbeOptions")],
+)  # fmt: skip
+def test_every_option_of_sweep_compare_probe_has_help_and_choices(module, name):
+    import dataclasses
+    import importlib
+
+    from tracking.options import field_help, options_parser
+
+    options = getattr(importlib.import_module(module), name)
+    helps = field_help(options)
+    assert {f.name for f in dataclasses.fields(options)} == set(helps)
+    text = " ".join(options_parser(options).format_help().split())
+    for field, text_help in helps.items():
+        assert " ".join(text_help.split())[:30] in text, field
+    for field, choices in getattr(options, "CHOICES", {}).items():
+        assert f"choices: {', '.join(choices)}" in text, field
+
+
+def test_compare_format_shows_its_choices():
+    from tracking.compare import CompareOptions
+    from tracking.options import options_parser
+
+    text = " ".join(options_parser(CompareOptions).format_help().split())
+    assert "choices: table, csv, json, markdown, latex" in text and text.startswith("usage: cli.py compare")
+
+
+def test_short_class_names_are_expanded():
+    from cli import expand_class_names
+
+    argv = ["fit", "--model.help", "SyntheticTaskModel", "--data=TextDataModule", "--model.dim=SyntheticTaskModel"]
+    assert expand_class_names(argv) == [
+        "fit", "--model.help", "lightning_modules.synthetic_model.SyntheticTaskModel",
+        "--data=datamodules.text.TextDataModule", "--model.dim=SyntheticTaskModel",
+    ]  # fmt: skip
+
+
+def test_fit_help_names_the_model_options_and_short_class_names(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["fit", "--help"])
+    assert exit_.value.code == 0
+    assert "--model.help CLASS" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        cli_main(["fit", "--model.help", "SyntheticTaskModel"])
+    assert "--model.encoding" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("arg", ["--optimizer=torch.optim.SGD", "--lr_scheduler.class_path=torch.optim.Adam"])
+def test_optimizer_and_lr_scheduler_are_refused_in_one_line(arg, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["fit", "--config=configs/synthetic.yaml", arg])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and err[0].startswith(f"error: {arg.split('=')[0]} is not supported") and "--model.lr" in err[0]
+    )

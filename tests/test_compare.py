@@ -293,21 +293,65 @@ def test_wandb_path_with_a_fake_api(monkeypatch, capsys):
     assert record["best"]["val/loss"] == 1.0 and "epoch" not in record["final"]
 
 
+def wandb_records(run_dir: Path) -> list[dict] | None:
+    """The records of an offline run's .wandb log, by `wandb leet inspect --json` (None without it)."""
+    import shutil
+
+    leet = shutil.which("wandb") or str(Path(sys.executable).with_name("wandb"))
+    result = subprocess.run([leet, "leet", "inspect", "--json", str(next(run_dir.glob("*.wandb")))],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    if result.returncode != 0:
+        return None
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
 @pytest.mark.slow
 def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    env.pop("PE_RUN_DIR", None)
+    """Also issue 13's W&B identity, checked in the offline run files: a sweep trial's name and group,
+    `seed` = seed_everything and `data_seed`, `length` as the per-length x axis with a task/encoding/seed
+    table, `train/lr`, W&B's own sync hint (no WANDB_SILENT), the fit summary, no Lightning tips."""
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PE_SWEEP": "lr_search-rope",
+           "PE_SWEEP_PARAMS": '{"model.lr": 0.002}'}  # fmt: skip
+    for key in ("PE_RUN_DIR", "WANDB_SILENT"):
+        env.pop(key, None)
     result = subprocess.run(
-        [sys.executable, "cli.py", "fit", *TINY, f"--run.out_dir={tmp_path}"], cwd=ROOT, env=env,
-        capture_output=True, text=True,
+        [sys.executable, "cli.py", "fit", *TINY, f"--run.out_dir={tmp_path}", "--model.lr=0.002",
+         "--seed_everything=3", "--data.seed=5"], cwd=ROOT, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (record,) = load_records(tmp_path)
     assert record["status"] == "finished"
+    assert record["name"] == "copy-rope-lr=0.002-s3" and record["group"] == "lr_search-rope/copy/rope"
     (run_dir,) = Path(record["run_dir"]).glob("wandb/offline-run-*")
-    assert list(run_dir.glob("files/media/table/val_by_length/*.table.json"))
+    assert record["wandb"]["mode"] == "offline" and record["wandb"]["dir"] == str(run_dir)
+    assert record["step"] == record["max_steps"] == 4  # progress for the sweep's live view
+    (table,) = run_dir.glob("files/media/table/val_by_length/*.table.json")
+    table = json.loads(table.read_text())
+    assert table["columns"] == ["task", "encoding", "seed", "length", "acc", "tok_acc"]
+    assert table["data"][0][:4] == ["copy", "rope", 3, 1]
     binary = next(run_dir.glob("*.wandb")).read_bytes()
     assert b"resolved_config" in binary and b"val/acc_len_8" in binary
+    output = result.stdout + result.stderr
+    assert f"wandb sync {run_dir}" in result.stdout and f"record: {record['run_dir']}" in result.stdout
+    assert "val/acc_ood" in result.stdout and "Tip:" not in output and "You can sync this run" in output
+    records = wandb_records(run_dir)
+    if records is None:
+        pytest.skip("`wandb leet inspect` is not available: the rest reads the .wandb log through it")
+    (run,) = [r["run"] for r in records if r["type"] == "run"]
+    assert run["display_name"] == record["name"] and run["run_group"] == record["group"]
+    config = {}
+    for r in records:
+        if r["type"] == "config":
+            config.update(r["config"]["update"])
+    assert (config["seed"], config["data_seed"], config["encoding"], config["task"]) == (3, 5, "rope", "copy")
+    assert config["lr"] == 0.002 and config["sweep"] == "lr_search-rope"
+    metrics = {r["metric"].get("name"): r["metric"] for r in records if r["type"] == "metric"}
+    assert metrics["val_by_length/acc"]["step_metric"] == "length" and "val_by_length/tok_acc" in metrics
+    history = [r["history"]["item"] for r in records if r["type"] == "history"]
+    assert [h["length"] for h in history if "val_by_length/acc" in h] == list(range(1, 9))
+    assert any("train/lr" in h for h in history)
+    # the sweep reports a validation to Optuna at the x value W&B plots it at
+    assert [h["trainer/global_step"] for h in history if "val/acc" in h] == [h["wandb_step"] for h in record["history"]]
 
 
 def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():
@@ -430,3 +474,65 @@ def test_several_metrics_rank_by_the_declared_goal_and_show_their_pareto_front(t
     shown = capsys.readouterr().out
     assert [c.metric for c in comps] == ["val/acc", "val/cost"] and "Pareto front" in shown
     assert "Holm" in shown or "Welch" in shown  # main's statistics under the side-by-side table
+
+
+def test_report_plots_agree_on_colours_show_seed_bands_units_and_log_perplexity(tmp_path):
+    """Issue 13, point 5: one colour per encoding in every plot; a band over seeds on per-length and
+    per-context curves; units and the training length / context marked; perplexity on a log axis; SVG."""
+    from matplotlib.colors import to_hex
+
+    from tracking.compare_report import bar_chart, length_curves, ppl_context, row_colors
+
+    records = [dict(r, final={**r["final"], "val/ppl_ctx_8": 3.0 + r["seed"], "val/ppl_ctx_16": 50.0}) for r in grid()]
+    for r in records:
+        r["config"]["data"]["init_args"]["block_size"] = 8
+    comp = C.compare(records, "val/acc")
+    colors = {row: to_hex(c) for row, c in row_colors(comp).items()}
+    bars = bar_chart(comp).axes[0]
+    assert [to_hex(p.get_facecolor()) for p in bars.patches] == [
+        colors[r] for r in comp.rows if (r, "copy") in comp.cells
+    ]
+    for fig in (length_curves(comp), ppl_context(comp)):
+        ax = fig.axes[0]
+        lines = {ln.get_label(): to_hex(ln.get_color()) for ln in ax.get_lines() if ln.get_label() in colors}
+        assert lines == {r: colors[r] for r in comp.rows if (r, "copy") in comp.cells}
+        assert len(ax.collections) == len(lines)  # one seed band per row
+        assert any(ln.get_linestyle() == "--" for ln in ax.get_lines())  # the training length / context
+    length_ax, ppl_ax = length_curves(comp).axes[0], ppl_context(comp).axes[0]
+    assert length_ax.get_xlabel() == "length (tokens)" and ppl_ax.get_xlabel() == "context (tokens)"
+    assert ppl_ax.get_yscale() == "log" and "block_size=8" in [ln.get_label() for ln in ppl_ax.get_lines()]
+    page = write_report(comp, tmp_path / "report")
+    assert sorted(p.name for p in page.parent.glob("*.svg")) == ["bars.svg", "curves.svg", "length.svg", "ppl_ctx.svg"]
+    assert 'href="length.svg"' in page.read_text()
+
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell")
+
+
+@pytest.mark.slow  # starts a browser
+def test_report_page_renders_every_image_in_headless_chromium(tmp_path):
+    """The page in a real browser: every image decodes and takes space, and the console shows no error."""
+    import re
+    import shutil
+
+    browser = next((path for name in BROWSERS if (path := shutil.which(name))), None)
+    if browser is None:
+        pytest.skip(f"no headless Chromium on PATH (looked for {', '.join(BROWSERS)})")
+    page = write_report(C.compare(grid(), "val/acc"), tmp_path / "report")
+    check = (
+        "<script>window.addEventListener('load', () => { const bad = [...document.images].filter(i => "
+        "!(i.complete && i.naturalWidth > 0 && i.getBoundingClientRect().width > 0)).map(i => i.alt); "
+        "document.body.setAttribute('data-images', document.images.length); "
+        "document.body.setAttribute('data-bad', bad.join(',') || 'none'); });</script>"
+    )
+    probe = page.with_name("probe.html")
+    probe.write_text(page.read_text().replace("</body>", check + "</body>"))
+    argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+            "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    images = re.search(r'data-images="(\d+)"', result.stdout)
+    assert images and int(images[1]) == len(list(page.parent.glob("*.png"))) > 0, result.stdout[-500:]
+    assert 'data-bad="none"' in result.stdout
+    console = [line for line in result.stderr.splitlines() if "CONSOLE" in line]
+    assert not [line for line in console if "rror" in line or "Uncaught" in line], console

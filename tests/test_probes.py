@@ -189,3 +189,22 @@ def test_cli_reports_bad_input_in_one_line(monkeypatch, capsys):
     assert exit_info.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: unknown encoding 'nope'")
+
+
+def test_heatmaps_blank_the_masked_triangle_on_one_diverging_scale_and_scores_have_a_chance_baseline():
+    """Issue 13, point 5: causal logits are NaN (blank) above the diagonal; every head shares one scale
+    centred on 0 (a diverging colormap); the absolute probe's chance MAE is N/4."""
+    from lightning_modules.probes import ProbeResult, chance_mae, plot_logits
+
+    transformer = build_bare(ProbeOptions(encoding="alibi", dim=32, num_heads=4, causal=True), 8)
+    E, _ = position_vectors(transformer, 8, token=0, hidden=False)
+    logits = figure_arrays(E, transformer, 8)["logits"]
+    upper = np.triu(np.ones((8, 8), dtype=bool), k=1)
+    assert np.isnan(logits[:, upper]).all() and np.isfinite(logits[:, ~upper]).all()
+    images = [ax.images[0] for ax in plot_logits(logits, "alibi").axes if ax.images]
+    assert len(images) == 4 and len({im.get_clim() for im in images}) == 1
+    low, high = images[0].get_clim()
+    assert low == -high > -np.inf and images[0].get_cmap().name == "RdBu_r"
+    assert chance_mae(4) == 1.0 and chance_mae(512) == pytest.approx(128.0, abs=0.5)
+    result = ProbeResult("x", "table", positions=512, width=8, absolute_mae=3.0, relative_errors=[0.1])
+    assert result.chance == {"absolute_mae": chance_mae(512), "relative_error": 0.5}

@@ -67,8 +67,13 @@ def run_sweep(path, out, *extra, check=True) -> subprocess.CompletedProcess:
 
 
 def trials(out: Path, name="s") -> list[optuna.trial.FrozenTrial]:
-    storage = f"sqlite:///{out / 'sweeps' / name / 'optuna.db'}"
-    return optuna.load_study(study_name=name, storage=storage).trials
+    """The trials of study `name`, in whichever database under out/sweeps holds it (a sweep file's studies
+    share one)."""
+    for path in sorted((out / "sweeps").glob("*/optuna.db")):
+        storage = f"sqlite:///{path}"
+        if name in optuna.get_all_study_names(storage):
+            return optuna.load_study(study_name=name, storage=storage).trials
+    raise KeyError(name)
 
 
 def complete_points(ts) -> list[tuple]:
@@ -331,8 +336,18 @@ def test_random_and_bayes_sweeps_run_end_to_end(tmp_path, method):
     assert len({t.params["x"] for t in ts}) == 4  # sampled, not a constant
     for t in ts:  # the value the runner read is the program's, for the parameters the sampler drew
         assert t.value == pytest.approx(-((t.params["x"] - 0.3) ** 2)) and t.params["n"] in (1, 2)
-    records = [yaml.safe_load(p.read_text()) for p in (tmp_path / "sweeps" / "s").glob("trial-*/runs/*/record.json")]
+    paths = sorted((tmp_path / "sweeps" / "s").glob("trial-*/runs/*/record.json"))
+    records = [yaml.safe_load(p.read_text()) for p in paths]
     assert len(records) == 4 and {r["wandb_project"] for r in records} == {"pe-test-project"}
+    # issue 13: the trial's varied parameters reach its run (names, W&B config); the dashboard names the
+    # objective and finds each trial's record, log and W&B run
+    for r in records:
+        assert json.loads(r["sweep_params"]).keys() == {"x", "n"}
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'sweeps' / 's' / 'optuna.db'}")
+    assert study.metric_names == ["val/score"]
+    for t in ts:
+        assert t.user_attrs["record"] in map(str, paths) and t.user_attrs["wandb_run_id"] == f"fake-{t.number}"
+        assert t.user_attrs["wandb_run_path"] == f"p/fake-{t.number}" and t.user_attrs["log"].endswith("output.log")
 
 
 def test_hyperband_prunes_a_trial_that_is_worse_at_the_first_rung(tmp_path):
@@ -340,14 +355,14 @@ def test_hyperband_prunes_a_trial_that_is_worse_at_the_first_rung(tmp_path):
     later trial scores 0 at validation 1, below the rung's best, and is stopped there."""
     early = {"type": "hyperband", "min_iter": 1, "max_iter": 2, "eta": 3}
     parameters = {"x": {"distribution": "uniform", "min": 0.0, "max": 1.0}}
-    args = ("--mode=first_wins", "--steps=6", "--pause=0.5")
+    args = ("--mode=first_wins", "--steps=6", "--pause=0.5", "--step_size=50")  # validations at steps 50, 100, ...
     path = fake_sweep(tmp_path, "random", parameters, *args, run_cap=3, early_terminate=early)
     run_sweep(path, tmp_path)
     ts = sorted(trials(tmp_path), key=lambda t: t.number)
     assert [t.state for t in ts] == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.PRUNED]
-    assert ts[0].value == 1.0 and len(ts[0].intermediate_values) == 6
-    for t in ts[1:]:
-        assert t.user_attrs["reason"].startswith("pruned at validation") and t.intermediate_values[1] == 0.0
+    assert ts[0].value == 1.0 and sorted(ts[0].intermediate_values) == [50, 100, 150, 200, 250, 300]  # global steps
+    for t in ts[1:]:  # the rungs still count validations (W&B's "iteration"), not steps
+        assert t.user_attrs["reason"].startswith("pruned at validation") and t.intermediate_values[50] == 0.0
         assert len(t.intermediate_values) < 6  # stopped before its last validation
 
 
@@ -376,6 +391,8 @@ def test_reseed_protocol_end_to_end_and_rerun_starts_nothing(tmp_path):
     result = run_sweep(path, tmp_path, "--reseed=2", "--per=model.encoding", "--workers=2")
     for group in ("rope", "alibi"):  # stage 1: the file's full grid per encoding
         assert len(complete_points(trials(tmp_path, f"s-{group}"))) == 2
+    # one database for the file's studies (stages and groups), so optuna-dashboard shows them side by side
+    assert [p.parent.name for p in (tmp_path / "sweeps").glob("*/optuna.db")] == ["s"]
     expected = sorted(
         (("data.task", "copy"), ("model.encoding", e), ("model.lr", lr), ("seed_everything", s))
         for e, lr in (("rope", 0.01), ("alibi", 0.001)) for s in (1, 2)  # best lr per encoding, fresh seeds

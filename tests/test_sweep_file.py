@@ -222,3 +222,61 @@ def test_bad_command_is_one_line(tmp_path, command):
         sweep["command"] = command
     with pytest.raises(ConfigError, match="command must"):
         sf.load_sweep(write(tmp_path, sweep))
+
+
+# Every key of W&B's sweep-config reference (docs.wandb.ai/guides/sweeps/sweep-config-keys, wandb 0.31):
+# (where it goes, a value) -> honoured (the file loads) or refused in one line naming the key (issue 13).
+DOCUMENTED_KEYS = [
+    ("top", "program", "cli.py", True), ("top", "method", "random", True), ("top", "name", "n", True),
+    ("top", "description", "d", True), ("top", "project", "p", True), ("top", "entity", "e", True),
+    ("top", "run_cap", 3, True), ("top", "command", ["${env}", "${program}", "fit", "${args}"], True),
+    ("top", "early_terminate", {"type": "hyperband", "min_iter": 1}, True),
+    ("metric", "name", "val/loss", True), ("metric", "goal", "minimize", True), ("metric", "target", 0.9, False),
+    ("parameter", "values", [1, 2], True), ("parameter", "value", 1, True),
+    ("parameter", "distribution", "uniform", True), ("parameter", "min", 0.0, True),
+    ("parameter", "max", 1.0, True), ("parameter", "q", 0.5, True), ("parameter", "probabilities", [0.5, 0.5], False),
+    ("parameter", "mu", 0.0, False), ("parameter", "sigma", 1.0, False),
+    ("parameter", "parameters", {"y": {"value": 1}}, False),
+    ("early_terminate", "min_iter", 2, True), ("early_terminate", "max_iter", 9, True),
+    ("early_terminate", "eta", 3, True), ("early_terminate", "s", 2, False), ("early_terminate", "strict", True, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("where, key, value, honoured", DOCUMENTED_KEYS, ids=lambda v: str(v)[:20])
+def test_every_documented_wandb_key_is_honoured_or_refused_in_one_line(tmp_path, where, key, value, honoured):
+    sweep = {**base("random"), "early_terminate": {"type": "hyperband", "min_iter": 1}}
+    spec = {"values": [1, 2]} if key in ("values", "probabilities", "parameters") else {"min": 0.0, "max": 1.0}
+    if key == "q":
+        spec["distribution"] = "q_uniform"
+    if key == "value":
+        spec = {}
+    target = {"top": sweep, "metric": sweep["metric"], "parameter": spec, "early_terminate": sweep["early_terminate"]}
+    target[where][key] = value
+    sweep["parameters"] = {"x": spec}
+    if honoured:
+        loaded = sf.load_sweep(write(tmp_path, sweep))
+        sf.pruner(loaded)
+        return
+    with pytest.raises(ConfigError) as error:
+        sf.load_sweep(write(tmp_path, sweep))
+    message = str(error.value)
+    assert len(message.splitlines()) == 1 and (repr(key) in message or f"`{key}`" in message), message
+
+
+def test_varied_parameters_exclude_constants_and_single_values():
+    sweep = {"parameters": {"a": {"value": 1}, "b": {"values": [1]}, "c": {"values": [1, 2]},
+                            "d": {"distribution": "uniform", "min": 0, "max": 1}}}  # fmt: skip
+    assert sf.varied(sweep, {"a": 1, "b": 1, "c": 2, "d": 0.5}) == {"c": 2, "d": 0.5}
+    assert sf.varied({"scheduler": {"search_space": "f"}}, {"z": 1}) == {"z": 1}
+
+
+def test_hyperband_counts_validations_while_trials_report_global_steps(monkeypatch):
+    """Intermediate values at steps 100, 200 reach Hyperband as validations 1, 2 (W&B's iterations)."""
+    seen = []
+    monkeypatch.setattr(optuna.pruners.HyperbandPruner, "prune", lambda self, study, t: seen.append(t) or False)
+    pruner = sf.pruner(base("random") | {"early_terminate": {"type": "hyperband", "min_iter": 1}})
+    assert isinstance(pruner, optuna.pruners.HyperbandPruner)
+    trial = optuna.trial.create_trial(value=0.0, params={}, distributions={}, intermediate_values={200: 0.5, 100: 0.2})
+    pruner.prune(None, trial)
+    assert seen[0].intermediate_values == {1: 0.2, 2: 0.5} and seen[0].last_step == 2
+    assert trial.intermediate_values == {200: 0.5, 100: 0.2}  # the stored trial is untouched

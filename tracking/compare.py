@@ -38,6 +38,7 @@ import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 from rich.console import Console
@@ -65,6 +66,8 @@ DEFAULT_METRIC = name("val", ACC)
 class CompareOptions:
     """Options of `cli.py compare`."""
 
+    CHOICES: ClassVar[dict] = {"value": VALUES, "aggregate": AGGREGATES, "format": FORMATS}
+
     out_dir: str = "out"  # records are read recursively from here (runs/ and sweeps/)
     sweep: str | None = None  # keep runs of this sweep / study only; its metric becomes the default
     metric: str | None = None  # M[,M...]; default: the sweep's metric(s) with --sweep, else val/acc; several
@@ -74,7 +77,7 @@ class CompareOptions:
     best_over: str | None = None  # KEY (e.g. model.init_args.lr): per cell keep the KEY value aggregating best
     rows: str | None = None  # comma-separated record fields or dotted config paths; default: encoding, and
     # with --sweep also the parameters that the sweep varies (other than seed, encoding and task)
-    cols: str = "task"
+    cols: str = "task"  # comma-separated record fields or dotted config paths, one column per value
     format: str = "table"  # table (rich, to the console), csv, json, markdown, latex (to stdout)
     report: str | None = None  # write PNG plots and index.html to this folder
     wandb: str | None = None  # ENTITY/PROJECT: read runs from the W&B API instead of --out_dir
@@ -638,20 +641,25 @@ def select(records: list[dict], sweep: str | None, where: str) -> list[dict]:
 
 
 def sweep_spec(out_dir: str, sweep: str | None) -> dict:
-    """The sweep dict of a local Optuna study (out_dir/sweeps/<sweep>/optuna.db); {} if there is none."""
-    path = Path(out_dir) / "sweeps" / str(sweep) / "optuna.db"
-    if sweep is None or not path.is_file():
+    """The sweep dict of a local Optuna study: in out_dir/sweeps/<sweep>/optuna.db, or in the database of
+    the sweep file it was made from (`--set`, `--reseed` studies share one); {} if there is none."""
+    if sweep is None:
         return {}
     import optuna
 
-    try:
-        study = optuna.load_study(study_name=sweep, storage=f"sqlite:///{path.resolve()}")
-    except KeyError:
-        return {}
-    spec = dict(study.user_attrs.get("sweep") or {})
-    if study.user_attrs.get("compare_rows"):  # a reseed study: one row per tuned group (tracking/reseed.py)
-        spec["compare_rows"] = study.user_attrs["compare_rows"]
-    return spec
+    own = Path(out_dir) / "sweeps" / str(sweep) / "optuna.db"
+    for path in [own, *sorted(p for p in (Path(out_dir) / "sweeps").glob("*/optuna.db") if p != own)]:
+        if not path.is_file():
+            continue
+        try:
+            study = optuna.load_study(study_name=sweep, storage=f"sqlite:///{path.resolve()}")
+        except KeyError:
+            continue
+        spec = dict(study.user_attrs.get("sweep") or {})
+        if study.user_attrs.get("compare_rows"):  # a reseed study: one row per tuned group (tracking/reseed.py)
+            spec["compare_rows"] = study.user_attrs["compare_rows"]
+        return spec
+    return {}
 
 
 def default_rows(spec: dict) -> str:
@@ -712,9 +720,9 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
 
 def compare_main(args: list[str]) -> Comparison | list[Comparison]:
     """`cli.py compare [--out_dir DIR] [--sweep NAME] [--metric M[,M]] [--format F] [--report DIR] ...`"""
-    from jsonargparse import CLI
+    from tracking.options import parse_options
 
-    return run_compare(CLI(CompareOptions, args=args))
+    return run_compare(parse_options(CompareOptions, args))
 
 
 def print_comparison(

@@ -1,13 +1,15 @@
 """`cli.py compare --report DIR`: PNG plots of a Comparison and one self-contained HTML page.
 
-Plots (one panel per column, e.g. per task; only the runs kept in the table):
-  bars.png      the metric per row, mean with std error bars over seeds
-  length.png    exact-match accuracy vs sequence length (final <stage>/acc_len_<n>, mean over seeds),
-                the training length (data train_max_len) as a vertical line
+Plots (one panel per column, e.g. per task; only the runs kept in the table; one colour per row, the
+same in every plot):
+  bars.png      the metric per row, mean with std error bars over seeds (best row outlined)
+  length.png    exact-match accuracy vs sequence length in tokens (final <stage>/acc_len_<n>), mean and
+                min-max band over seeds, the training length (data train_max_len) as a vertical line
   curves.png    the metric vs training step (history), mean and min-max band over seeds
-  ppl_ctx.png   perplexity vs evaluation context length (final <stage>/ppl_ctx_<n>)
-A plot without data is skipped and the page says so. Images are written to DIR and embedded in
-DIR/index.html as base64, so the page can be mailed on its own.
+  ppl_ctx.png   perplexity (log scale) vs evaluation context in tokens (final <stage>/ppl_ctx_<n>), mean and
+                band over seeds, the training context (data block_size) as a vertical line
+A plot without data is skipped and the page says so. Each is written as PNG and SVG to DIR; the PNG is
+embedded in DIR/index.html as base64, so the page can be mailed on its own.
 """
 
 import base64
@@ -23,7 +25,14 @@ from matplotlib.figure import Figure
 
 from tracking.compare import Comparison, cell_text, legend, lookup, notes
 
-TRAIN_MAX_LEN = "data.init_args.train_max_len"
+TRAIN_MAX_LEN = "data.init_args.train_max_len"  # synthetic tasks: the longest training sequence
+BLOCK_SIZE = "data.init_args.block_size"  # language models: the training context
+COLORS = [f"C{i}" for i in range(10)]  # matplotlib's default cycle (tab10)
+
+
+def row_colors(comp: Comparison) -> dict[str, str]:
+    """One colour per row (e.g. per encoding), fixed by the table's row order: every plot agrees."""
+    return {row: COLORS[i % len(COLORS)] for i, row in enumerate(comp.rows)}
 
 
 def stage_of(comp: Comparison) -> str:
@@ -57,8 +66,10 @@ def bar_chart(comp: Comparison) -> Figure | None:
         rows = [r for r in comp.rows if (r, col) in comp.cells]
         cells = [comp.cells[r, col] for r in rows]
         errors = [0.0 if c.n < 2 else c.std for c in cells]
-        colors = ["tab:green" if comp.is_best(r, col) else "tab:blue" for r in rows]
-        ax.bar(range(len(rows)), [c.center for c in cells], yerr=errors, capsize=4, color=colors)
+        colors = row_colors(comp)
+        edges = ["black" if comp.is_best(r, col) else "none" for r in rows]
+        ax.bar(range(len(rows)), [c.center for c in cells], yerr=errors, capsize=4,
+               color=[colors[r] for r in rows], edgecolor=edges, linewidth=2)  # fmt: skip
         ax.set_xticks(range(len(rows)), [f"{r}\nn={c.n}" for r, c in zip(rows, cells)], rotation=30, fontsize=8)
         ax.set(title=col, ylabel=f"{comp.value} {comp.metric}")
     return fig
@@ -73,32 +84,43 @@ def over_seeds(records: list[dict], points) -> dict:
     return series
 
 
-def per_length(comp: Comparison, prefix: str, ylabel: str, boundary: bool) -> Figure | None:
-    """Mean over seeds of final `<prefix><n>` vs n, one line per row, one panel per column."""
+def mean_and_band(ax, series: dict, color: str, label: str, **plot) -> None:
+    """Mean over seeds as a line, min-max over seeds as a band (visible as soon as two seeds differ)."""
+    xs = sorted(series)
+    ax.plot(xs, [np.mean(series[x]) for x in xs], color=color, label=label, **plot)
+    ax.fill_between(xs, [min(series[x]) for x in xs], [max(series[x]) for x in xs], color=color, alpha=0.2)
+
+
+def per_length(comp: Comparison, prefix: str, ylabel: str, xlabel: str, boundary: str, log=False) -> Figure | None:
+    """Final `<prefix><n>` vs n: mean and min-max band over seeds, one line per row, one panel per column;
+    the training length or context (config key `boundary`) as a dashed vertical line."""
     if not any(by_suffix(r["final"], prefix) for c in comp.cells.values() for r in c.records):
         return None
     fig, axes = panels(comp)
+    colors = row_colors(comp)
     for ax, col in zip(axes, comp.cols):
         for row in [r for r in comp.rows if (r, col) in comp.cells]:
             series = over_seeds(comp.cells[row, col].records, lambda r: by_suffix(r["final"], prefix).items())
-            lengths = sorted(series)
-            ax.plot(lengths, [np.mean(series[n]) for n in lengths], marker=".", label=row)
+            mean_and_band(ax, series, colors[row], row, marker=".")
         records = [r for (_, c), cell in comp.cells.items() if c == col for r in cell.records]
-        for train_len in sorted({lookup(r, TRAIN_MAX_LEN) for r in records} - {None}) if boundary else []:
-            ax.axvline(train_len, color="grey", linestyle="--", label=f"train_max_len={train_len}")
-        ax.set(title=col, xlabel="length", ylabel=ylabel)
+        for trained in sorted({lookup(r, boundary) for r in records} - {None}):
+            ax.axvline(trained, color="grey", linestyle="--", label=f"{boundary.rsplit('.', 1)[-1]}={trained}")
+        if log:
+            ax.set_yscale("log")
+        ax.set(title=col, xlabel=xlabel, ylabel=ylabel)
         ax.legend(fontsize=7)
     return fig
 
 
 def length_curves(comp: Comparison) -> Figure | None:
     stage = stage_of(comp)
-    return per_length(comp, f"{stage}/acc_len_", f"{stage} exact-match accuracy", boundary=True)
+    return per_length(comp, f"{stage}/acc_len_", f"{stage} exact-match accuracy", "length (tokens)", TRAIN_MAX_LEN)
 
 
 def ppl_context(comp: Comparison) -> Figure | None:
     stage = stage_of(comp)
-    return per_length(comp, f"{stage}/ppl_ctx_", f"{stage} perplexity", boundary=True)
+    ylabel = f"{stage} perplexity (log scale)"
+    return per_length(comp, f"{stage}/ppl_ctx_", ylabel, "context (tokens)", BLOCK_SIZE, log=True)
 
 
 def learning_curves(comp: Comparison) -> Figure | None:
@@ -107,29 +129,26 @@ def learning_curves(comp: Comparison) -> Figure | None:
     if not any(metric in h for c in comp.cells.values() for r in c.records for h in r.get("history", [])):
         return None
     fig, axes = panels(comp)
+    colors = row_colors(comp)
     for ax, col in zip(axes, comp.cols):
         for row in [r for r in comp.rows if (r, col) in comp.cells]:
             points = lambda r: [
                 (h["step"], h[metric]) for h in r.get("history", []) if metric in h and h.get("step") is not None
             ]
-            series = over_seeds(comp.cells[row, col].records, points)
-            steps = sorted(series)
-            (line,) = ax.plot(steps, [np.mean(series[s]) for s in steps], label=row)
-            lo, hi = [min(series[s]) for s in steps], [max(series[s]) for s in steps]
-            ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
-        ax.set(title=col, xlabel="step", ylabel=metric)
+            mean_and_band(ax, over_seeds(comp.cells[row, col].records, points), colors[row], row)
+        ax.set(title=col, xlabel="training step", ylabel=metric)
         ax.legend(fontsize=7)
     return fig
 
 
 PLOTS = (
     ("bars.png", "Metric per row, mean ± std over seeds", bar_chart, "no cell has a usable run"),
-    ("length.png", "Accuracy vs sequence length (dashed: training length)", length_curves,
-     "no run logged per-length accuracy (<stage>/acc_len_<n>)"),
+    ("length.png", "Accuracy vs sequence length: mean, band min-max over seeds (dashed: training length)",
+     length_curves, "no run logged per-length accuracy (<stage>/acc_len_<n>)"),
     ("curves.png", "Validation curves: mean over seeds, band min-max", learning_curves,
      "no run has a history of the metric"),
-    ("ppl_ctx.png", "Perplexity vs evaluation context length", ppl_context,
-     "no run logged perplexity per context length (<stage>/ppl_ctx_<n>)"),
+    ("ppl_ctx.png", "Perplexity vs evaluation context: mean, band min-max over seeds (dashed: training context)",
+     ppl_context, "no run logged perplexity per context length (<stage>/ppl_ctx_<n>)"),
 )  # fmt: skip
 
 
@@ -152,10 +171,12 @@ def html_table(comp: Comparison) -> str:
 def figure_html(out: Path, filename: str, title: str, fig: Figure) -> str:
     path = out / filename
     fig.savefig(path, dpi=110)
+    fig.savefig(path.with_suffix(".svg"))  # vector, for a paper
+    svg = path.with_suffix(".svg").name
     data = base64.b64encode(path.read_bytes()).decode()
     return (
         f'<h2>{html.escape(title)}</h2>\n<figure><img alt="{filename}" src="data:image/png;base64,{data}">'
-        f'<figcaption><a href="{filename}">{filename}</a></figcaption></figure>'
+        f'<figcaption><a href="{filename}">{filename}</a> · <a href="{svg}">{svg}</a></figcaption></figure>'
     )
 
 
@@ -163,9 +184,9 @@ STYLE = "body{font-family:sans-serif;margin:2em} td,th{border:1px solid #ccc;pad
 
 
 def write_report(comp: Comparison, out: Path) -> Path:
-    """Write the plots (PNG) and index.html into out; returns the page's path."""
+    """Write the plots (PNG and SVG) and index.html into out; returns the page's path."""
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [p for name, *_ in PLOTS if (p := out / name).exists()]:
+    for stale in [p for name, *_ in PLOTS for p in (out / name, (out / name).with_suffix(".svg")) if p.exists()]:
         stale.unlink()  # a plot skipped this time must not survive from an earlier report
     title = f"compare: {comp.value} {comp.metric}"
     parts = [f"<h1>{html.escape(title)}</h1>", html_table(comp), "<ul>"]

@@ -1,6 +1,15 @@
-"""Command-line helpers shared by the extra subcommands (sweep, compare, probe)."""
+"""Command-line helpers shared by the extra subcommands (sweep, compare, probe): a jsonargparse parser of
+an options dataclass whose `--help` shows each field's comment as its help text and, where the class
+declares them (`CHOICES`), the valid values."""
 
-from jsonargparse import CLI
+import dataclasses
+import inspect
+import re
+
+from jsonargparse import ActionConfigFile, ArgumentParser
+
+FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s*(.*))?$")  # `name: type = default  # help`
+COMMENT = re.compile(r"^\s+#\s?(.*)$")  # a comment line: continues a field's help, or precedes its field
 
 
 def dashes_to_underscores(arg: str) -> str:
@@ -11,6 +20,51 @@ def dashes_to_underscores(arg: str) -> str:
     return "--" + key.replace("-", "_") + sep + value
 
 
-def parse_options(options_class: type, args: list[str]):
-    """Parse `args` into an instance of the options dataclass (jsonargparse: --help, --config work)."""
-    return CLI(options_class, args=[dashes_to_underscores(a) for a in args])
+def field_help(options_class: type) -> dict[str, str]:
+    """{field: its comment} from the class source. A comment line after a field's own comment continues
+    it; comment lines before a field without one are its help."""
+    names = {f.name for f in dataclasses.fields(options_class)}
+    helps: dict[str, str] = {}
+    last, pending = None, []
+    for line in inspect.getsource(options_class).splitlines()[1:]:
+        if (comment := COMMENT.match(line)) is not None:
+            if last is not None and helps.get(last):
+                helps[last] += " " + comment[1].strip()
+            else:
+                pending.append(comment[1].strip())
+            continue
+        field = FIELD.match(line)
+        if field is None or field[1] not in names:
+            last, pending = None, []
+            continue
+        last = field[1]
+        helps[last] = " ".join([*pending, (field[2] or "").strip()]).strip()
+        pending = []
+        if not helps[last]:
+            del helps[last]
+    return helps
+
+
+def options_parser(options_class: type, prog: str | None = None) -> ArgumentParser:
+    """A parser of `options_class` (required fields positional) with help texts and choices."""
+    doc = inspect.getdoc(options_class) or ""
+    prog = prog or next(iter(re.findall(r"`(cli\.py \w+)`", doc)), None)  # "Options of `cli.py sweep`"
+    parser = ArgumentParser(prog=prog, description=doc)
+    parser.add_argument("--config", action=ActionConfigFile, help="a YAML file of these options")
+    parser.add_class_arguments(options_class, as_positional=True, sub_configs=True)
+    helps = field_help(options_class)
+    choices = getattr(options_class, "CHOICES", {})
+    for action in parser._actions:
+        text = helps.get(action.dest, "")
+        if action.dest in choices:
+            text = f"{text}; choices: {', '.join(map(str, choices[action.dest]))}".lstrip("; ")
+        if text:
+            action.help = text
+    return parser
+
+
+def parse_options(options_class: type, args: list[str], prog: str | None = None):
+    """Parse `args` into an instance of the options dataclass (--help, --config work)."""
+    parser = options_parser(options_class, prog)
+    config = parser.parse_args([dashes_to_underscores(a) for a in args])
+    return options_class(**{f.name: config[f.name] for f in dataclasses.fields(options_class) if f.init})

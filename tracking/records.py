@@ -18,9 +18,10 @@ from pytorch_lightning.callbacks import Callback
 
 from lightning_modules.errors import ConfigError, DivergedError
 from lightning_modules.metrics import goal
-from tracking.wandb_setup import describe_run, log_length_table
+from tracking.wandb_setup import describe_run, log_by_length
 
 RECORD_FILE = "record.json"
+PROGRESS_EVERY_S = 5.0  # training progress (`step`) reaches the record at most this often between validations
 
 
 def _scalars(metrics: dict) -> dict[str, float]:
@@ -49,13 +50,25 @@ class RunRecord(Callback):
         if trainer.is_global_zero:
             self.record["started_at"] = time.time()
             self.write()
-            describe_run(trainer, self.record)
+            where = describe_run(trainer, self.record)
+            if where:  # the W&B run (id, path, offline folder), for the sweep's trial attributes and `wandb sync`
+                self.record["wandb"] = where
+                self.write()
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
         if "first_step" not in self.record and trainer.is_global_zero:
             self.record["first_step"] = trainer.global_step + 1  # > 1 when resumed from a checkpoint
+            self.record["first_step_at"] = time.time()  # the live view's ETA counts from here
         if "startup_seconds" not in self.record and trainer.is_global_zero and "process_start" in self.record:
             self.record["startup_seconds"] = time.time() - self.record["process_start"]  # process start -> step 1
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        """Progress for the sweep's live view: the step and max_steps, written every PROGRESS_EVERY_S."""
+        if not trainer.is_global_zero:
+            return
+        self.record["step"], self.record["max_steps"] = trainer.global_step, trainer.max_steps
+        if time.time() - self.record.get("updated_at", 0) >= PROGRESS_EVERY_S:
+            self.write()
 
     def _update(self, trainer: pl.Trainer) -> None:
         metrics = _scalars(trainer.callback_metrics)
@@ -72,7 +85,7 @@ class RunRecord(Callback):
         if trainer.state.fn == "validate":  # `cli.py validate`: the run is this evaluation
             self.record["status"] = "finished"
         evals = {k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val/")}
-        self.record["history"].append({"step": trainer.global_step, **evals})
+        self.record["history"].append({"step": trainer.global_step, "wandb_step": logged_step(trainer), **evals})
         self.write()
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -81,7 +94,7 @@ class RunRecord(Callback):
             self.record["status"] = "interrupted" if trainer.interrupted else "finished"
             self.record["global_step"] = trainer.global_step
             self.write()
-            log_length_table(trainer)
+            log_by_length(trainer, self.record)
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
@@ -99,6 +112,12 @@ class RunRecord(Callback):
                 self.write()
             except OSError as error:  # e.g. the disk that made the run fail is still full
                 print(f"warning: cannot update {self.path}: {error}", file=sys.stderr)
+
+
+def logged_step(trainer: pl.Trainer) -> int:
+    """The `trainer/global_step` Lightning's loggers put on this validation's metrics: the batches stepped
+    before it (Lightning validates before counting the batch, so one less than `global_step` mid-fit)."""
+    return int(getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step))
 
 
 def status_of(exception: BaseException) -> str:

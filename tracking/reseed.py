@@ -24,7 +24,8 @@ from rich.table import Table
 
 from lightning_modules.errors import ConfigError
 from tracking import sweep_file as sf
-from tracking.sweep import Sweep, SweepOptions, apply_overrides, latest_record
+from tracking.records import check_name
+from tracking.sweep import Sweep, SweepOptions, apply_overrides, base_name, latest_record, storage_url
 from tracking.sweep_display import LiveStatus, short_params, trial_table
 
 SEED = "seed_everything"
@@ -79,7 +80,7 @@ def group_sweeps(sweep: dict, keys: list[str]) -> list[tuple[dict, dict]]:
 
 def run_study(sweep: dict, opts: SweepOptions, name: str, console: Console) -> optuna.Study:
     runner = Sweep(sweep, dataclasses.replace(opts, study_name=name))
-    with LiveStatus(console) as live:
+    with LiveStatus(console, runner.url) as live:
         runner.run(on_tick=live.tick)
     return runner.study
 
@@ -158,7 +159,10 @@ def run_reseed(opts: SweepOptions) -> optuna.Study:
     overrides = opts.set.split(",") if opts.set else []
     sweep, suffix = apply_overrides(sf.load_sweep(opts.file), overrides)
     keys = check_protocol(sweep, opts)
-    base = opts.study_name or "-".join(filter(None, [Path(opts.file).stem, suffix]))
+    base = opts.study_name or "-".join(filter(None, [base_name(opts, sweep), suffix]))
+    check_name("study name (--study_name, the sweep file's `name:` or its file name)", base_name(opts, sweep))
+    if opts.storage is None:  # every study of the protocol in the file's one database (one dashboard)
+        opts.storage = storage_url(opts, base_name(opts, sweep))
     metric = sf.metric_names(sweep)[0]
     console = Console()
     studies, choices = [], []

@@ -3,8 +3,10 @@
 Each trial runs the file's `command` as a child process, expanded exactly as `wandb agent` expands it
 (W&B's own `create_sweep_command*` helpers), so the child is the same `cli.py fit` an agent starts
 and may itself use DDP. The child writes its run record (tracking/records.py) at every validation;
-this process reads it, reports each value of the sweep metric to the trial (step = validation index,
-W&B's hyperband "iteration") and stops the child when the pruner says so.
+this process reads it, reports each value of the sweep metric to the trial at the step W&B plots it at
+(the record's `wandb_step`, Lightning's logged `trainer/global_step`; hyperband still counts validations,
+W&B's "iteration") and stops the child when the pruner says so. Each trial's user attributes name its
+record, its log and its W&B run.
 
 Exactly once: every grid point is queued once at study creation and popped by `study.ask()`. Steps that
 read and then write the study (ask and its queue pop, tell, recovering dead trials, creating the study)
@@ -13,7 +15,8 @@ because SQLite ignores Optuna's `SELECT ... FOR UPDATE`. PostgreSQL's row locks 
 across hosts. Storage errors in a worker are retried; `tell` on a trial another process already
 finished is skipped.
 
-Resuming: the study lives in SQLite under the output directory (or `--storage postgresql://...`).
+Resuming: the study lives in SQLite under the output directory, one database per sweep file shared by
+the studies `--set` and `--reseed` make from it (or `--storage postgresql://...`).
 Finished trials are never repeated. A trial whose sweep process died is found either at once (same
 host and pid namespace, its pid is gone or reused) or by Optuna's heartbeat (any host), marked failed
 and re-queued; a trial whose child was killed by a signal or crashed is re-queued up to
@@ -51,6 +54,7 @@ from tracking import sweep_file as sf
 from tracking.children import launch_child, stop_child
 from tracking.records import RECORD_FILE, check_name, read_record
 from tracking.search import Search, build_search
+from tracking.wandb_setup import SWEEP_PARAMS_ENV
 
 QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)
 CRASHES = "pe_crashes"  # system attr: how many predecessors of this retry had their child die or crash
@@ -66,12 +70,13 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 class SweepOptions:
     """Options of `cli.py sweep`."""
 
-    file: str
-    study_name: str | None = None  # default: the sweep file's name
-    storage: str | None = None  # default: sqlite:///<out_dir>/sweeps/<study>/optuna.db
+    file: str  # a W&B sweep file (sweeps/*.yaml)
+    study_name: str | None = None  # default: the file's `name:`, else its file name (plus the --set values)
+    storage: str | None = None  # default: sqlite:///<out_dir>/sweeps/<name>/optuna.db, one per sweep file
+    # (its `name:` or file name), shared by the studies --set and --reseed make; per --study_name when given
     workers: int = 1  # trials run in parallel by this process
     devices_per_trial: int = 0  # GPUs given to each trial (CUDA_VISIBLE_DEVICES); 0 = CPU threads
-    out_dir: str = "out"
+    out_dir: str = "out"  # studies, trial folders and their runs go under <out_dir>/sweeps/
     seed: int = 0  # sampler seed
     heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this (+ 20 s) is dead
     max_retries: int = 2  # times a trial whose child was killed or crashed is re-queued
@@ -199,10 +204,16 @@ def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
     return sweep, "-".join(suffix)
 
 
-def storage_url(opts: SweepOptions, study_name: str) -> str:
+def base_name(opts: SweepOptions, sweep: dict) -> str:
+    """The study name before any --set suffix: --study_name, else the file's `name:`, else its file name."""
+    return opts.study_name or str(sweep.get("name") or Path(opts.file).stem)
+
+
+def storage_url(opts: SweepOptions, storage_name: str) -> str:
+    """--storage, else the SQLite database `<out_dir>/sweeps/<storage_name>/optuna.db`."""
     if opts.storage is not None:
         return quote_password(opts.storage)
-    path = Path(opts.out_dir) / "sweeps" / study_name / "optuna.db"
+    path = Path(opts.out_dir) / "sweeps" / storage_name / "optuna.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path.resolve()}"
 
@@ -247,6 +258,7 @@ def open_study(
     kwargs = {"study_name": study_name, "storage": storage, "sampler": search.make_sampler(opts.seed)}
     try:
         study = optuna.create_study(directions=search.directions, pruner=search.pruner, **kwargs)
+        study.set_metric_names(search.metrics)  # optuna-dashboard shows "val/acc", not "Objective 0"
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(pruner=search.pruner, **kwargs)
         attrs = study.user_attrs if locked else wait_until_ready(study)
@@ -314,9 +326,29 @@ def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -
     return env
 
 
-def latest_record(trial_dir: Path) -> dict | None:
+def latest_record_path(trial_dir: Path) -> Path | None:
     paths = sorted(trial_dir.glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime)
-    return read_record(paths[-1], warn=False) if paths else None  # None also while caught mid-write
+    return paths[-1] if paths else None
+
+
+def latest_record(trial_dir: Path) -> dict | None:
+    path = latest_record_path(trial_dir)
+    return read_record(path, warn=False) if path else None  # None also while caught mid-write
+
+
+def note_run(trial: optuna.Trial, trial_dir: Path) -> bool:
+    """Put the trial's record path and W&B run (id, path, offline folder) into its user attributes, for
+    optuna-dashboard; True once the W&B run (or a record without one, after fit start) is noted."""
+    path = latest_record_path(trial_dir)
+    record = read_record(path, warn=False) if path else None
+    if not record:
+        return False
+    trial.set_user_attr("record", str(path))
+    where = record.get("wandb") or {}
+    for key in ("id", "path", "dir"):
+        if where.get(key):
+            trial.set_user_attr(f"wandb_run_{key}", where[key])
+    return bool(where) or "started_at" in record
 
 
 def predecessor(study: optuna.Study, trial_id: int) -> FrozenTrial | None:
@@ -419,18 +451,18 @@ class TrialRun:
         if dead is not None and self.adopt_finished(trial, dead):  # its reason says whose retry it is
             return
         checkpoint = resume_checkpoint(dead)
-        offset = 0
         if checkpoint:
             argv.append(f"--ckpt_path={checkpoint}")
             trial.set_user_attr("resumed_from", str(checkpoint))
             for step, value in sorted(dead.intermediate_values.items()):  # the pruner sees one history
                 trial.report(value, step)
-                offset = step
         trial.set_user_attr("command", " ".join(argv))
+        trial.set_user_attr("log", str(trial_dir / "output.log"))
         env = {**child_env(self.study.study_name, trial_dir, self.slot, self.opts), **sf.wandb_env(self.sweep)}
+        env[SWEEP_PARAMS_ENV] = json.dumps(sf.varied(self.sweep, params), default=str)  # run names and config
         with open(trial_dir / "output.log", "ab") as log:
             child = launch_child(argv, env, log)
-            outcome = self.follow(trial, child, trial_dir, offset)
+            outcome = self.follow(trial, child, trial_dir)
         self.tell(trial, child.returncode, outcome, latest_record(trial_dir), trial_dir)
 
     def adopt_finished(self, trial: optuna.Trial, dead: FrozenTrial) -> bool:
@@ -444,20 +476,22 @@ class TrialRun:
         self.tell(trial, 0, None, record, Path(dead_dir))
         return True
 
-    def follow(self, trial: optuna.Trial, child: subprocess.Popen, trial_dir: Path, offset: int) -> str | None:
+    def follow(self, trial: optuna.Trial, child: subprocess.Popen, trial_dir: Path) -> str | None:
         """Wait for the child; heartbeat; report each new value of the metric (the last ones too, once it
         has exited). Returns "pruned" or "interrupted" when it stopped the child, None when it ended."""
-        reported, beat = 0, time.monotonic()
+        reported, beat, noted = 0, time.monotonic(), False
         try:
             while child.poll() is None:
+                if not noted:
+                    noted = self.runner.quietly(note_run, trial, trial_dir) or False
                 if self.runner.stop.is_set():
                     stop_child(child)
                     return "interrupted"
                 if time.monotonic() - beat > self.opts.heartbeat:
                     self.runner.quietly(self.study._storage.record_heartbeat, trial._trial_id)
                     beat = time.monotonic()
-                if self.catch_up(trial, trial_dir, reported, offset) > reported:
-                    reported = self.catch_up(trial, trial_dir, reported, offset, report=True)
+                if self.catch_up(trial, trial_dir, reported) > reported:
+                    reported = self.catch_up(trial, trial_dir, reported, report=True)
                     if self.runner.quietly(trial.should_prune):
                         stop_child(child)
                         return "pruned"
@@ -465,24 +499,27 @@ class TrialRun:
         except BaseException:
             stop_child(child)
             raise
-        self.catch_up(trial, trial_dir, reported, offset, report=True)
+        self.catch_up(trial, trial_dir, reported, report=True)
+        self.runner.quietly(note_run, trial, trial_dir)
         return None
 
-    def catch_up(self, trial: optuna.Trial, trial_dir: Path, reported: int, offset: int, report=False) -> int:
-        """How many values of the metric the child's record holds; with `report`, report the new ones
-        (step = offset + validation index) and return how many are now reported. A multi-objective trial
-        reports nothing: Optuna's intermediate values feed pruners, which rank one value."""
+    def catch_up(self, trial: optuna.Trial, trial_dir: Path, reported: int, report=False) -> int:
+        """How many values of the metric the child's record holds; with `report`, report the new ones at
+        the step W&B plots them at (`trainer/global_step`, the record's `wandb_step`; else `step`) and
+        return how many are now reported. A multi-objective trial reports nothing:
+        Optuna's intermediate values feed pruners, which rank one value."""
         if self.search.multi_objective:
             return 0
         record = latest_record(trial_dir) or {"history": []}
-        values = [h[self.metric] for h in record.get("history", []) if self.metric in h]
+        history = [h for h in record.get("history", []) if self.metric in h]
         if not report:
-            return len(values)
+            return len(history)
 
         def send():
-            for step in range(reported, len(values)):
-                trial.report(values[step], offset + step + 1)
-            return len(values)
+            for index in range(reported, len(history)):
+                row = history[index]
+                trial.report(row[self.metric], row.get("wandb_step", row.get("step", index + 1)))
+            return len(history)
 
         return self.runner.quietly(send) or reported
 
@@ -589,7 +626,7 @@ class Sweep:
 
     def __init__(self, sweep: dict, opts: SweepOptions):
         self.sweep, self.opts = sweep, opts
-        self.study_name = opts.study_name or Path(opts.file).stem
+        self.study_name = opts.study_name or base_name(opts, sweep)
         self.search = build_search(sweep, self.study_name)
         url = storage_url(opts, self.study_name)
         self.url = url
@@ -702,25 +739,37 @@ class Sweep:
             self.quietly(on_tick, self.study)
 
 
+def name_study(opts: SweepOptions, sweep: dict, suffix: str = "") -> None:
+    """Set `opts.study_name` (--study_name, else the file's `name:` or file name, plus the --set values) and
+    `opts.storage` (default: the one SQLite database of the sweep file, shared by its --set studies, so one
+    optuna-dashboard shows them side by side)."""
+    base = base_name(opts, sweep)
+    check_name("study name (--study_name, the sweep file's `name:` or its file name)", base)
+    if opts.storage is None:
+        opts.storage = storage_url(opts, base)
+    if suffix and not opts.study_name:
+        opts.study_name = f"{base}-{suffix}"
+    opts.study_name = opts.study_name or base
+    check_name("study name", opts.study_name)
+
+
 def run_sweep(opts: SweepOptions) -> optuna.Study:
     """Run (or resume) the sweep with a live status line, then print the trial table. Exits 130 / 143 on
     SIGINT / SIGTERM (trials re-queued), 1 if grid points are left unfinished or a worker stopped."""
     check_options(opts)
     sweep, suffix = apply_overrides(sf.load_sweep(opts.file), opts.set.split(",") if opts.set else [])
-    if suffix and not opts.study_name:
-        opts.study_name = f"{Path(opts.file).stem}-{suffix}"
-    check_name("study name (--study_name, or the sweep file's name)", opts.study_name or Path(opts.file).stem)
+    name_study(opts, sweep, suffix)
 
     from rich.console import Console
 
     from tracking.compare import print_comparison
-    from tracking.sweep_display import LiveStatus, trial_table
+    from tracking.sweep_display import LiveStatus, trial_table, where_lines
 
     runner = Sweep(sweep, opts)
     handlers = {sig: signal.signal(sig, runner.request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     console = Console()
     try:
-        with LiveStatus(console) as live:
+        with LiveStatus(console, runner.url) as live:
             runner.run(on_tick=live.tick)
     finally:
         for sig, handler in handlers.items():
@@ -735,6 +784,8 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
     console.print()
     console.print(trial_table(study, runner.search.metrics))
     print_comparison(opts.out_dir, study.study_name, runner.search.metrics, console=console)
+    for line in where_lines(runner.url, Path(opts.out_dir) / "sweeps" / study.study_name):
+        console.print(line, highlight=False, soft_wrap=True)
     for error in runner.errors:
         print(f"error: {error}", file=sys.stderr)
     left = unfinished_points(study, sweep) if sweep["method"] == "grid" else []

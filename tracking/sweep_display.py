@@ -1,4 +1,8 @@
-"""Terminal views of a sweep (rich): a live status line while it runs, the trial table at the end."""
+"""Terminal views of a sweep (rich): a live status while it runs (counts, best trial, each running trial's
+step, ETA and log, the database and the dashboard command), the trial table at the end."""
+
+import time
+from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
@@ -7,6 +11,7 @@ from rich.live import Live
 from rich.table import Table
 
 from tracking.pareto import front_trials
+from tracking.records import RECORD_FILE, read_record
 
 STATE_NAMES = {
     TrialState.COMPLETE: "done", TrialState.RUNNING: "running", TrialState.FAIL: "failed",
@@ -25,6 +30,56 @@ def status_line(study: optuna.Study) -> str:
         best = study.best_trial
         line += f"  best {best.value:.4g} (trial {best.number}: {short_params(best.params)})"
     return line
+
+
+def latest_progress(trial_dir: str | None) -> dict:
+    """The newest run record of a trial folder ({} before the child wrote one)."""
+    paths = sorted(Path(trial_dir).glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime) if trial_dir else []
+    return (read_record(paths[-1], warn=False) or {}) if paths else {}
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def progress(record: dict, now: float | None = None) -> str:
+    """`step 120/3000, ETA 4m10s` from a run record (steps since its first step, and their rate)."""
+    step, total = record.get("step"), record.get("max_steps")
+    if step is None:
+        return "starting" if not record else "validating" if record.get("history") else "starting"
+    text = f"step {step}/{total}" if total and total > 0 else f"step {step}"
+    done = step - record.get("first_step", 1) + 1
+    elapsed = (now or time.time()) - record.get("first_step_at", now or time.time())
+    if total and total > 0 and done > 0 and elapsed > 0:
+        text += f", ETA {duration((total - step) * elapsed / done)}"
+    return text
+
+
+def running_lines(study: optuna.Study, now: float | None = None) -> list[str]:
+    """One line per running trial: number, parameters, step / max_steps, ETA and where its log is."""
+    lines = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        record = latest_progress(t.user_attrs.get("trial_dir"))
+        log = t.user_attrs.get("log") or "(starting)"
+        lines.append(f"  trial {t.number} ({short_params(t.params)}): {progress(record, now)}  log {log}")
+    return lines
+
+
+def dashboard_command(url: str) -> str:
+    from tracking.sweep import redact_url
+
+    return f"optuna-dashboard {redact_url(url)} --host 127.0.0.1"
+
+
+def where_lines(url: str, study_dir: Path | None = None) -> list[str]:
+    """The study database, the dashboard command and, for offline W&B runs, the `wandb sync` command."""
+    from tracking.sweep import redact_url
+
+    lines = [f"study database: {redact_url(url)}", f"dashboard: {dashboard_command(url)}"]
+    if study_dir is not None and any(Path(study_dir).glob("trial-*/runs/*/wandb/offline-run-*")):
+        lines.append(f"W&B (offline): wandb sync {study_dir}/trial-*/runs/*/wandb/offline-run-*")
+    return lines
 
 
 def short_params(params: dict) -> str:
@@ -58,8 +113,9 @@ def trial_table(study: optuna.Study, metrics: str | list[str]) -> Table:
 class LiveStatus:
     """A one-line live display, refreshed by the sweep's main loop."""
 
-    def __init__(self, console: Console):
+    def __init__(self, console: Console, url: str | None = None):
         self.live = Live(console=console, refresh_per_second=2, transient=False)
+        self.url = url
 
     def __enter__(self):
         self.live.__enter__()
@@ -69,4 +125,7 @@ class LiveStatus:
         return self.live.__exit__(*exc)
 
     def tick(self, study: optuna.Study) -> None:
-        self.live.update(status_line(study))
+        lines = [status_line(study), *running_lines(study)]
+        if self.url:
+            lines += where_lines(self.url)
+        self.live.update("\n".join(lines))

@@ -10,6 +10,7 @@ optimizer, search_space, source) is read in tracking/search.py.
 W&B's sweep-config format: https://docs.wandb.ai/guides/sweeps/sweep-config-keys
 """
 
+import copy
 import functools
 import itertools
 import json
@@ -286,10 +287,31 @@ def pruner(sweep: dict) -> optuna.pruners.BasePruner:
         raise ConfigError(f"early_terminate key {unknown[0]!r} is not translated; use min_iter, max_iter, eta")
     if "s" in early or early.get("strict"):
         raise ConfigError("early_terminate: `s` and `strict` have no Optuna equivalent; use min_iter, max_iter, eta")
-    return optuna.pruners.HyperbandPruner(
+    return ValidationHyperbandPruner(
         min_resource=early.get("min_iter", 1), max_resource=early.get("max_iter", "auto"),
         reduction_factor=early.get("eta", 3),
     )  # fmt: skip
+
+
+def varied(sweep: dict, params: dict) -> dict:
+    """The drawn `params` that the sweep varies (a constant or a one-value list does not), in file order;
+    every drawn parameter when a `scheduler.search_space` function defines the space."""
+    specs = sweep.get("parameters") or {}
+    if "search_space" in (sweep.get("scheduler") or {}):
+        return dict(params)
+    fixed = {k for k, s in specs.items() if "value" in s or len(s.get("values") or [None, None]) < 2}
+    return {k: v for k, v in params.items() if k not in fixed}
+
+
+class ValidationHyperbandPruner(optuna.pruners.HyperbandPruner):
+    """HyperbandPruner whose resource is the number of validations (W&B's hyperband "iteration"), while
+    the trials report their intermediate values at the global step (the x axis W&B plots them against)."""
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        by_validation = copy.copy(trial)
+        values = [v for _, v in sorted(trial.intermediate_values.items())]
+        by_validation.intermediate_values = {i + 1: v for i, v in enumerate(values)}
+        return super().prune(study, by_validation)
 
 
 def engine(sweep: dict) -> str:

@@ -74,7 +74,7 @@ def wandb_record(run) -> dict:
     group = (run.group or "/").split("/")
     return {
         "name": run.name, "group": run.group,
-        "task": config.get("task") or init_arg(resolved, "data", "task") or group[0],
+        "task": config.get("task") or init_arg(resolved, "data", "task") or group[-2 if len(group) > 1 else 0],
         "encoding": config.get("encoding") or init_arg(resolved, "model", "encoding") or group[-1],
         "seed": wandb_seed(config, resolved, run.name or ""),
         "sweep": config.get("sweep") or getattr(run, "sweep_name", None), "subcommand": "fit",

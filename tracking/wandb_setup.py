@@ -1,19 +1,29 @@
 """W&B defaults: offline unless a key is configured, one naming scheme for every run, and what each
 run adds to W&B beyond Lightning's logging (identity and resolved config, summaries with a direction,
-per-length accuracy as a table and a line plot)."""
+per-length results against a `length` axis and as a table, the learning rate)."""
 
+import json
+import logging
 import netrc
 import os
 import re
 from pathlib import Path
 
+from pytorch_lightning.callbacks import Callback, RichProgressBar
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from lightning_modules.metrics import goal
 
 STEP = "trainer/global_step"  # the x axis WandbLogger declares for every metric
+LENGTH = "length"  # the x axis of the per-length results (`log_by_length`)
 STAGE_METRIC = re.compile(r"^(train|val|test)/")
+# `cli.py sweep` hands each trial the parameters its sweep varies, {key: value} as JSON, for names and config
+SWEEP_PARAMS_ENV = "PE_SWEEP_PARAMS"
+# per-length metrics (`<prefix><n>`) -> the name they take against the `length` axis
+BY_LENGTH = {"val/acc_len_": "val_by_length/acc", "val/tok_acc_len_": "val_by_length/tok_acc",
+             "val/ppl_ctx_": "val_by_length/ppl"}  # fmt: skip
+IN_NAME = ("encoding", "task", "seed_everything")  # already in every run name
 
 
 def has_api_key() -> bool:
@@ -33,18 +43,42 @@ def default_wandb_mode() -> str:
     return os.environ["WANDB_MODE"]
 
 
-def run_name(task: str, encoding: str, seed: int) -> str:
-    return f"{task}-{encoding}-s{seed}"
+def sweep_params() -> dict:
+    """The parameters this run's sweep varies and their values here ({} outside a sweep)."""
+    try:
+        params = json.loads(os.environ.get(SWEEP_PARAMS_ENV) or "{}")
+    except ValueError:
+        return {}
+    return params if isinstance(params, dict) else {}
 
 
-def run_group(task: str, encoding: str) -> str:
-    return f"{task}/{encoding}"
+def short_key(key: str) -> str:
+    """`model.init_args.lr` -> `lr`: the last part of a CLI key."""
+    return key.rsplit(".", 1)[-1]
+
+
+def short_value(value) -> str:
+    """A parameter value as it appears in a run name: floats to 3 significant digits, no folder separators."""
+    text = f"{value:.3g}" if isinstance(value, float) else str(value)
+    return re.sub(r"[^A-Za-z0-9_.+@-]+", "_", text).strip("_")
+
+
+def run_name(task: str, encoding: str, seed: int, varied: dict | None = None) -> str:
+    """`<task>-<encoding>[-<key>=<value>...]-s<seed>`, with every parameter a sweep varies (short form) so
+    that two trials of one sweep never share a name."""
+    extra = [f"{short_key(k)}={short_value(v)}" for k, v in (varied or {}).items() if short_key(k) not in IN_NAME]
+    return "-".join([task, encoding, *extra, f"s{seed}"])
+
+
+def run_group(task: str, encoding: str, prefix: str | None = None) -> str:
+    """`<sweep or project>/<task>/<encoding>`: W&B's group-by then never mixes sweeps or configurations
+    (the varied parameters are top-level config keys, for a finer group-by)."""
+    return "/".join(filter(None, [prefix, task, encoding]))
 
 
 def make_wandb_logger(run_dir: Path, name: str, group: str, project: str, entity: str | None, tags: list[str]):
     """A Lightning WandbLogger writing under run_dir; never needs network when offline."""
     default_wandb_mode()
-    os.environ.setdefault("WANDB_SILENT", "true")
     return DirectedWandbLogger(
         name=name, group=group, project=project, entity=entity, save_dir=str(run_dir), tags=tags,
         job_type="train",
@@ -68,6 +102,15 @@ class DirectedWandbLogger(WandbLogger):
             self._declared.add(key)
         super().log_metrics(metrics, step)
 
+    @rank_zero_only
+    def log_hyperparams(self, params) -> None:
+        """Lightning's hyperparameters, with the data module's `seed` renamed `data_seed`: the config key
+        `seed` is the training seed (`seed_everything`, set by `describe_run`)."""
+        params = dict(vars(params) if hasattr(params, "__dict__") and not isinstance(params, dict) else params)
+        if "seed" in params:
+            params["data_seed"] = params.pop("seed")
+        super().log_hyperparams(params)
+
 
 def wandb_run(trainer):
     """The W&B run of the trainer's WandbLogger on global rank 0; None without one or on other ranks."""
@@ -75,16 +118,30 @@ def wandb_run(trainer):
     return loggers[0].experiment if loggers and trainer.is_global_zero else None
 
 
-def describe_run(trainer, record: dict) -> None:
-    """At fit start: identity (task, encoding, seed_everything, sweep) and the resolved config into the
-    W&B config, so that `compare --wandb` sees what a local record holds. `seed_everything`, not `seed`,
-    which is the data seed in the datamodule's hyperparameters."""
+def describe_run(trainer, record: dict) -> dict:
+    """At fit start: identity (task, encoding, seed = seed_everything, data_seed, sweep, the parameters the
+    sweep varies as top-level keys) and the resolved config into the W&B config, so that `compare --wandb`
+    sees what a local record holds. Returns where the run is ({} without W&B): id, path, offline folder."""
     run = wandb_run(trainer)
     if run is None:
-        return
+        return {}
+    config = record.get("config") or {}
+    data_seed = ((config.get("data") or {}).get("init_args") or {}).get("seed")
     identity = {k: record.get(k) for k in ("task", "encoding", "sweep")}
-    identity.update(seed_everything=record.get("seed"), resolved_config=record.get("config"))
-    run.config.update(identity, allow_val_change=True)
+    identity.update({short_key(k): v for k, v in sweep_params().items() if short_key(k) not in IN_NAME})
+    identity.update(seed=record.get("seed"), seed_everything=record.get("seed"), data_seed=data_seed)
+    run.config.update({**identity, "resolved_config": config}, allow_val_change=True)
+    return wandb_location(run)
+
+
+def wandb_location(run) -> dict:
+    """Run id, `entity/project/id` path, mode and the folder `wandb sync` takes (offline runs)."""
+    mode = "offline" if getattr(run, "offline", False) else str(getattr(run.settings, "mode", "online"))
+    if mode == "disabled":
+        return {}
+    path = "/".join(str(p) for p in (run.entity, run.project, run.id) if p)
+    folder = str(Path(run.dir).parent) if getattr(run, "dir", None) else None
+    return {"id": run.id, "path": path, "mode": mode, "dir": folder}
 
 
 def per_length(metrics: dict, prefix: str) -> dict[int, float]:
@@ -92,15 +149,73 @@ def per_length(metrics: dict, prefix: str) -> dict[int, float]:
     return {int(m[1]): float(v) for k, v in metrics.items() if (m := pattern.match(k))}
 
 
-def log_length_table(trainer) -> None:
-    """At fit end: final validation accuracy per length as a wandb.Table and a line plot."""
+def by_length_rows(metrics: dict) -> dict[int, dict[str, float]]:
+    """{length: {"val_by_length/acc": ..., ...}} from the per-length metrics (`BY_LENGTH`)."""
+    rows: dict[int, dict[str, float]] = {}
+    for prefix, name in BY_LENGTH.items():
+        for n, value in per_length(metrics, prefix).items():
+            rows.setdefault(n, {})[name] = value
+    return dict(sorted(rows.items()))
+
+
+def log_by_length(trainer, record: dict) -> None:
+    """At fit end: the final per-length results against a `length` axis (`define_metric`, so W&B plots
+    accuracy, token accuracy or perplexity against length, runs grouped by encoding), and one table with
+    task, encoding, seed, length and the metrics."""
     run = wandb_run(trainer)
-    acc = per_length(trainer.callback_metrics, "val/acc_len_")
-    if run is None or not acc:
+    rows = by_length_rows(trainer.callback_metrics)
+    if run is None or not rows:
         return
     import wandb
 
-    tok_acc = per_length(trainer.callback_metrics, "val/tok_acc_len_")
-    table = wandb.Table(columns=["length", "acc", "tok_acc"], data=[[n, acc[n], tok_acc.get(n)] for n in sorted(acc)])
-    plot = wandb.plot.line(table, "length", "acc", title="val exact-match accuracy by length")
-    run.log({"val_by_length/table": table, "val_by_length/acc": plot})
+    names = sorted({name for row in rows.values() for name in row})
+    run.define_metric(LENGTH, hidden=True)
+    for name in names:  # exact names: a glob would race with WandbLogger's "*" (see DirectedWandbLogger)
+        run.define_metric(name, step_metric=LENGTH, summary="none")  # a best over lengths means nothing
+    columns = ["task", "encoding", "seed", LENGTH, *(n.rsplit("/", 1)[-1] for n in names)]
+    identity = [record.get("task"), record.get("encoding"), record.get("seed")]
+    data = [[*identity, n, *(row.get(name) for name in names)] for n, row in rows.items()]
+    for n, row in rows.items():
+        run.log({LENGTH: n, **row})
+    run.log({"val_by_length/table": wandb.Table(columns=columns, data=data)})
+
+
+class LogLearningRate(Callback):
+    """`train/lr`: the first parameter group's learning rate at every logged step (the schedule is ours)."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        if trainer.optimizers:
+            lr = trainer.optimizers[0].param_groups[0]["lr"]
+            pl_module.log("train/lr", float(lr), on_step=True, on_epoch=False, batch_size=1)
+
+
+class StepProgressBar(RichProgressBar):
+    """Lightning's rich progress bar with the global step out of max_steps ("step 120/3000") instead of
+    "Epoch 0/-2" (our runs are bounded by steps; max_epochs is -1)."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return f"{f'Epoch {current_epoch}':{len(self.validation_description)}}"
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        total = trainer.max_steps
+        return {"step": f"{trainer.global_step}/{total}" if total and total > 0 else trainer.global_step, **metrics}
+
+
+class DropLightningTips(logging.Filter):
+    """Lightning's "Tip: try installing litlogger / litmodels" advertisements, kept out of run logs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tip: " not in str(record.msg)
+
+
+def quiet_lightning_tips() -> None:
+    for name in ("lightning_fabric.utilities.rank_zero", "pytorch_lightning.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropLightningTips) for f in logger.filters):
+            logger.addFilter(DropLightningTips())
+
+
+def sync_command(folders: list[str]) -> str | None:
+    """The `wandb sync` command for offline run folders (None when there are none)."""
+    return f"wandb sync {' '.join(folders)}" if folders else None

@@ -1,0 +1,89 @@
+"""What the sweep runner puts into Optuna (tracking/sweep.py), through Optuna's API on in-memory or
+temporary SQLite studies: no trial process (the end-to-end runs are in test_sweep.py)."""
+
+import json
+import types
+
+import optuna
+import pytest
+
+from lightning_modules.errors import ConfigError
+from tracking import sweep as sw
+from tracking import sweep_file as sf
+
+
+def options(tmp_path, **kwargs) -> sw.SweepOptions:
+    return sw.SweepOptions(file=str(tmp_path / "file_stem.yaml"), out_dir=str(tmp_path / "out"), **kwargs)
+
+
+def test_study_name_from_the_files_name_and_one_database_per_file(tmp_path):
+    sweep = {"name": "lr_search"}
+    opts = options(tmp_path)
+    sw.name_study(opts, sweep, "rope")
+    assert opts.study_name == "lr_search-rope"
+    assert opts.storage == f"sqlite:///{(tmp_path / 'out' / 'sweeps' / 'lr_search' / 'optuna.db').resolve()}"
+    other = options(tmp_path)
+    sw.name_study(other, sweep, "t5_bias")
+    assert other.storage == opts.storage and other.study_name == "lr_search-t5_bias"  # --set studies share it
+    plain = options(tmp_path)
+    sw.name_study(plain, {})
+    assert plain.study_name == "file_stem" and "sweeps/file_stem/optuna.db" in plain.storage
+    named = options(tmp_path, study_name="mine")
+    sw.name_study(named, sweep, "rope")
+    assert named.study_name == "mine" and "sweeps/mine/optuna.db" in named.storage
+    with pytest.raises(ConfigError, match="study name"):
+        sw.name_study(options(tmp_path), {"name": "../up"})
+
+
+def test_objectives_carry_their_metric_names(tmp_path):
+    sweep = {"method": "random", "metric": {"name": "val/acc", "goal": "maximize"},
+             "parameters": {"x": {"values": [1, 2]}}}  # fmt: skip
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    study = sw.open_study(sweep, options(tmp_path), storage, "s", locked=True)
+    assert optuna.load_study(study_name="s", storage=storage).metric_names == ["val/acc"]
+    assert study.directions == [optuna.study.StudyDirection.MAXIMIZE]
+
+
+def fake_trial_run(metric: str) -> sw.TrialRun:
+    run = sw.TrialRun.__new__(sw.TrialRun)
+    run.metric = metric
+    run.search = types.SimpleNamespace(multi_objective=False)
+    run.runner = types.SimpleNamespace(quietly=lambda action, *args: action(*args))
+    return run
+
+
+def write_record(trial_dir, record: dict):
+    path = trial_dir / "runs" / "r-1" / "record.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_intermediate_values_are_reported_at_the_global_step(tmp_path):
+    """At W&B's x value for the same validation (`wandb_step`, Lightning's logged step), else `step`."""
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    history = [{"step": 250, "val/acc": 0.1}, {"step": 500, "val/loss": 2.0},
+               {"step": 751, "wandb_step": 750, "val/acc": 0.3}]  # fmt: skip
+    write_record(tmp_path, {"history": history})
+    run = fake_trial_run("val/acc")
+    assert run.catch_up(trial, tmp_path, 0) == 2
+    assert run.catch_up(trial, tmp_path, 0, report=True) == 2
+    assert study.trials[0].intermediate_values == {250: 0.1, 750: 0.3}
+
+
+def test_trial_attributes_name_its_record_and_wandb_run(tmp_path):
+    study = optuna.create_study()
+    trial = study.ask()
+    assert sw.note_run(trial, tmp_path) is False  # no record yet
+    where = {"id": "abc", "path": "me/pe-sweeps/abc", "mode": "offline", "dir": "/o/wandb/offline-run-x"}
+    path = write_record(tmp_path, {"started_at": 1.0, "wandb": where})
+    assert sw.note_run(trial, tmp_path) is True
+    attrs = study.trials[0].user_attrs
+    assert attrs["record"] == str(path) and attrs["wandb_run_id"] == "abc"
+    assert attrs["wandb_run_path"] == "me/pe-sweeps/abc" and attrs["wandb_run_dir"] == "/o/wandb/offline-run-x"
+
+
+def test_the_varied_parameters_reach_the_trial_as_json():
+    sweep = {"parameters": {"model.encoding": {"value": "rope"}, "model.lr": {"distribution": "uniform"}}}
+    assert json.loads(json.dumps(sf.varied(sweep, {"model.encoding": "rope", "model.lr": 0.01}))) == {"model.lr": 0.01}

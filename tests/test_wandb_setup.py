@@ -1,0 +1,155 @@
+"""W&B identity and what each run adds to W&B (tracking/wandb_setup.py), on functions and a fake run: no
+training, no W&B process. The offline run files of a real fit are checked in
+test_compare.py::test_offline_wandb_fit_logs_directions_and_length_table."""
+
+import logging
+import os
+
+import pytest
+
+from tracking import wandb_setup as ws
+
+
+def test_run_names_carry_the_parameters_a_sweep_varies(monkeypatch):
+    """Issue 13, point 1: lr_search trials differ by name; encoding, task and seed are not repeated."""
+    assert ws.run_name("copy", "rope", 0) == "copy-rope-s0"
+    varied = {"model.lr": 0.000123456, "model.weight_decay": 0.05, "model.encoding": "rope"}
+    assert ws.run_name("copy", "rope", 1, varied) == "copy-rope-lr=0.000123-weight_decay=0.05-s1"
+    other = ws.run_name("copy", "rope", 1, {**varied, "model.lr": 0.002})
+    assert other != ws.run_name("copy", "rope", 1, varied)
+    assert ws.run_name("copy", "rope", 0, {"data.task_options": {"a": "b/c"}}) == "copy-rope-task_options=a_b_c-s0"
+    monkeypatch.setenv(ws.SWEEP_PARAMS_ENV, '{"model.lr": 0.001}')
+    assert ws.sweep_params() == {"model.lr": 0.001}
+    monkeypatch.setenv(ws.SWEEP_PARAMS_ENV, "not json")
+    assert ws.sweep_params() == {}
+
+
+def test_groups_are_sweep_task_encoding():
+    assert ws.run_group("copy", "rope", "lr_search-rope") == "lr_search-rope/copy/rope"
+    assert ws.run_group("copy", "rope", "pe-sweeps") == "pe-sweeps/copy/rope"
+
+
+class FakeConfig(dict):
+    def update(self, values, allow_val_change=False):
+        super().update(values)
+
+
+class FakeRun:
+    """The calls a wandb Run receives: config updates, define_metric and log."""
+
+    def __init__(self):
+        self.config, self.defined, self.logged = FakeConfig(), {}, []
+        self.entity, self.project, self.id, self.offline, self.dir = None, "pe-sweeps", "abc", True, "/r/wandb/x/files"
+
+    def define_metric(self, name, **kwargs):
+        self.defined[name] = kwargs
+
+    def log(self, row):
+        self.logged.append(row)
+
+
+def test_config_seed_is_the_training_seed_and_varied_parameters_are_top_level(monkeypatch):
+    run = FakeRun()
+    monkeypatch.setattr(ws, "wandb_run", lambda trainer: run)
+    monkeypatch.setenv(ws.SWEEP_PARAMS_ENV, '{"model.lr": 0.003, "seed_everything": 2}')
+    record = {"task": "copy", "encoding": "rope", "seed": 2, "sweep": "s",
+              "config": {"data": {"init_args": {"seed": 0}}}}  # fmt: skip
+    where = ws.describe_run(None, record)
+    assert run.config["seed"] == 2 and run.config["data_seed"] == 0 and run.config["seed_everything"] == 2
+    assert run.config["encoding"] == "rope" and run.config["task"] == "copy" and run.config["lr"] == 0.003
+    assert where == {"id": "abc", "path": "pe-sweeps/abc", "mode": "offline", "dir": "/r/wandb/x"}
+
+
+def test_lightning_hyperparameters_rename_the_data_seed(monkeypatch):
+    """The data module's `seed` hyperparameter must not overwrite the config's training `seed`."""
+    seen = {}
+    monkeypatch.setattr(ws.WandbLogger, "log_hyperparams", lambda self, params: seen.update(params))
+    logger = ws.DirectedWandbLogger.__new__(ws.DirectedWandbLogger)
+    ws.DirectedWandbLogger.log_hyperparams(logger, {"seed": 7, "lr": 0.1})
+    assert seen == {"data_seed": 7, "lr": 0.1}
+
+
+def test_per_length_results_are_logged_against_length_with_an_identity_table(monkeypatch):
+    import wandb
+
+    run = FakeRun()
+    monkeypatch.setattr(ws, "wandb_run", lambda trainer: run)
+    monkeypatch.setattr(wandb, "Table", lambda columns, data: {"columns": columns, "data": data})
+
+    class Trainer:
+        callback_metrics = {"val/acc_len_2": 1.0, "val/acc_len_10": 0.5, "val/tok_acc_len_2": 1.0,
+                            "val/tok_acc_len_10": 0.75, "val/acc": 1.0, "val/ppl_ctx_128_stride_64": 3.0}  # fmt: skip
+
+    ws.log_by_length(Trainer(), {"task": "copy", "encoding": "rope", "seed": 3})
+    assert run.defined["val_by_length/acc"]["step_metric"] == ws.LENGTH
+    assert run.defined["val_by_length/tok_acc"]["step_metric"] == ws.LENGTH
+    rows = [r for r in run.logged if ws.LENGTH in r]
+    assert rows == [{"length": 2, "val_by_length/acc": 1.0, "val_by_length/tok_acc": 1.0},
+                    {"length": 10, "val_by_length/acc": 0.5, "val_by_length/tok_acc": 0.75}]  # fmt: skip
+    (table,) = [r["val_by_length/table"] for r in run.logged if "val_by_length/table" in r]
+    assert table["columns"] == ["task", "encoding", "seed", "length", "acc", "tok_acc"]
+    assert table["data"][1] == ["copy", "rope", 3, 10, 0.5, 0.75]
+
+
+def test_lm_perplexity_per_context_gets_the_length_axis_too():
+    rows = ws.by_length_rows({"val/ppl_ctx_128": 7.0, "val/ppl_ctx_256": 8.0, "val/ppl_ctx_256_stride_64": 1.0})
+    assert rows == {128: {"val_by_length/ppl": 7.0}, 256: {"val_by_length/ppl": 8.0}}
+
+
+def test_wandb_silent_is_not_forced(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_SILENT", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    ws.make_wandb_logger(tmp_path, "n", "g", "p", None, [])
+    assert "WANDB_SILENT" not in os.environ
+
+
+def test_learning_rate_is_logged_every_step():
+    logged = {}
+
+    class Module:
+        def log(self, name, value, **kwargs):
+            logged[name] = value
+
+    class Trainer:
+        optimizers = [type("Opt", (), {"param_groups": [{"lr": 0.25}, {"lr": 0.25}]})()]
+
+    ws.LogLearningRate().on_train_batch_start(Trainer(), Module(), None, 0)
+    assert logged == {"train/lr": 0.25}
+
+
+def test_lightning_tips_are_dropped(caplog):
+    ws.quiet_lightning_tips()
+    ws.quiet_lightning_tips()  # idempotent
+    log = logging.getLogger("lightning_fabric.utilities.rank_zero")
+    assert sum(isinstance(f, ws.DropLightningTips) for f in log.filters) == 1
+    with caplog.at_level(logging.INFO, logger=log.name):
+        log.info("💡 Tip: For seamless cloud logging, try installing litlogger")
+        log.info("GPU available: False")
+    assert [r.getMessage() for r in caplog.records] == ["GPU available: False"]
+
+
+@pytest.mark.parametrize("readme_line", ["wandb sync out/sweeps/*/trial-*/runs/*/wandb/offline-run-*"])
+def test_readme_sync_hint_matches_where_sweep_trials_write(readme_line, tmp_path):
+    """The README's glob matches the folder a sweep trial's offline run is in, as the sweep prints it."""
+    from pathlib import Path
+
+    from tracking.sweep_display import where_lines
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert readme_line in readme
+    offline = tmp_path / "out" / "sweeps" / "st" / "trial-0" / "runs" / "r-1" / "wandb" / "offline-run-1"
+    offline.mkdir(parents=True)
+    assert sorted((tmp_path / "out").glob(readme_line.split(" ", 2)[2][len("out/") :])) == [offline]
+    assert where_lines("sqlite:///x.db", tmp_path / "out" / "sweeps" / "st")[-1].endswith(
+        "sweeps/st/trial-*/runs/*/wandb/offline-run-*"
+    )
+
+
+def test_progress_bar_shows_steps_not_epoch_of_minus_two():
+    import types
+
+    bar = ws.StepProgressBar()
+    trainer = types.SimpleNamespace(loggers=[], progress_bar_metrics={"train/loss": 1.5}, max_steps=3000,
+                                    global_step=120, max_epochs=-1)  # fmt: skip
+    assert bar.get_metrics(trainer, None) == {"step": "120/3000", "train/loss": 1.5}
+    assert bar._get_train_description(0).strip() == "Epoch 0"

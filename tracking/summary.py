@@ -1,0 +1,41 @@
+"""What `cli.py fit` prints when it ends: the final and best validation metrics, the run record and the
+`wandb sync` command for an offline run."""
+
+import re
+
+from rich.console import Console
+from rich.table import Table
+
+from tracking.wandb_setup import sync_command
+
+PER_LENGTH = re.compile(r"_(len|ctx)_\d+")  # one value per length or context: the record has them all
+
+
+def summary_table(record: dict) -> Table:
+    """One row per validation metric (per-length ones aside): final and best value."""
+    final, best = record.get("final", {}), record.get("best", {})
+    table = Table()
+    for column in ("metric", "final", "best"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for key in sorted(k for k in final if k.startswith("val/") and not PER_LENGTH.search(k)):
+        table.add_row(key, f"{final[key]:.4g}", "" if best.get(key) is None else f"{best[key]:.4g}")
+    return table
+
+
+def summary_lines(record: dict, record_path) -> list[str]:
+    """The record's path and, for an offline W&B run, the exact `wandb sync` command."""
+    lines = [f"record: {record_path}"]
+    where = record.get("wandb") or {}
+    if where.get("mode") == "offline" and where.get("dir"):
+        lines.append(f"W&B (offline): {sync_command([where['dir']])}")
+    elif where.get("path"):
+        lines.append(f"W&B run: {where['path']}")
+    return lines
+
+
+def print_fit_summary(record: dict, record_path, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(f"{record.get('name')}: {record.get('status')} at step {record.get('global_step', '?')}")
+    console.print(summary_table(record))
+    for line in summary_lines(record, record_path):
+        console.print(line, highlight=False, soft_wrap=True)
