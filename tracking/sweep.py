@@ -36,6 +36,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Literal
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import optuna
@@ -48,9 +49,10 @@ from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_com
 
 from lightning_modules.errors import ConfigError
 from tracking import sweep_file as sf
-from tracking.children import launch_child, stop_child
+from tracking.children import stop_child
 from tracking.records import RECORD_FILE, check_name, read_record
 from tracking.search import Search, build_search
+from tracking.warm_start import TrialStarter
 
 QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)
 CRASHES = "pe_crashes"  # system attr: how many predecessors of this retry had their child die or crash
@@ -69,8 +71,12 @@ class SweepOptions:
     file: str
     study_name: str | None = None  # default: the sweep file's name
     storage: str | None = None  # default: sqlite:///<out_dir>/sweeps/<study>/optuna.db
-    workers: int = 1  # trials run in parallel by this process
+    workers: int | Literal["auto"] = 1  # trials run in parallel by this process; auto: see `resolve_workers`
     devices_per_trial: int = 0  # GPUs given to each trial (CUDA_VISIBLE_DEVICES); 0 = CPU threads
+    threads_per_trial: int = 0  # CPU trials' OMP_NUM_THREADS; 0 = the cores split evenly among the workers
+    trials_per_device: int = 1  # with --devices-per-trial: trials that share each GPU (small models)
+    cold_start: bool = False  # start every trial as a new interpreter, never from the fork server
+    warm_any: bool = False  # fork any Python program the sweep's interpreter runs, not only cli.py (tests)
     out_dir: str = "out"
     seed: int = 0  # sampler seed
     heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this (+ 20 s) is dead
@@ -81,13 +87,43 @@ class SweepOptions:
 
 
 def check_options(opts: SweepOptions) -> None:
-    """One line per bad option, before any file or database is touched."""
-    for option, minimum in (("workers", 1), ("heartbeat", 1), ("max_retries", 0), ("devices_per_trial", 0)):
+    """One line per bad option, before any file or database is touched; resolves `--workers auto`."""
+    for option, minimum in (("heartbeat", 1), ("max_retries", 0), ("devices_per_trial", 0),
+                            ("threads_per_trial", 0), ("trials_per_device", 1)):  # fmt: skip
         value = getattr(opts, option)
-        if not isinstance(value, int) or value < minimum:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ConfigError(f"--{option} must be an integer >= {minimum}, got {value!r}")
+    if opts.trials_per_device > 1 and not opts.devices_per_trial:
+        raise ConfigError(
+            f"--trials_per_device {opts.trials_per_device} shares GPUs: it needs --devices_per_trial >= 1"
+        )
+    if opts.cold_start and opts.warm_any:
+        raise ConfigError("--cold_start and --warm_any contradict each other; pass one")
+    if opts.workers == "auto":
+        opts.workers = resolve_workers(opts)
+    if not isinstance(opts.workers, int) or isinstance(opts.workers, bool) or opts.workers < 1:
+        raise ConfigError(f"--workers must be an integer >= 1 or auto, got {opts.workers!r}")
     if opts.study_name is not None:
         check_name("--study_name", opts.study_name)
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (its affinity mask, e.g. a container's or taskset's), else all."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def resolve_workers(opts: SweepOptions) -> int:
+    """`--workers auto`: on CPU, cores // --threads_per_trial (one single-threaded trial per core by default);
+    on GPUs, (visible GPUs // --devices_per_trial) x --trials_per_device."""
+    if not opts.devices_per_trial:
+        return max(1, cpu_cores() // max(1, opts.threads_per_trial))
+    import torch
+
+    visible = torch.cuda.device_count()  # this process only: trials are forked by a server that never asks
+    if opts.devices_per_trial > visible:
+        raise ConfigError(f"--workers auto: --devices_per_trial {opts.devices_per_trial} is more than the {visible} "
+                          "visible GPU(s) (CUDA_VISIBLE_DEVICES)")  # fmt: skip
+    return visible // opts.devices_per_trial * opts.trials_per_device
 
 
 def grace_period(heartbeat: int) -> int:
@@ -306,11 +342,11 @@ def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
 def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -> dict:
     # PE_OUT_ROOT: where `--model.init_from=run:NAME` looks, so trials find runs of earlier sweeps
     env = {**os.environ, "PE_OUT_DIR": str(trial_dir), "PE_OUT_ROOT": str(opts.out_dir), "PE_SWEEP": study_name}
-    if opts.devices_per_trial:
-        first = slot * opts.devices_per_trial
+    if opts.devices_per_trial:  # --trials_per_device consecutive slots share one group of GPUs
+        first = slot // opts.trials_per_device * opts.devices_per_trial
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(opts.devices_per_trial))
     else:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // opts.workers))
+        env["OMP_NUM_THREADS"] = str(opts.threads_per_trial or max(1, (os.cpu_count() or 1) // opts.workers))
     return env
 
 
@@ -427,7 +463,7 @@ class TrialRun:
         trial.set_user_attr("command", " ".join(argv))
         env = {**child_env(self.study.study_name, trial_dir, self.slot, self.opts), **sf.wandb_env(self.sweep)}
         with open(trial_dir / "output.log", "ab") as log:
-            child = launch_child(argv, env, log)
+            child = self.runner.starter.launch(argv, env, log)  # forked warm, or a new interpreter
             outcome = self.follow(trial, child, trial_dir, offset)
         self.tell(trial, child.returncode, outcome, latest_record(trial_dir), trial_dir)
 
@@ -589,6 +625,7 @@ class Sweep:
             locked = self.lock.file is not None
             self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
         self.errors: list[str] = []
+        self.starter = TrialStarter(Path(opts.out_dir) / "sweeps" / self.study_name, opts.cold_start, opts.warm_any)
         self.stop = threading.Event()
         self.stop_signal: int | None = None
 
@@ -680,13 +717,16 @@ class Sweep:
 
     def run(self, on_tick=None) -> None:
         threads = [threading.Thread(target=self.worker, args=(slot,), daemon=True) for slot in range(self.opts.workers)]
-        for thread in threads:
-            thread.start()
-            time.sleep(0.2)  # stagger the first asks
-        while any(thread.is_alive() for thread in threads):
-            if on_tick:
-                self.quietly(on_tick, self.study)
-            time.sleep(0.5)
+        try:
+            for thread in threads:
+                thread.start()
+                time.sleep(0.2)  # stagger the first asks
+            while any(thread.is_alive() for thread in threads):
+                if on_tick:
+                    self.quietly(on_tick, self.study)
+                time.sleep(0.5)
+        finally:
+            self.starter.close()
         if on_tick:
             self.quietly(on_tick, self.study)
 
