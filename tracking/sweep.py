@@ -52,7 +52,7 @@ from tracking import sweep_file as sf
 from tracking.children import stop_child
 from tracking.records import RECORD_FILE, check_name, read_record
 from tracking.search import Search, build_search
-from tracking.warm_start import TrialStarter
+from tracking.warm_start import TrialStarter, WarmChild
 
 QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)
 CRASHES = "pe_crashes"  # system attr: how many predecessors of this retry had their child die or crash
@@ -464,6 +464,7 @@ class TrialRun:
         env = {**child_env(self.study.study_name, trial_dir, self.slot, self.opts), **sf.wandb_env(self.sweep)}
         with open(trial_dir / "output.log", "ab") as log:
             child = self.runner.starter.launch(argv, env, log)  # forked warm, or a new interpreter
+            self.runner.quietly(trial.set_user_attr, "start", "warm" if isinstance(child, WarmChild) else "cold")
             outcome = self.follow(trial, child, trial_dir, offset)
         self.tell(trial, child.returncode, outcome, latest_record(trial_dir), trial_dir)
 
