@@ -89,15 +89,17 @@ def started_as(study: optuna.Study) -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "storage_url, start", [("sqlite", "cold"), ("sqlite", "warm"), ("postgresql", "cold")], indirect=["storage_url"]
+    "storage_url, start_path",
+    [("sqlite", "cold"), ("sqlite", "warm"), ("postgresql", "cold")],
+    indirect=["storage_url"],
 )  # the storage does not depend on the start path: PostgreSQL runs cold only
-def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url, start):
+def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url, start_path):
     """PROCESSES sweeps x WORKERS workers on one study; in the first KILL_ROUNDS rounds a random sweep
     process and random trial children are SIGKILLed; rounds are re-run until the sweeps exit 0."""
     rng = random.Random(12)
     name = "faults"
     path = fake_sweep(tmp_path, POINTS, name)
-    extra = [f"--workers={WORKERS}", f"--study_name={name}", "--max_retries=20", *START[start]]
+    extra = [f"--workers={WORKERS}", f"--study_name={name}", "--max_retries=20", *START[start_path]]
     extra += [f"--storage={storage_url}"] if storage_url else []
     kills = {"sweeps": 0, "children": 0}
     for round_ in range(8):
@@ -143,7 +145,7 @@ def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url, s
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     reasons = [t.user_attrs.get("reason", "") for t in study.trials if t.state == TrialState.FAIL]
     assert not [r for r in reasons if "arn" in r], reasons  # never a warning line as a reason
-    assert started_as(study) == {start}
+    assert started_as(study) == {start_path}
 
 
 def child_of_point(out: Path, name: str, x: int, deadline: float, not_pid: int = 0) -> int:
@@ -159,14 +161,14 @@ def child_of_point(out: Path, name: str, x: int, deadline: float, not_pid: int =
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start", ["cold", "warm"])
-def test_killed_child_crash_and_signals(tmp_path, start):
+@pytest.mark.parametrize("start_path", ["cold", "warm"])
+def test_killed_child_crash_and_signals(tmp_path, start_path):
     """x=1 crashes (after a warning line): re-queued once (--max_retries 1), then failed for good with the
     error line as its reason. x=2's child is SIGKILLed: re-queued. SIGINT, then SIGTERM, stop the sweep
     with one line and exit 130 / 143, the running trial re-queued; a last run finishes x=2 exactly once."""
     name = "sig"
     path = fake_sweep(tmp_path, 2, name)
-    cmd = sweep_cmd(path, tmp_path, "--workers=2", "--max_retries=1", *START[start])
+    cmd = sweep_cmd(path, tmp_path, "--workers=2", "--max_retries=1", *START[start_path])
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         sweep = start(cmd, FAKE_SLEEP="3", FAKE_CRASH_X="1")
         deadline = time.time() + 180
@@ -187,7 +189,7 @@ def test_killed_child_crash_and_signals(tmp_path, start):
     _, err = last.communicate(timeout=300)
     assert last.returncode == 0, err[-2000:]
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / 'sweeps' / name / 'optuna.db'}")
-    assert started_as(study) == {start}
+    assert started_as(study) == {start_path}
     trials = study.trials
     by_x = {x: [t for t in trials if t.params["x"] == x] for x in (1, 2)}
     crashed = [t.user_attrs["reason"] for t in by_x[1]]
@@ -489,15 +491,15 @@ def test_unfinished_grid_points_are_named():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start", ["cold", "warm"])
-def test_retry_resumes_and_continues_its_pruning_steps(tmp_path, start):
+@pytest.mark.parametrize("start_path", ["cold", "warm"])
+def test_retry_resumes_and_continues_its_pruning_steps(tmp_path, start_path):
     import torch
 
     from tracking import sweep_file as sf
     from tracking.sweep import Sweep, SweepOptions, TrialRun
 
     path = fake_sweep(tmp_path, 1, "r")
-    opts = SweepOptions(file=str(path), out_dir=str(tmp_path), heartbeat=1, warm_any=start == "warm")
+    opts = SweepOptions(file=str(path), out_dir=str(tmp_path), heartbeat=1, warm_any=start_path == "warm")
     runner = Sweep(sf.load_sweep(path), opts)
     study = runner.study
     first = runner.next_trial(study)
@@ -515,7 +517,7 @@ def test_retry_resumes_and_continues_its_pruning_steps(tmp_path, start):
     finally:
         runner.starter.close()
     done = study.trials[1]
-    assert done.user_attrs["start"] == start
+    assert done.user_attrs["start"] == start_path
     (record,) = Path(done.user_attrs["trial_dir"]).glob("runs/*/record.json")
     assert json.loads(record.read_text())["args"]["ckpt_path"] == str(checkpoint)  # the argv, warm or cold
     assert done.state == TrialState.COMPLETE and done.user_attrs["resumed_from"] == str(checkpoint)
