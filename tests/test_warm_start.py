@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,19 @@ print(json.dumps({"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(),
                   "stdin": os.path.realpath(f"/proc/self/fd/0"), "threads": threading.active_count()}))
 raise SystemExit(int(sys.argv[1]))
 """
+
+
+def running(pid: int, wait: float = 5.0) -> bool:
+    """Whether `pid` still runs after up to `wait` seconds (a zombie, or a pid gone, does not)."""
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def test_only_this_projects_cli_run_by_this_interpreter_starts_warm(tmp_path):
@@ -73,9 +87,10 @@ def test_trials_per_device_share_a_gpu_group():
 
 
 @pytest.mark.slow
-def test_a_forked_trial_sees_what_a_cold_one_sees(tmp_path):
+def test_a_forked_trial_sees_what_a_cold_one_sees(tmp_path, capfd):
     """Same argv, environment (but for the parent's pid and what the preloaded imports write, as they would
-    in a cold child), working directory, sys.path[0], __main__, stdin, own session; exit codes and signals."""
+    in a cold child), working directory, sys.path[0], __main__, stdin, own session; exit codes and signals;
+    a server that dies takes its trial with it (killed) and leaves the next trials to start cold."""
     program = tmp_path / "probe.py"
     program.write_text(PROBE)
     starter = TrialStarter(tmp_path / "study", any_python=True)
@@ -97,11 +112,17 @@ def test_a_forked_trial_sees_what_a_cold_one_sees(tmp_path):
                 child.wait(timeout=0.2)
             stop_child(child)
             assert child.returncode == -signal.SIGTERM
+            child = starter.launch(["/usr/bin/env", sys.executable, str(program), "sleep"], env, log)
+            starter.server.process.kill()  # the server dies: its trial is ended and counted as killed
+            assert child.wait(timeout=60) == -signal.SIGKILL
+            assert not running(child.pid)
+            child = starter.launch(["/usr/bin/env", sys.executable, str(program), "0"], env, log)
+            assert not isinstance(child, WarmChild) and child.wait(timeout=120) == 0  # cold from now on
+        assert capfd.readouterr().err.count("warning: warm start failed (") == 1
     finally:
         starter.close()
     cold, warm = seen["cold", 0], seen["warm", 0]
     assert seen["warm", 3]["argv"][1] == "3"
-    assert not starter.broken
     assert warm["argv"] == cold["argv"] == [str(program), "0", "--a=b c"]
     written = {"PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHINDUCTOR_CACHE_DIR"}  # by the imports a real trial makes
     assert {k: v for k, v in warm["env"].items() if k not in written | {"PE_PARENT_PID"}} == {

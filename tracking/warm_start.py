@@ -106,10 +106,12 @@ class WarmChild:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self.connection], [], [], left)[0]:
-                return None
-            chunk = self.connection.recv(4096)
-            self.buffer += chunk
+            chunk = b"-"  # (a status already buffered needs no read)
+            if b"\n" not in self.buffer:
+                if not select.select([self.connection], [], [], left)[0]:
+                    return None
+                chunk = self.connection.recv(4096)
+                self.buffer += chunk
             if b"\n" in self.buffer:
                 self.returncode = int(json.loads(self.buffer.split(b"\n", 1)[0])["status"])
             elif not chunk:  # the server died: the child's watchdog ends it; make sure, and call it killed
@@ -172,7 +174,7 @@ class ForkServer:
             socket.send_fds(connection, [HEADER.pack(len(request))], [log.fileno(), 0])
             connection.sendall(request)
             reply = b""
-            while not reply.endswith(b"\n"):
+            while b"\n" not in reply:
                 chunk = connection.recv(4096)
                 if not chunk:
                     raise RuntimeError(f"the fork server closed the connection: {last_line(self.log)}")
@@ -180,11 +182,14 @@ class ForkServer:
         except BaseException:
             connection.close()
             raise
-        answer = json.loads(reply)
+        line, rest = reply.split(b"\n", 1)  # `rest`: the exit status already, if the child was that quick
+        answer = json.loads(line)
         if "error" in answer:
             connection.close()
             raise RuntimeError(answer["error"])
-        return WarmChild(connection, int(answer["pid"]), argv)
+        child = WarmChild(connection, int(answer["pid"]), argv)
+        child.buffer = rest
+        return child
 
     def close(self) -> None:
         if self.process and self.process.poll() is None:
