@@ -4,7 +4,9 @@ Each trial runs the file's `command` as a child process, expanded exactly as `wa
 (W&B's own `create_sweep_command*` helpers), so the child is the same `cli.py fit` an agent starts
 and may itself use DDP. The child writes its run record (tracking/records.py) at every validation;
 this process reads it, reports each value of the sweep metric to the trial (step = validation index,
-W&B's hyperband "iteration") and stops the child when the pruner says so.
+W&B's hyperband "iteration") and stops the child when the pruner says so. A child running this project's
+`cli.py` is forked from a server that has already imported torch, Lightning and W&B (tracking/warm_start.py;
+`--cold_start` starts every child as a new interpreter); both kinds are supervised by the same code.
 
 Exactly once: every grid point is queued once at study creation and popped by `study.ask()`. Steps that
 read and then write the study (ask and its queue pop, tell, recovering dead trials, creating the study)
