@@ -98,17 +98,28 @@ def storage_url(request, tmp_path):
 
 
 PROCESSES, WORKERS, POINTS, KILL_ROUNDS = 3, 2, 12, 1
+# how trials start (tracking/warm_start.py); the fake trial is not cli.py, so the warm path needs --warm_any
+START = {"cold": ["--cold_start"], "warm": ["--warm_any"]}
+
+
+def started_as(study: optuna.Study) -> set[str]:
+    """How the study's trials that ran a child were started ("warm" / "cold")."""
+    return {t.user_attrs["start"] for t in study.trials if "start" in t.user_attrs}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("storage_url", ["sqlite", "postgresql"], indirect=True)
-def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url):
+@pytest.mark.parametrize(
+    "storage_url, start_path",
+    [("sqlite", "cold"), ("sqlite", "warm"), ("postgresql", "cold")],
+    indirect=["storage_url"],
+)  # the storage does not depend on the start path: PostgreSQL runs cold only
+def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url, start_path):
     """PROCESSES sweeps x WORKERS workers on one study; in the first KILL_ROUNDS rounds a random sweep
     process and random trial children are SIGKILLed; rounds are re-run until the sweeps exit 0."""
     rng = random.Random(12)
     name = "faults"
     path = fake_sweep(tmp_path, POINTS, name)
-    extra = [f"--workers={WORKERS}", f"--study_name={name}", "--max_retries=20"]
+    extra = [f"--workers={WORKERS}", f"--study_name={name}", "--max_retries=20", *START[start_path]]
     extra += [f"--storage={storage_url}"] if storage_url else []
     kills = {"sweeps": 0, "children": 0}
     for round_ in range(8):
@@ -154,6 +165,7 @@ def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url):
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     reasons = [t.user_attrs.get("reason", "") for t in study.trials if t.state == TrialState.FAIL]
     assert not [r for r in reasons if "arn" in r], reasons  # never a warning line as a reason
+    assert started_as(study) == {start_path}
 
 
 def child_of_point(out: Path, name: str, x: int, deadline: float, not_pid: int = 0) -> int:
@@ -169,13 +181,14 @@ def child_of_point(out: Path, name: str, x: int, deadline: float, not_pid: int =
 
 
 @pytest.mark.slow
-def test_killed_child_crash_and_signals(tmp_path):
+@pytest.mark.parametrize("start_path", ["cold", "warm"])
+def test_killed_child_crash_and_signals(tmp_path, start_path):
     """x=1 crashes (after a warning line): re-queued once (--max_retries 1), then failed for good with the
     error line as its reason. x=2's child is SIGKILLed: re-queued. SIGINT, then SIGTERM, stop the sweep
     with one line and exit 130 / 143, the running trial re-queued; a last run finishes x=2 exactly once."""
     name = "sig"
     path = fake_sweep(tmp_path, 2, name)
-    cmd = sweep_cmd(path, tmp_path, "--workers=2", "--max_retries=1")
+    cmd = sweep_cmd(path, tmp_path, "--workers=2", "--max_retries=1", *START[start_path])
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         sweep = start(cmd, FAKE_SLEEP="3", FAKE_CRASH_X="1")
         deadline = time.time() + 180
@@ -195,7 +208,9 @@ def test_killed_child_crash_and_signals(tmp_path):
     last = start(cmd, FAKE_SLEEP="0.1", FAKE_CRASH_X="1")
     _, err = last.communicate(timeout=300)
     assert last.returncode == 0, err[-2000:]
-    trials = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / 'sweeps' / name / 'optuna.db'}").trials
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / 'sweeps' / name / 'optuna.db'}")
+    assert started_as(study) == {start_path}
+    trials = study.trials
     by_x = {x: [t for t in trials if t.params["x"] == x] for x in (1, 2)}
     crashed = [t.user_attrs["reason"] for t in by_x[1]]
     assert [t.state for t in by_x[1]] == [TrialState.FAIL] * 2, crashed
@@ -300,6 +315,16 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
             "--study_name '../../x'",
         ),
         "sweep command []": (["sweep", str(bad_command), f"--out_dir={tmp_path}"], {}, "command must be a non-empty"),
+        "trials per device 0": (
+            ["sweep", str(sweep), f"--out_dir={tmp_path}", "--trials-per-device=0"],
+            {},
+            "--trials_per_device must be an integer >= 1, got 0",
+        ),
+        "more devices than visible": (
+            ["sweep", str(sweep), f"--out_dir={tmp_path}", "--workers=auto", "--devices-per-trial=64"],
+            {},
+            "--devices_per_trial 64 is more than the",
+        ),
         "password in url": (
             ["sweep", str(sweep), "--storage=postgresql://u:pa@ss@127.0.0.1:1/db?password=s3cret"],
             {},
@@ -486,14 +511,16 @@ def test_unfinished_grid_points_are_named():
 
 
 @pytest.mark.slow
-def test_retry_resumes_and_continues_its_pruning_steps(tmp_path):
+@pytest.mark.parametrize("start_path", ["cold", "warm"])
+def test_retry_resumes_and_continues_its_pruning_steps(tmp_path, start_path):
     import torch
 
     from tracking import sweep_file as sf
     from tracking.sweep import Sweep, SweepOptions, TrialRun
 
     path = fake_sweep(tmp_path, 1, "r")
-    runner = Sweep(sf.load_sweep(path), SweepOptions(file=str(path), out_dir=str(tmp_path), heartbeat=1))
+    opts = SweepOptions(file=str(path), out_dir=str(tmp_path), heartbeat=1, warm_any=start_path == "warm")
+    runner = Sweep(sf.load_sweep(path), opts)
     study = runner.study
     first = runner.next_trial(study)
     first.report(0.1, 1)
@@ -505,8 +532,14 @@ def test_retry_resumes_and_continues_its_pruning_steps(tmp_path):
     runner.finish(study, first, TrialState.FAIL, reason="killed by SIGKILL", requeue_as=("killed by SIGKILL", True))
     retry = runner.next_trial(study)
     assert retry.number == 1 and runner.next_trial(study) is None  # one point, taken once
-    TrialRun(runner, study, 0).run(retry)
+    try:
+        TrialRun(runner, study, 0).run(retry)
+    finally:
+        runner.starter.close()
     done = study.trials[1]
+    assert done.user_attrs["start"] == start_path
+    (record,) = Path(done.user_attrs["trial_dir"]).glob("runs/*/record.json")
+    assert json.loads(record.read_text())["args"]["ckpt_path"] == str(checkpoint)  # the argv, warm or cold
     assert done.state == TrialState.COMPLETE and done.user_attrs["resumed_from"] == str(checkpoint)
     assert sorted(done.intermediate_values) == [1, 2, 3, 4]  # the child's two validations are steps 3 and 4
     assert done.user_attrs["reason"] == "retry of trial 0: killed by SIGKILL"

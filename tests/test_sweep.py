@@ -80,24 +80,30 @@ def complete_points(ts) -> list[tuple]:
     return sorted(tuple(sorted(t.params.items())) for t in ts if t.state == TrialState.COMPLETE)
 
 
-def test_sweep_runs_and_resumes_without_repeating(tmp_path):
+# how trials start: cli.py trials start warm by default (tracking/warm_start.py); both paths are tested
+START = {"cold": ["--cold_start"], "warm": []}
+
+
+@pytest.mark.parametrize("start", ["cold", "warm"])
+def test_sweep_runs_and_resumes_without_repeating(tmp_path, start):
     path = tiny_sweep(tmp_path, {"model.encoding": {"values": ["rope", "alibi"]}, "seed_everything": {"values": [0]}})
-    result = run_sweep(path, tmp_path)
+    result = run_sweep(path, tmp_path, *START[start])
     assert "sweep s: val/acc" in result.stdout and "encoding=alibi" in result.stdout
     first = trials(tmp_path)
     assert [t.state for t in first] == [TrialState.COMPLETE] * 2
     assert all(len(t.intermediate_values) == 2 for t in first)  # one report per validation
-    run_sweep(path, tmp_path)
+    assert {t.user_attrs["start"] for t in first} == {start}
+    run_sweep(path, tmp_path, *START[start])
     assert len(trials(tmp_path)) == 2  # nothing new started
 
 
-def children(pid: int) -> list[int]:
-    """Child processes of every thread of `pid` (trial children are started by worker threads)."""
-    tasks = Path(f"/proc/{pid}/task")
-    return [int(c) for task in tasks.iterdir() for c in (task / "children").read_text().split()]
+def trial_pid(run_dir: Path) -> int:
+    """The pid of the `cli.py fit` that writes `run_dir` (<name>-<date>-<time>-<pid>), cold or forked warm."""
+    return int(run_dir.name.rsplit("-", 1)[1])
 
 
-def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path):
+@pytest.mark.parametrize("start", ["cold", "warm"])
+def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path, start):
     """The sweep is killed while trial 0's child is frozen (SIGSTOP) with a readable checkpoint, so the dead
     trial can neither finish nor be adopted: the re-run must fail it, re-queue it and resume its run from
     that checkpoint (the resumed run's first step is the checkpoint's step + 1)."""
@@ -108,14 +114,14 @@ def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path):
     grid = {"model.encoding": {"values": ["rope", "alibi", "none"]}}
     path = tiny_sweep(tmp_path, grid)
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    sweep = subprocess.Popen(sweep_cmd(path, tmp_path), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+    sweep = subprocess.Popen(sweep_cmd(path, tmp_path, *START[start]), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)  # fmt: skip
     checkpoint, deadline = None, time.time() + 180
     while checkpoint is None:
         assert time.time() < deadline and sweep.poll() is None, "trial 0 never reached a checkpoint"
         found = list((tmp_path / "sweeps" / "s").glob("trial-0/runs/*/checkpoints/last.ckpt"))
-        (child,) = children(sweep.pid) or [None]
-        if found and child:
+        child = trial_pid(found[0].parents[1]) if found else None
+        if found:
             os.kill(child, signal.SIGSTOP)
             if readable(found[0]):
                 checkpoint = found[0]
@@ -128,8 +134,9 @@ def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path):
     step = torch.load(checkpoint, map_location="cpu", weights_only=False)["global_step"]
     (running,) = [t for t in trials(tmp_path) if t.state == TrialState.RUNNING]
     assert running.number == 0
-    run_sweep(path, tmp_path)
+    run_sweep(path, tmp_path, *START[start])
     ts = trials(tmp_path)
+    assert {t.user_attrs["start"] for t in ts if "start" in t.user_attrs} == {start}
     assert complete_points(ts) == sorted({(("model.encoding", e),) for e in ["rope", "alibi", "none"]})
     dead = [t for t in ts if t.state == TrialState.FAIL]
     assert [t.number for t in dead] == [0] and "died" in dead[0].user_attrs["reason"]

@@ -66,5 +66,12 @@ def options_parser(options_class: type, prog: str | None = None) -> ArgumentPars
 def parse_options(options_class: type, args: list[str], prog: str | None = None):
     """Parse `args` into an instance of the options dataclass (--help, --config work)."""
     parser = options_parser(options_class, prog)
-    config = parser.parse_args([dashes_to_underscores(a) for a in args])
+    config = parser.parse_args(bare_flags(options_class, [dashes_to_underscores(a) for a in args]))
     return options_class(**{f.name: config[f.name] for f in dataclasses.fields(options_class) if f.init})
+
+
+def bare_flags(options_class: type, args: list[str]) -> list[str]:
+    """`--cold_start` alone -> `--cold_start=true` for the dataclass's bool options (jsonargparse wants a value)."""
+    flags = {f"--{f.name}" for f in dataclasses.fields(options_class) if f.type in (bool, "bool")}
+    following = [*args[1:], ""]
+    return [f"{a}=true" if a in flags and b.lower() not in ("true", "false") else a for a, b in zip(args, following)]

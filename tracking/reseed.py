@@ -25,7 +25,7 @@ from rich.table import Table
 from lightning_modules.errors import ConfigError
 from tracking import sweep_file as sf
 from tracking.records import check_name
-from tracking.sweep import Sweep, SweepOptions, apply_overrides, base_name, latest_record, storage_url
+from tracking.sweep import Sweep, SweepOptions, apply_overrides, base_name, check_options, latest_record, storage_url
 from tracking.sweep_display import LiveStatus, short_params, trial_table
 
 SEED = "seed_everything"
@@ -51,8 +51,7 @@ def check_protocol(sweep: dict, opts: SweepOptions) -> list[str]:
         raise ConfigError("--reseed needs --per KEY[,KEY] (the parameters tuned separately, e.g. model.encoding)")
     if opts.reseed < 1:
         raise ConfigError(f"--per needs --reseed N with N >= 1 fresh seeds per configuration, got {opts.reseed}")
-    if opts.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {opts.workers}")
+    check_options(opts)  # and resolves --workers auto
     if len(sf.metric_names(sweep)) > 1:
         raise ConfigError(f"--reseed chooses each group's best setting on one metric; {opts.file} has metrics: "
                           f"{', '.join(sf.metric_names(sweep))} (give one metric:)")  # fmt: skip

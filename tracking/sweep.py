@@ -6,7 +6,9 @@ and may itself use DDP. The child writes its run record (tracking/records.py) at
 this process reads it, reports each value of the sweep metric to the trial at the step W&B plots it at
 (the record's `wandb_step`, Lightning's logged `trainer/global_step`; hyperband still counts validations,
 W&B's "iteration") and stops the child when the pruner says so. Each trial's user attributes name its
-record, its log and its W&B run.
+record, its log and its W&B run. A child running this project's `cli.py` is forked from a server that has
+already imported torch, Lightning and W&B (tracking/warm_start.py; `--cold_start` starts every child as a
+new interpreter); both kinds are supervised by the same code.
 
 Exactly once: every grid point is queued once at study creation and popped by `study.ask()`. Steps that
 read and then write the study (ask and its queue pop, tell, recovering dead trials, creating the study)
@@ -39,6 +41,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Literal
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import optuna
@@ -51,10 +54,11 @@ from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_com
 
 from lightning_modules.errors import ConfigError
 from tracking import sweep_file as sf
-from tracking.children import launch_child, stop_child
+from tracking.children import stop_child
 from tracking.records import RECORD_FILE, check_name, read_record
 from tracking.search import Search, build_search
 from tracking.wandb_setup import SWEEP_PARAMS_ENV
+from tracking.warm_start import TrialStarter, WarmChild
 
 QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)
 CRASHES = "pe_crashes"  # system attr: how many predecessors of this retry had their child die or crash
@@ -74,8 +78,12 @@ class SweepOptions:
     study_name: str | None = None  # default: the file's `name:`, else its file name (plus the --set values)
     storage: str | None = None  # default: sqlite:///<out_dir>/sweeps/<name>/optuna.db, one per sweep file
     # (its `name:` or file name), shared by the studies --set and --reseed make; per --study_name when given
-    workers: int = 1  # trials run in parallel by this process
+    workers: int | Literal["auto"] = 1  # trials run in parallel by this process; auto: see `resolve_workers`
     devices_per_trial: int = 0  # GPUs given to each trial (CUDA_VISIBLE_DEVICES); 0 = CPU threads
+    threads_per_trial: int = 0  # CPU trials' OMP_NUM_THREADS; 0 = the cores split evenly among the workers
+    trials_per_device: int = 1  # with --devices-per-trial: trials that share each GPU (small models)
+    cold_start: bool = False  # start every trial as a new interpreter, never from the fork server
+    warm_any: bool = False  # fork any Python program the sweep's interpreter runs, not only cli.py (tests)
     out_dir: str = "out"  # studies, trial folders and their runs go under <out_dir>/sweeps/
     seed: int = 0  # sampler seed
     heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this (+ 20 s) is dead
@@ -86,13 +94,43 @@ class SweepOptions:
 
 
 def check_options(opts: SweepOptions) -> None:
-    """One line per bad option, before any file or database is touched."""
-    for option, minimum in (("workers", 1), ("heartbeat", 1), ("max_retries", 0), ("devices_per_trial", 0)):
+    """One line per bad option, before any file or database is touched; resolves `--workers auto`."""
+    for option, minimum in (("heartbeat", 1), ("max_retries", 0), ("devices_per_trial", 0),
+                            ("threads_per_trial", 0), ("trials_per_device", 1)):  # fmt: skip
         value = getattr(opts, option)
-        if not isinstance(value, int) or value < minimum:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ConfigError(f"--{option} must be an integer >= {minimum}, got {value!r}")
+    if opts.trials_per_device > 1 and not opts.devices_per_trial:
+        raise ConfigError(
+            f"--trials_per_device {opts.trials_per_device} shares GPUs: it needs --devices_per_trial >= 1"
+        )
+    if opts.cold_start and opts.warm_any:
+        raise ConfigError("--cold_start and --warm_any contradict each other; pass one")
+    if opts.workers == "auto":
+        opts.workers = resolve_workers(opts)
+    if not isinstance(opts.workers, int) or isinstance(opts.workers, bool) or opts.workers < 1:
+        raise ConfigError(f"--workers must be an integer >= 1 or auto, got {opts.workers!r}")
     if opts.study_name is not None:
         check_name("--study_name", opts.study_name)
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (its affinity mask, e.g. a container's or taskset's), else all."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def resolve_workers(opts: SweepOptions) -> int:
+    """`--workers auto`: on CPU, cores // --threads_per_trial (one single-threaded trial per core by default);
+    on GPUs, (visible GPUs // --devices_per_trial) x --trials_per_device."""
+    if not opts.devices_per_trial:
+        return max(1, cpu_cores() // max(1, opts.threads_per_trial))
+    import torch
+
+    visible = torch.cuda.device_count()  # this process only: trials are forked by a server that never asks
+    if opts.devices_per_trial > visible:
+        raise ConfigError(f"--workers auto: --devices_per_trial {opts.devices_per_trial} is more than the {visible} "
+                          "visible GPU(s) (CUDA_VISIBLE_DEVICES)")  # fmt: skip
+    return visible // opts.devices_per_trial * opts.trials_per_device
 
 
 def grace_period(heartbeat: int) -> int:
@@ -318,11 +356,11 @@ def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
 def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -> dict:
     # PE_OUT_ROOT: where `--model.init_from=run:NAME` looks, so trials find runs of earlier sweeps
     env = {**os.environ, "PE_OUT_DIR": str(trial_dir), "PE_OUT_ROOT": str(opts.out_dir), "PE_SWEEP": study_name}
-    if opts.devices_per_trial:
-        first = slot * opts.devices_per_trial
+    if opts.devices_per_trial:  # --trials_per_device consecutive slots share one group of GPUs
+        first = slot // opts.trials_per_device * opts.devices_per_trial
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(opts.devices_per_trial))
     else:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // opts.workers))
+        env["OMP_NUM_THREADS"] = str(opts.threads_per_trial or max(1, (os.cpu_count() or 1) // opts.workers))
     return env
 
 
@@ -461,7 +499,8 @@ class TrialRun:
         env = {**child_env(self.study.study_name, trial_dir, self.slot, self.opts), **sf.wandb_env(self.sweep)}
         env[SWEEP_PARAMS_ENV] = json.dumps(sf.varied(self.sweep, params), default=str)  # run names and config
         with open(trial_dir / "output.log", "ab") as log:
-            child = launch_child(argv, env, log)
+            child = self.runner.starter.launch(argv, env, log)  # forked warm, or a new interpreter
+            self.runner.quietly(trial.set_user_attr, "start", "warm" if isinstance(child, WarmChild) else "cold")
             outcome = self.follow(trial, child, trial_dir)
         self.tell(trial, child.returncode, outcome, latest_record(trial_dir), trial_dir)
 
@@ -636,6 +675,7 @@ class Sweep:
             locked = self.lock.file is not None
             self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
         self.errors: list[str] = []
+        self.starter = TrialStarter(Path(opts.out_dir) / "sweeps" / self.study_name, opts.cold_start, opts.warm_any)
         self.stop = threading.Event()
         self.stop_signal: int | None = None
 
@@ -728,13 +768,16 @@ class Sweep:
 
     def run(self, on_tick=None) -> None:
         threads = [threading.Thread(target=self.worker, args=(slot,), daemon=True) for slot in range(self.opts.workers)]
-        for thread in threads:
-            thread.start()
-            time.sleep(0.2)  # stagger the first asks
-        while any(thread.is_alive() for thread in threads):
-            if on_tick:
-                self.quietly(on_tick, self.study)
-            time.sleep(0.5)
+        try:
+            for thread in threads:
+                thread.start()
+                time.sleep(0.2)  # stagger the first asks
+            while any(thread.is_alive() for thread in threads):
+                if on_tick:
+                    self.quietly(on_tick, self.study)
+                time.sleep(0.5)
+        finally:
+            self.starter.close()
         if on_tick:
             self.quietly(on_tick, self.study)
 

@@ -1,0 +1,155 @@
+"""tracking/warm_start.py: which trials start warm, the worker packing options, and a forked trial that sees
+what a cold one sees (argv, environment, folders, session, exit status) and trains to the same numbers.
+The sweep-level fault and resume tests run on both paths in tests/test_faults.py and tests/test_sweep.py."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TINY
+
+from lightning_modules.errors import ConfigError
+from tracking.children import stop_child
+from tracking.sweep import SweepOptions, check_options
+from tracking.warm_start import CLI, TrialStarter, WarmChild, warm_program
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = """import json, os, sys, threading, time
+if sys.argv[1] == "sleep":
+    time.sleep(60)
+print(json.dumps({"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(), "path0": sys.path[0],
+                  "session_leader": os.getsid(0) == os.getpid() == os.getpgid(0), "name": __name__,
+                  "stdin": os.path.realpath(f"/proc/self/fd/0"), "threads": threading.active_count()}))
+raise SystemExit(int(sys.argv[1]))
+"""
+
+
+def running(pid: int, wait: float = 5.0) -> bool:
+    """Whether `pid` still runs after up to `wait` seconds (a zombie, or a pid gone, does not)."""
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_only_this_projects_cli_run_by_this_interpreter_starts_warm(tmp_path):
+    python, other = sys.executable, tmp_path / "train.py"
+    other.write_text("")
+    assert warm_program(["/usr/bin/env", python, str(CLI), "fit"], "/") == str(CLI)
+    assert warm_program([python, "cli.py", "fit"], str(ROOT)) == "cli.py"
+    assert warm_program(["/usr/bin/env", "python", str(CLI)], "/") is None  # another interpreter
+    assert warm_program(["/usr/bin/env", python, "-u", str(CLI)], "/") is None  # interpreter options
+    assert warm_program(["/usr/bin/env", "A=1", python, str(CLI)], "/") is None
+    assert warm_program([python, str(other)], "/") is None  # another program: cold unless --warm_any
+    assert warm_program([python, str(other)], "/", any_python=True) == str(other)
+    assert warm_program(["bash", "-c", "true"], "/", any_python=True) is None
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"trials_per_device": 0}, "--trials_per_device must be an integer >= 1, got 0"),
+        ({"workers": "auto", "devices_per_trial": 64}, "--devices_per_trial 64 is more than the"),
+        ({"workers": 0}, "--workers must be an integer >= 1 or auto, got 0"),
+        ({"trials_per_device": 2}, "--trials_per_device 2 shares GPUs: it needs --devices_per_trial >= 1"),
+        ({"cold_start": True, "warm_any": True}, "--cold_start and --warm_any contradict each other"),
+    ],
+)
+def test_bad_packing_options_are_one_line(options, message):
+    with pytest.raises(ConfigError, match=message.replace("-", r"\-")):
+        check_options(SweepOptions(file="s.yaml", **options))
+
+
+def test_workers_auto_on_cpu_is_cores_over_threads_per_trial(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    for threads, workers in ((0, 8), (1, 8), (3, 2), (16, 1)):
+        opts = SweepOptions(file="s.yaml", workers="auto", threads_per_trial=threads)
+        check_options(opts)
+        assert opts.workers == workers
+
+
+def test_trials_per_device_share_a_gpu_group():
+    from tracking.sweep import child_env
+
+    opts = SweepOptions(file="s.yaml", workers=4, devices_per_trial=2, trials_per_device=2)
+    groups = [child_env("s", Path("/t"), slot, opts)["CUDA_VISIBLE_DEVICES"] for slot in range(4)]
+    assert groups == ["0,1", "0,1", "2,3", "2,3"]
+
+
+@pytest.mark.slow
+def test_a_forked_trial_sees_what_a_cold_one_sees(tmp_path, capfd):
+    """Same argv, environment (but for the parent's pid and what the preloaded imports write, as they would
+    in a cold child), working directory, sys.path[0], __main__, stdin, own session; exit codes and signals;
+    a server that dies takes its trial with it (killed) and leaves the next trials to start cold."""
+    program = tmp_path / "probe.py"
+    program.write_text(PROBE)
+    starter = TrialStarter(tmp_path / "study", any_python=True)
+    env = {**os.environ, "PE_OUT_DIR": str(tmp_path), "OMP_NUM_THREADS": "1", "CUSTOM": "x y"}
+    seen = {}
+    try:
+        for start, code in (("cold", 0), ("warm", 0), ("warm", 3)):
+            starter.cold = start == "cold"
+            argv = ["/usr/bin/env", sys.executable, str(program), str(code), "--a=b c"]
+            with open(tmp_path / f"{start}{code}.log", "wb") as log:
+                child = starter.launch(argv, env, log)
+                assert isinstance(child, WarmChild) == (start == "warm")
+                assert child.wait(timeout=120) == code
+            seen[start, code] = json.loads((tmp_path / f"{start}{code}.log").read_text().splitlines()[-1])
+        with open(tmp_path / "killed.log", "wb") as log:  # the sweep's stop_child: SIGTERM to the group
+            child = starter.launch(["/usr/bin/env", sys.executable, str(program), "sleep"], env, log)
+            assert child.poll() is None
+            with pytest.raises(subprocess.TimeoutExpired):
+                child.wait(timeout=0.2)
+            stop_child(child)
+            assert child.returncode == -signal.SIGTERM
+            child = starter.launch(["/usr/bin/env", sys.executable, str(program), "sleep"], env, log)
+            starter.server.process.kill()  # the server dies: its trial is ended and counted as killed
+            assert child.wait(timeout=60) == -signal.SIGKILL
+            assert not running(child.pid)
+            child = starter.launch(["/usr/bin/env", sys.executable, str(program), "0"], env, log)
+            assert not isinstance(child, WarmChild) and child.wait(timeout=120) == 0  # cold from now on
+        assert capfd.readouterr().err.count("warning: warm start failed (") == 1
+    finally:
+        starter.close()
+    cold, warm = seen["cold", 0], seen["warm", 0]
+    assert seen["warm", 3]["argv"][1] == "3"
+    assert warm["argv"] == cold["argv"] == [str(program), "0", "--a=b c"]
+    written = {"PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHINDUCTOR_CACHE_DIR"}  # by the imports a real trial makes
+    assert {k: v for k, v in warm["env"].items() if k not in written | {"PE_PARENT_PID"}} == {
+        k: v for k, v in cold["env"].items() if k not in written | {"PE_PARENT_PID"}
+    }
+    for key in ("cwd", "path0", "name", "stdin", "session_leader", "threads"):
+        assert warm[key] == cold[key], key
+    assert warm["session_leader"] and warm["name"] == "__main__" and warm["threads"] == 1
+
+
+@pytest.mark.slow
+def test_a_warm_trial_trains_to_the_same_numbers_as_a_cold_one(tmp_path):
+    starter = TrialStarter(tmp_path / "study")
+    finals = {}
+    try:
+        for start in ("cold", "warm"):
+            starter.cold = start == "cold"
+            out = tmp_path / start
+            env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PE_OUT_DIR": str(out)}
+            argv = ["/usr/bin/env", sys.executable, str(CLI), "fit", *TINY, "--model.encoding=alibi"]
+            with open(tmp_path / f"{start}.log", "wb") as log:
+                child = starter.launch(argv, env, log)
+                assert isinstance(child, WarmChild) == (start == "warm")
+                assert child.wait(timeout=300) == 0, (tmp_path / f"{start}.log").read_text()[-2000:]
+            (record,) = out.glob("runs/*/record.json")
+            finals[start] = json.loads(record.read_text())
+    finally:
+        starter.close()
+    assert finals["warm"]["final"] == finals["cold"]["final"]
+    assert finals["warm"]["history"] == finals["cold"]["history"]
