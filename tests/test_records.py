@@ -30,6 +30,7 @@ def trainer(step: int, **metrics: float) -> SimpleNamespace:
     return SimpleNamespace(
         callback_metrics={k: torch.tensor(v) for k, v in metrics.items()}, global_step=step, is_global_zero=True,
         sanity_checking=False, state=SimpleNamespace(fn="fit"), interrupted=False,
+        fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(_batches_that_stepped=step - 1)),
     )  # fmt: skip
 
 
@@ -41,7 +42,7 @@ def test_record_is_rewritten_at_every_validation(tmp_path):
     first = json.loads(path.read_text())  # on disk after the first validation: a killed run keeps it
     assert {k: first[k] for k in identity} == identity and first["status"] == "running"
     assert first["final"] == first["best"] == {"val/acc": 0.5, "val/loss": 2.0}
-    assert first["history"] == [{"step": 10, "val/acc": 0.5, "val/loss": 2.0}]
+    assert first["history"] == [{"step": 10, "wandb_step": 9, "val/acc": 0.5, "val/loss": 2.0}]  # W&B: 1 less
     record.on_validation_end(trainer(20, **{"val/acc": 0.25, "val/loss": 1.0}), None)
     second = json.loads(path.read_text())
     assert second["final"] == {"val/acc": 0.25, "val/loss": 1.0}

@@ -23,7 +23,6 @@ README claims covered here (and in test_sweep.py, named so):
 """
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -32,6 +31,7 @@ from optuna.distributions import CategoricalDistribution
 from lightning_modules.errors import ConfigError
 from tracking import reseed
 from tracking import sweep_file as sf
+from tracking.sweep import SweepOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = {
@@ -118,10 +118,10 @@ def test_bad_protocol_input_is_refused(change, per, n, message):
     sweep = {**SWEEP, **change}
     if "metrics" in change:
         sweep.pop("metric")
-    opts = SimpleNamespace(per=per, reseed=n, workers=1, file="s.yaml")
+    opts = SweepOptions(file="s.yaml", per=per, reseed=n, workers=1)
     with pytest.raises(ConfigError, match=message) as error:
         reseed.check_protocol(sweep, opts)
     assert "\n" not in str(error.value)
-    assert reseed.check_protocol(SWEEP, SimpleNamespace(per="model.encoding", reseed=2, workers=1, file="s.yaml")) == [
+    assert reseed.check_protocol(SWEEP, SweepOptions(file="s.yaml", per="model.encoding", reseed=2, workers=1)) == [
         "model.encoding"
     ]
