@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from cli import cli_main
+from errors import ConfigError
 from lightning_modules.encodings import ENCODINGS
-from lightning_modules.errors import ConfigError
 from lightning_modules.probes import (
     ABS_MAE,
     HIDDEN,
@@ -109,7 +109,7 @@ def test_rounding_noise_is_collapsed_but_signal_kept():
 
 @pytest.mark.slow
 def test_trained_learned_checkpoint(tiny_fit_args, tmp_path, capsys):
-    cli_main([*tiny_fit_args, "--model.encoding=learned", "--data.task=copy"])
+    cli_main([*tiny_fit_args, "--model.arch.encoding=learned", "--data.task=copy"])
     (record,) = load_records(tmp_path)
     ckpt = str(Path(record["run_dir"]) / "checkpoints" / "last.ckpt")
     result = probe_main(["--ckpt", ckpt, "--pairs", "64", "--seeds", "2", "--report", str(tmp_path / "r")])

@@ -7,9 +7,10 @@ import torch
 from helpers import randomize_
 from torch import Tensor
 
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding
 from lightning_modules.encodings.alibi import ALiBi
-from lightning_modules.errors import ConfigError
 from lightning_modules.transformer import Attention, Transformer, attention_masks
 
 VOCAB, DIM, HEADS, DEPTH, MAX_LEN = 50, 32, 4, 2, 64
@@ -22,9 +23,18 @@ def make_model(name: str, causal: bool, post_norm: bool = False, max_length: int
     if ENCODINGS[name].causal_only and not causal:
         pytest.skip(f"{name} is causal-only")
     model = Transformer(
-        vocab_size=VOCAB, encoding=name, dim=DIM, depth=DEPTH, num_heads=HEADS, dropout=0.0,
-        max_length=max_length, causal=causal, post_norm=post_norm,
-    )  # fmt: skip
+        ArchConfig(
+            vocab_size=VOCAB,
+            encoding=name,
+            dim=DIM,
+            depth=DEPTH,
+            num_heads=HEADS,
+            dropout=0.0,
+            max_length=max_length,
+            post_norm=post_norm,
+        ),
+        causal=causal,
+    )
     return randomize_(model).eval()
 
 
@@ -347,9 +357,18 @@ def test_too_long_input(name, causal):
 
 def test_unknown_encoding_in_transformer():
     with pytest.raises(ConfigError, match="unknown encoding 'nope'; choose one of: " + ", ".join(ENCODINGS)):
-        Transformer(vocab_size=VOCAB, encoding="nope", dim=DIM, num_heads=HEADS)
+        Transformer(ArchConfig(vocab_size=VOCAB, encoding="nope", dim=DIM, num_heads=HEADS, max_length=512))
     with pytest.raises(ConfigError, match="has no option 'bogus'"):
-        Transformer(vocab_size=VOCAB, encoding=NAMES[0], encoding_options={"bogus": 1}, dim=DIM, num_heads=HEADS)
+        Transformer(
+            ArchConfig(
+                vocab_size=VOCAB,
+                encoding=NAMES[0],
+                encoding_options={"bogus": 1},
+                dim=DIM,
+                num_heads=HEADS,
+                max_length=512,
+            )
+        )
 
 
 @pytest.mark.gpu
@@ -382,6 +401,14 @@ def test_benchmark_reports_the_sdpa_backend():
     rope = make_model("rope", causal=True).train()
     assert throughput.sdpa_backends(rope, x, "cpu") in ("flash (cpu)", "math")
     assert throughput.sdpa_backends(make_model("shaw", causal=True).train(), x, "cpu") == "math"
-    values = Transformer(vocab_size=VOCAB, encoding="shaw", encoding_options={"values": True}, dim=DIM,
-                         num_heads=HEADS, max_length=MAX_LEN)  # fmt: skip
+    values = Transformer(
+        ArchConfig(
+            vocab_size=VOCAB,
+            encoding="shaw",
+            encoding_options={"values": True},
+            dim=DIM,
+            num_heads=HEADS,
+            max_length=MAX_LEN,
+        )
+    )
     assert throughput.sdpa_backends(values, x, "cpu") == "-"

@@ -22,14 +22,13 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 from tracking import sweep_file as sf
 from tracking.sweep import Sweep, SweepOptions, apply_overrides, latest_record
 from tracking.sweep_display import LiveStatus, short_params, trial_table
 
 SEED = "seed_everything"
 TASK_KEYS = ("data.task", "data.init_args.task")  # compared side by side, never tuned across
-ENCODING_KEYS = ("model.encoding", "model.init_args.encoding")
 
 
 @dataclasses.dataclass
@@ -47,7 +46,7 @@ class Choice:
 def check_protocol(sweep: dict, opts: SweepOptions) -> list[str]:
     """The --per keys, after checking the options (before anything is written)."""
     if not opts.per:
-        raise ConfigError("--reseed needs --per KEY[,KEY] (the parameters tuned separately, e.g. model.encoding)")
+        raise ConfigError("--reseed needs --per KEY[,KEY] (the parameters tuned separately, e.g. model.arch.encoding)")
     if opts.reseed < 1:
         raise ConfigError(f"--per needs --reseed N with N >= 1 fresh seeds per configuration, got {opts.reseed}")
     if opts.workers < 1:
@@ -147,7 +146,10 @@ def choice_table(choices: list[Choice], metric: str) -> Table:
 
 def comparison_rows(keys: list[str]) -> str:
     """Rows of the final comparison: the --per keys, an encoding shown as the run's `encoding` field."""
-    rows = ["encoding" if k in ENCODING_KEYS else k for k in keys if k not in TASK_KEYS]
+    from lightning_modules.task_modules import encoding_parameters
+
+    encodings = encoding_parameters()  # shown together as the run's `encoding`
+    rows = ["encoding" if k in encodings else k for k in keys if k not in TASK_KEYS]
     return ",".join(rows or ["encoding"])
 
 

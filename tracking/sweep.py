@@ -46,7 +46,9 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
 
-from lightning_modules.errors import ConfigError
+import layout
+from errors import ConfigError
+from layout import study_db, trial_env
 from tracking import sweep_file as sf
 from tracking.children import launch_child, stop_child
 from tracking.records import RECORD_FILE, check_name, read_record
@@ -202,7 +204,7 @@ def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
 def storage_url(opts: SweepOptions, study_name: str) -> str:
     if opts.storage is not None:
         return quote_password(opts.storage)
-    path = Path(opts.out_dir) / "sweeps" / study_name / "optuna.db"
+    path = study_db(opts.out_dir, study_name)
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path.resolve()}"
 
@@ -304,8 +306,8 @@ def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
 
 
 def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -> dict:
-    # PE_OUT_ROOT: where `--model.init_from=run:NAME` looks, so trials find runs of earlier sweeps
-    env = {**os.environ, "PE_OUT_DIR": str(trial_dir), "PE_OUT_ROOT": str(opts.out_dir), "PE_SWEEP": study_name}
+    # out root: where `--model.init_from=run:NAME` looks, so trials find runs of earlier sweeps
+    env = {**os.environ, **trial_env(trial_dir, opts.out_dir, study_name)}
     if opts.devices_per_trial:
         first = slot * opts.devices_per_trial
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(opts.devices_per_trial))
@@ -409,7 +411,7 @@ class TrialRun:
 
     def run(self, trial: optuna.Trial) -> None:
         params = self.search.draw(trial)
-        trial_dir = Path(self.opts.out_dir).resolve() / "sweeps" / self.study.study_name / f"trial-{trial.number}"
+        trial_dir = layout.trial_dir(self.opts.out_dir, self.study.study_name, trial.number)
         trial_dir.mkdir(parents=True, exist_ok=True)
         trial.set_user_attr("trial_dir", str(trial_dir))
         argv = build_command(self.sweep, params, trial_dir)

@@ -10,7 +10,7 @@ hyperparameters Lightning logs); identity from `task`, `encoding`, `seed_everyth
 import math
 import re
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 from lightning_modules.metrics import goal
 from tracking.wandb_setup import STAGE_METRIC
 

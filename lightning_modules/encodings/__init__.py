@@ -9,6 +9,7 @@ import math
 import types
 import typing
 
+from errors import ConfigError
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.bert_r import BertR
@@ -30,7 +31,6 @@ from lightning_modules.encodings.t5_bias import T5Bias
 from lightning_modules.encodings.tupe import TupeA, TupeR
 from lightning_modules.encodings.tupe_tied import TupeATiedCLS
 from lightning_modules.encodings.xpos import XPos
-from lightning_modules.errors import ConfigError
 
 ENCODINGS: dict[str, type[PositionalEncoding]] = {
     cls.name: cls

@@ -1,4 +1,4 @@
-"""Command-line helpers shared by the extra subcommands (sweep, compare, probe)."""
+"""Command-line helpers shared by the extra subcommands (sweep, compare, probe); imported by cli.py and probes."""
 
 from jsonargparse import CLI
 
