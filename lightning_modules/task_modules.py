@@ -14,3 +14,12 @@ def encoding_parameters() -> set[str]:
     accepts (`model.arch.encoding`, `model.init_args.arch.encoding`, `model.decoder_encoding`, ...)."""
     paths = {name for module in TASK_MODULES for name, _ in module.ENCODING_ARGS.values()}
     return {f"model.{p}" for p in paths} | {f"model.init_args.{p}" for p in paths}
+
+
+def run_encoding_of(config: dict) -> str | None:
+    """A run's encoding read from its resolved config (`model.class_path` and `init_args`), as its task
+    module declares it; None for a model class that is not one of ours."""
+    model = config.get("model") or {}
+    named = {f"{m.__module__}.{m.__qualname__}": m for m in TASK_MODULES}
+    module = named.get(model.get("class_path"))
+    return module.encoding_of(model.get("init_args") or {}) if module else None
