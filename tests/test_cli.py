@@ -77,7 +77,7 @@ def test_wandb_offline_without_key(tiny_fit_args, tmp_path):
     run_dir = Path(record["run_dir"])
     (offline,) = list((run_dir / "wandb").glob("offline-run-*"))
     assert any(offline.glob("*.wandb"))
-    assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["init_args"]["encoding"] == "rope"
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["init_args"]["arch"]["encoding"] == "rope"
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_learned_table_too_short_is_clear(tiny_fit_args):
     from lightning_modules.arch import ArchConfig
     from lightning_modules.transformer import Transformer
 
-    model = Transformer(ArchConfig(vocab_size=8, encoding="learned", max_length=4, dim=16, num_heads=2))
+    model = Transformer(ArchConfig("learned", dim=16, num_heads=2, vocab_size=8, max_length=4))
     import torch
 
     with pytest.raises(ConfigError, match="serves positions < 4"):

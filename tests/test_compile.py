@@ -34,19 +34,9 @@ def _fresh_dynamo():
 
 def tiny(name: str, causal: bool = True, **options) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(
-        ArchConfig(
-            vocab_size=VOCAB,
-            encoding=name,
-            dim=16,
-            depth=2,
-            num_heads=2,
-            ffn_mult=2,
-            max_length=16,
-            encoding_options=options,
-        ),
-        causal=causal,
-    )
+    arch = ArchConfig(name, encoding_options=options, dim=16, depth=2, num_heads=2, ffn_mult=2,
+                      vocab_size=VOCAB, max_length=16)  # fmt: skip
+    return Transformer(arch, causal=causal)
 
 
 def tokens(length: int) -> torch.Tensor:

@@ -621,18 +621,9 @@ def test_fully_masked_rows_stay_finite_and_do_not_touch_real_tokens(name, option
     if ENCODINGS[name].causal_only and not causal:
         pytest.skip(f"{name} is causal-only")
     vocab, L = 50, 8
-    model = Transformer(
-        ArchConfig(
-            vocab_size=vocab,
-            encoding=name,
-            encoding_options=options,
-            dim=DIM,
-            depth=2,
-            num_heads=HEADS,
-            max_length=MAX_LEN,
-        ),
-        causal=causal,
-    )
+    arch = ArchConfig(name, encoding_options=options, dim=DIM, depth=2, num_heads=HEADS,
+                      vocab_size=vocab, max_length=MAX_LEN)  # fmt: skip
+    model = Transformer(arch, causal=causal)
     model = randomize_(model).eval()
     tokens = torch.randint(1, vocab, (3, L), generator=torch.Generator().manual_seed(0))
     real = torch.ones(3, L, dtype=torch.bool)

@@ -195,12 +195,8 @@ def test_causal_only_refuses_an_encoder(name):
 )  # fmt: skip
 def test_transformer_runs_and_learns(name, options):
     torch.manual_seed(0)
-    model = Transformer(
-        ArchConfig(
-            vocab_size=20, encoding=name, encoding_options=options, dim=DIM, depth=2, num_heads=HEADS, max_length=32
-        ),
-        causal=True,
-    )
+    arch = ArchConfig(name, encoding_options=options, dim=DIM, depth=2, num_heads=HEADS, vocab_size=20, max_length=32)
+    model = Transformer(arch, causal=True)
     tokens = torch.randint(0, 20, (3, 24))
     padding = torch.ones(3, 24, dtype=torch.bool)
     padding[1, 18:] = False

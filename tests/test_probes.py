@@ -113,7 +113,7 @@ def test_trained_learned_checkpoint(tiny_fit_args, tmp_path, capsys):
     (record,) = load_records(tmp_path)
     ckpt = str(Path(record["run_dir"]) / "checkpoints" / "last.ckpt")
     result = probe_main(["--ckpt", ckpt, "--pairs", "64", "--seeds", "2", "--report", str(tmp_path / "r")])
-    max_length = torch.load(ckpt, map_location="cpu", weights_only=False)["hyper_parameters"]["max_length"]
+    max_length = torch.load(ckpt, map_location="cpu", weights_only=False)["hyper_parameters"]["arch"]["max_length"]
     assert result.encoding == "learned" and result.source == TABLE
     assert result.positions == max_length and math.isfinite(result.absolute_mae)
     assert "trained checkpoint" in one_line(capsys.readouterr().out)

@@ -22,19 +22,9 @@ CAUSAL = [True, False]
 def make_model(name: str, causal: bool, post_norm: bool = False, max_length: int = MAX_LEN) -> Transformer:
     if ENCODINGS[name].causal_only and not causal:
         pytest.skip(f"{name} is causal-only")
-    model = Transformer(
-        ArchConfig(
-            vocab_size=VOCAB,
-            encoding=name,
-            dim=DIM,
-            depth=DEPTH,
-            num_heads=HEADS,
-            dropout=0.0,
-            max_length=max_length,
-            post_norm=post_norm,
-        ),
-        causal=causal,
-    )
+    arch = ArchConfig(name, dim=DIM, depth=DEPTH, num_heads=HEADS, dropout=0.0, post_norm=post_norm, vocab_size=VOCAB,
+                      max_length=max_length)  # fmt: skip
+    model = Transformer(arch, causal=causal)
     return randomize_(model).eval()
 
 
@@ -357,18 +347,11 @@ def test_too_long_input(name, causal):
 
 def test_unknown_encoding_in_transformer():
     with pytest.raises(ConfigError, match="unknown encoding 'nope'; choose one of: " + ", ".join(ENCODINGS)):
-        Transformer(ArchConfig(vocab_size=VOCAB, encoding="nope", dim=DIM, num_heads=HEADS, max_length=512))
+        Transformer(ArchConfig("nope", dim=DIM, num_heads=HEADS, vocab_size=VOCAB, max_length=512))
     with pytest.raises(ConfigError, match="has no option 'bogus'"):
-        Transformer(
-            ArchConfig(
-                vocab_size=VOCAB,
-                encoding=NAMES[0],
-                encoding_options={"bogus": 1},
-                dim=DIM,
-                num_heads=HEADS,
-                max_length=512,
-            )
-        )
+        arch = ArchConfig(NAMES[0], encoding_options={"bogus": 1}, dim=DIM, num_heads=HEADS,
+                          vocab_size=VOCAB, max_length=512)  # fmt: skip
+        Transformer(arch)
 
 
 @pytest.mark.gpu
@@ -401,14 +384,7 @@ def test_benchmark_reports_the_sdpa_backend():
     rope = make_model("rope", causal=True).train()
     assert throughput.sdpa_backends(rope, x, "cpu") in ("flash (cpu)", "math")
     assert throughput.sdpa_backends(make_model("shaw", causal=True).train(), x, "cpu") == "math"
-    values = Transformer(
-        ArchConfig(
-            vocab_size=VOCAB,
-            encoding="shaw",
-            encoding_options={"values": True},
-            dim=DIM,
-            num_heads=HEADS,
-            max_length=MAX_LEN,
-        )
-    )
+    arch = ArchConfig("shaw", encoding_options={"values": True}, dim=DIM, num_heads=HEADS,
+                      vocab_size=VOCAB, max_length=MAX_LEN)  # fmt: skip
+    values = Transformer(arch)
     assert throughput.sdpa_backends(values, x, "cpu") == "-"
