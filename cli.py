@@ -116,7 +116,7 @@ class PECLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         config = self.config[self.subcommand]
         run: RunOptions = self.config_init[self.subcommand].run
-        task = getattr(self.datamodule, "task", type(self.datamodule).__name__)
+        task = self.datamodule.task  # every datamodule names its task: the run's name and group
         encoding = self.model.run_encoding
         seed = config.seed_everything
         name = run.name or run_name(task, encoding, seed)
