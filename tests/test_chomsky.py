@@ -20,7 +20,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 def test_config_is_the_ruoss_protocol():
     config = yaml.safe_load((ROOT / "configs" / "chomsky.yaml").read_text())
     model, data = config["model"]["init_args"], config["data"]["init_args"]
-    assert model["causal"] is False and model["depth"] == 5 and model["dim"] == 64
+    assert model["causal"] is False and model["arch"]["depth"] == 5 and model["arch"]["dim"] == 64
     assert data["min_len"] == 1 and data["train_max_len"] == 40 and data["eval_max_len"] == 500
 
 
