@@ -1,9 +1,9 @@
 """Train, sweep and compare Transformers parameterised by their positional encoding.
 
 To run:
-    python cli.py fit --config configs/synthetic.yaml --data.task=copy --model.encoding=rope
-    python cli.py fit --config configs/synthetic.yaml --model.encoding=tupe_r --model.causal=false
-    python cli.py fit ... --model.encoding_options='{base: 500}'   # an encoding's own options
+    python cli.py fit --config configs/synthetic.yaml --data.task=copy --model.arch.encoding=rope
+    python cli.py fit --config configs/synthetic.yaml --model.arch.encoding=tupe_r --model.causal=false
+    python cli.py fit ... --model.arch.encoding_options='{base: 500}'   # an encoding's own options
 
     python cli.py sweep sweeps/quickstart.yaml --workers 2
     python cli.py compare --sweep quickstart --report out/report
@@ -33,10 +33,12 @@ import yaml  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar  # noqa: E402
 from pytorch_lightning.cli import LightningCLI  # noqa: E402
 
+from cli_options import dashes_to_underscores, parse_options  # noqa: E402
+from errors import ConfigError, DivergedError  # noqa: E402
+from layout import DEFAULT_OUT_DIR, OUT_DIR_ENV, OUT_ROOT_ENV, SWEEP_ENV, new_run_dir, parent_run_dir  # noqa: E402
 from lightning_modules.arg_checks import check_model_args, check_not_linked, check_trainer_args  # noqa: E402
 from lightning_modules.encodings import check_encoding  # noqa: E402
-from lightning_modules.errors import ConfigError, DivergedError  # noqa: E402
-from tracking.options import dashes_to_underscores, parse_options  # noqa: E402
+from lightning_modules.task_module import TaskModule  # noqa: E402
 from tracking.records import RunRecord, check_name, find_checkpoint  # noqa: E402
 from tracking.wandb_setup import (  # noqa: E402
     LogLearningRate,
@@ -47,8 +49,6 @@ from tracking.wandb_setup import (  # noqa: E402
     run_name,
     sweep_params,
 )
-
-RUN_DIR_ENV = "PE_RUN_DIR"  # shared by the DDP ranks Lightning launches as child processes
 
 # short class names accepted wherever a model or data class path is (`--model=SyntheticTaskModel`,
 # `--model.help SyntheticTaskModel`)
@@ -79,14 +79,16 @@ OPTIMISATION = ("--optimizer", "--lr_scheduler")  # LightningCLI's; refused: the
 class RunOptions:
     """Where a run is recorded and how it is named."""
 
-    # records, checkpoints and W&B files go under <out_dir>/runs/ (`cli.py sweep` sets PE_OUT_DIR)
-    out_dir: str = field(default_factory=lambda: os.environ.get("PE_OUT_DIR", "out"))
+    # records, checkpoints and W&B files go under <out_dir>/runs/ (`cli.py sweep` sets PE_OUT_DIR: layout.py)
+    out_dir: str = field(default_factory=lambda: os.environ.get(OUT_DIR_ENV, DEFAULT_OUT_DIR))
+    # where `--model.init_from=run:NAME` looks for NAME; default out_dir (a sweep's trials: the sweep's out_dir)
+    out_root: str | None = field(default_factory=lambda: os.environ.get(OUT_ROOT_ENV))
     wandb: bool = True  # W&B logger (offline without an API key; WANDB_MODE is respected)
     # W&B project and entity (`wandb agent` and `cli.py sweep` pass a sweep file's through WANDB_PROJECT/ENTITY)
     project: str = field(default_factory=lambda: os.environ.get("WANDB_PROJECT", "pe-sweeps"))
     entity: str | None = field(default_factory=lambda: os.environ.get("WANDB_ENTITY"))
     # sweep or study this run belongs to (`cli.py sweep` sets PE_SWEEP; W&B agents WANDB_SWEEP_ID)
-    sweep: str | None = field(default_factory=lambda: os.environ.get("PE_SWEEP"))
+    sweep: str | None = field(default_factory=lambda: os.environ.get(SWEEP_ENV))
     name: str | None = None  # default <task>-<encoding>[-<key>=<value> per parameter its sweep varies]-s<seed>
 
 
@@ -99,8 +101,8 @@ class PECLI(LightningCLI):
             f"{', '.join(CLASSES['model'])}; {', '.join(CLASSES['data'])}), or `--print_config` with a --config."
         )
         parser.add_class_arguments(RunOptions, "run")
-        parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
-        parser.link_arguments("data.max_seq_len", "model.init_args.max_length", apply_on="instantiate")
+        parser.link_arguments("data.vocab_size", "model.init_args.arch.vocab_size", apply_on="instantiate")
+        parser.link_arguments("data.max_seq_len", "model.init_args.arch.max_length", apply_on="instantiate")
         # classifier only: a link whose source attribute is missing is skipped, one whose target parameter
         # is missing still lands in the model's hparams, hence source names only classification data has
         parser.link_arguments("data.classifier_task", "model.init_args.task", apply_on="instantiate")
@@ -121,11 +123,15 @@ class PECLI(LightningCLI):
         model_args = config.get("model.init_args") or {}
         check_model_args(model_args)
         check_trainer_args(config.get("trainer") or {})
-        for key in [k for k in vars(model_args) if k.endswith("encoding")]:  # encoding, encoder_encoding, ...
-            check_encoding(model_args[key], model_args.get(f"{key}_options") or {})
+        model_class = locate(config.get("model.class_path") or "")
+        if isinstance(model_class, type) and issubclass(model_class, TaskModule):
+            for name, options in model_class.declared_encodings(model_args).values():  # as the module declares them
+                check_encoding(name, options)
         if model_args.get("init_from"):  # `run:NAME` -> that run's checkpoint, for the model and its data
-            root = os.environ.get("PE_OUT_ROOT", config.run.out_dir)  # a sweep trial searches the whole sweep root
-            path = find_checkpoint(model_args["init_from"], root, vars(model_args))
+            root = config.run.out_root or config.run.out_dir  # a sweep trial searches the whole sweep root
+            arch = model_args.get("arch")
+            fields = {**vars(model_args), **(vars(arch) if arch is not None else {})}  # NAME's {encoding}, {dim}...
+            path = find_checkpoint(model_args["init_from"], root, fields)
             config["model.init_args.init_from"] = path
             if "init_from" in (config.get("data.init_args") or {}):
                 config["data.init_args.init_from"] = path
@@ -134,18 +140,20 @@ class PECLI(LightningCLI):
         if check_args:
             check_args(**vars(config.data.init_args))
 
-    def _run_dir(self, out_dir: str, name: str) -> Path:
-        if os.environ.get("LOCAL_RANK", "0") != "0" and RUN_DIR_ENV in os.environ:
-            return Path(os.environ[RUN_DIR_ENV])
-        run_dir = Path(out_dir) / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-        os.environ[RUN_DIR_ENV] = str(run_dir)
+    @staticmethod
+    def _run_dir(out_dir: str, name: str) -> Path:
+        """A new run folder; in a DDP rank Lightning started from rank 0's process, rank 0's. Made now, so
+        that the ranks started later find it."""
+        shared = parent_run_dir(out_dir, name) if os.environ.get("LOCAL_RANK", "0") != "0" else None
+        run_dir = shared or new_run_dir(out_dir, name)
+        run_dir.mkdir(parents=True, exist_ok=True)
         return run_dir
 
     def instantiate_trainer(self, **kwargs):
         config = self.config[self.subcommand]
         run: RunOptions = self.config_init[self.subcommand].run
-        task = getattr(self.datamodule, "task", type(self.datamodule).__name__)
-        encoding = getattr(self.model, "run_encoding", None) or self.model.hparams.get("encoding", "none")
+        task = self.datamodule.task  # every datamodule names its task: the run's name and group
+        encoding = self.model.run_encoding
         seed = config.seed_everything
         name = run.name or run_name(task, encoding, seed, sweep_params())
         run_dir = self._run_dir(run.out_dir, name)

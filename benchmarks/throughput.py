@@ -52,6 +52,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lightning_modules.arch import ArchConfig  # noqa: E402
 from lightning_modules.compiling import compile_blocks  # noqa: E402
 from lightning_modules.encodings import ENCODINGS  # noqa: E402
 from lightning_modules.transformer import Transformer  # noqa: E402
@@ -87,10 +88,9 @@ class OurLM(nn.Module):
 
     def __init__(self, encoding: str, args):
         super().__init__()
-        self.transformer = Transformer(
-            vocab_size=VOCAB, encoding=encoding, dim=args.dim, depth=args.depth, num_heads=args.heads,
-            ffn_mult=4, dropout=0.0, max_length=args.length, causal=True, post_norm=False,
-        )  # fmt: skip
+        arch = ArchConfig(encoding, dim=args.dim, depth=args.depth, num_heads=args.heads, ffn_mult=4, dropout=0.0,
+                          post_norm=False, vocab_size=VOCAB, max_length=args.length)  # fmt: skip
+        self.transformer = Transformer(arch, causal=True)
         self.head = nn.Linear(args.dim, VOCAB)
 
     def forward(self, tokens: Tensor) -> Tensor:

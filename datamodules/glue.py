@@ -34,8 +34,9 @@ from datamodules.text import (
     resolve_dir,
     tokenizer_cache_dir,
 )
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.checkpoint_io import load_checkpoint
-from lightning_modules.errors import ConfigError
 
 PAD, CLS, SEP = (SPECIAL_TOKENS.index(t) for t in ("[PAD]", "[CLS]", "[SEP]"))
 
@@ -130,7 +131,9 @@ def checkpoint_tokenizer(path: str):
     checkpoint = load_checkpoint(path)
     if TOKENIZER_KEY not in checkpoint:
         raise ConfigError(f"init_from: {path!r} holds no tokenizer; fine-tune from a MaskedLMModel checkpoint")
-    return Tokenizer.from_str(checkpoint[TOKENIZER_KEY]), int(checkpoint["hyper_parameters"]["max_length"])
+    return Tokenizer.from_str(checkpoint[TOKENIZER_KEY]), ArchConfig.from_hparams(
+        checkpoint["hyper_parameters"]
+    ).max_length
 
 
 def join_segments(segments: list[list[int]], max_length: int) -> list[int]:

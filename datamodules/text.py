@@ -31,13 +31,12 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.loaders import seeded_loader
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
+from layout import TOKENIZER_CACHE_ENV as CACHE_ENV
+from vocab import IGNORE_INDEX, SPECIAL_TOKENS  # noqa: F401 - IGNORE_INDEX: a context-only token's target
 
 ROOT = Path(__file__).resolve().parents[1]
-SPECIAL_TOKENS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]  # ids 0..4; [UNK] for unseen chars/words
 TOKENIZERS = ("auto", "char", "word", "bpe")
-CACHE_ENV = "PE_TOKENIZER_CACHE"  # overrides the tokenizer cache folder
-IGNORE_INDEX = -100  # target of a token that is context only (F.cross_entropy's default ignore_index)
 TRAIN_FRACTION, VAL_FRACTION = 0.90, 0.05  # tinyshakespeare; the test split is the rest (5 %)
 WIKITEXT_TRAIN_FRACTION = 0.90  # of valid.txt; the rest is validation
 

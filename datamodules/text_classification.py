@@ -32,7 +32,7 @@ import numpy as np
 from datamodules.glue import Examples, encode_examples_cached
 from datamodules.loaders import SplitDataModule
 from datamodules.text import check_tokenizer, load_or_train_tokenizer, resolve_dir
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 
 FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 SENTEVAL_SEED = 1111  # SentEval's k-fold seed

@@ -23,10 +23,9 @@ from torch.utils.data import Dataset
 
 from datamodules.loaders import SplitDataModule
 from datamodules.text import SPECIAL_TOKENS, load_or_train_tokenizer, resolve_dir
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
+from vocab import BOS, EOS, IGNORE_INDEX, PAD  # [CLS] begins a target, [SEP] ends it; padding: no loss
 
-PAD, BOS, EOS = 0, 1, 2  # [PAD], [CLS] (begin of target), [SEP] (end of target)
-IGNORE_INDEX = -100  # tgt_out value at padding: no loss
 SOURCE, TARGET = "en", "de"
 SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}  # split -> file stem
 HUB_SPLITS = {"train": "train", "val": "validation", "test": "test"}

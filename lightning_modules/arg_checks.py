@@ -3,13 +3,15 @@ a bad size or rate is one line before anything is built, seeded or written."""
 
 import math
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 
-AT_LEAST_ONE = ("dim", "num_heads", "depth", "encoder_depth", "decoder_depth", "ffn_mult", "max_length", "beam_size",
-                "max_decode_len")  # fmt: skip
+AT_LEAST_ONE = ("dim", "num_heads", "depth", "decoder_depth", "ffn_mult", "max_length", "beam_size", "max_decode_len")
 NOT_NEGATIVE = ("weight_decay", "warmup_steps", "label_smoothing")
 FRACTIONS = ("dropout", "warmup_ratio", "label_smoothing")  # in [0, 1)
-LINKED = {"max_length": "data.max_seq_len (the data's longest sequence)", "vocab_size": "the data's vocabulary"}
+LINKED = {
+    "arch.max_length": "data.max_seq_len (the data's longest sequence)",
+    "arch.vocab_size": "the data's vocabulary",
+}
 
 
 def _number(option: str, value) -> float:
@@ -18,19 +20,28 @@ def _number(option: str, value) -> float:
     return value
 
 
-def check_model_args(model_args: dict) -> None:
-    """Sizes >= 1, rates in range, a finite positive learning rate."""
-    for key in AT_LEAST_ONE:
-        if model_args.get(key) is not None and (not isinstance(model_args[key], int) or model_args[key] < 1):
-            raise ConfigError(f"--model.{key} must be an integer >= 1, got {model_args[key]!r}")
-    if model_args.get("lr") is not None and _number("model.lr", model_args["lr"]) <= 0:
-        raise ConfigError(f"--model.lr must be a finite number > 0, got {model_args['lr']!r}")
-    for key in NOT_NEGATIVE:
-        if model_args.get(key) is not None and _number(f"model.{key}", model_args[key]) < 0:
-            raise ConfigError(f"--model.{key} must be >= 0, got {model_args[key]!r}")
-    for key in FRACTIONS:
-        if model_args.get(key) is not None and not 0 <= _number(f"model.{key}", model_args[key]) < 1:
-            raise ConfigError(f"--model.{key} must be in [0, 1), got {model_args[key]!r}")
+def model_options(model_args) -> dict[str, object]:
+    """{"model.lr": 0.001, "model.arch.dim": 64, ...}: the model's arguments, its architecture's spelled out."""
+    items = lambda values: (values if isinstance(values, dict) else vars(values)).items()  # dict or Namespace
+    options = {f"model.{k}": v for k, v in items(model_args or {}) if k != "arch"}
+    arch = (model_args or {}).get("arch")
+    return options | ({f"model.arch.{k}": v for k, v in items(arch)} if arch is not None else {})
+
+
+def check_model_args(model_args) -> None:
+    """Sizes >= 1, rates in range, a finite positive learning rate (`model_args`: parsed init_args)."""
+    for option, value in model_options(model_args).items():
+        key = option.rpartition(".")[2]
+        if value is None:
+            continue
+        if key in AT_LEAST_ONE and (not isinstance(value, int) or value < 1):
+            raise ConfigError(f"--{option} must be an integer >= 1, got {value!r}")
+        if key == "lr" and _number(option, value) <= 0:
+            raise ConfigError(f"--{option} must be a finite number > 0, got {value!r}")
+        if key in NOT_NEGATIVE and _number(option, value) < 0:
+            raise ConfigError(f"--{option} must be >= 0, got {value!r}")
+        if key in FRACTIONS and not 0 <= _number(option, value) < 1:
+            raise ConfigError(f"--{option} must be in [0, 1), got {value!r}")
 
 
 def check_trainer_args(trainer_args: dict) -> None:

@@ -8,13 +8,14 @@ from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from datamodules.text import IGNORE_INDEX
+from errors import ConfigError
 from lightning_modules import metrics as M
+from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.errors import ConfigError
 from lightning_modules.optim import check_finite, check_lr_decay
 from lightning_modules.task_module import TaskModule
-from lightning_modules.transformer import transformer_from_hparams
+from lightning_modules.transformer import Transformer
+from vocab import IGNORE_INDEX
 
 PPL = "ppl"
 
@@ -65,32 +66,24 @@ class CausalLMModel(TaskModule):
 
     def __init__(
         self,
-        encoding: str = "rope",
-        encoding_options: dict | None = None,
-        dim: int = 128,
-        depth: int = 2,
-        num_heads: int = 4,
-        ffn_mult: int = 4,
-        dropout: float = 0.0,
-        post_norm: bool = False,
+        arch: ArchConfig = ArchConfig(max_length=512),  # --model.arch.*; vocab_size, max_length from the data
         lr: float = 1e-3,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
         lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
-        vocab_size: int = 256,  # linked from data.vocab_size
-        max_length: int = 512,  # linked from data.max_seq_len: the longest evaluation context
         causal: bool = True,
         compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):
         super().__init__()
-        self.save_hyperparameters()
+        self.arch = self.save_arch_hyperparameters(arch)
         check_lr_decay(lr_decay)
         if not causal:
             raise ConfigError("CausalLMModel needs causal attention; set --model.causal=true")
-        self.transformer = transformer_from_hparams(self.hparams, causal=True)
+        self.transformer = Transformer(self.arch, causal=True)
         if compile:
             compile_blocks(self.transformer)
-        self.head = nn.Linear(dim, vocab_size)
+        self.head = nn.Linear(self.arch.dim, self.arch.vocab_size)
+        max_length = self.arch.max_length  # the longest evaluation context
         self.per_context = nn.ModuleDict({s: PerContextLoss(max_length) for s in ("val", "test")})
         self.sliding = nn.ModuleDict({s: PerContextLoss(max_length) for s in ("val", "test")})  # eval_stride
         self.stride: int | None = None  # the sliding windows' stride, once a batch has shown it
@@ -130,7 +123,7 @@ class CausalLMModel(TaskModule):
             if context not in self.warned:
                 self.warned.add(context)
                 rank_zero_warn(
-                    f"encoding {self.hparams.encoding!r} serves {self.encoding.max_positions} positions, "
+                    f"encoding {self.arch.encoding!r} serves {self.encoding.max_positions} positions, "
                     f"not {context}: {context_name(stage, context)} is logged as inf"
                 )
             self.unservable[stage].add((context, stride))

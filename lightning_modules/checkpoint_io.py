@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 
 
 def load_checkpoint(path: str, option: str = "init_from") -> dict:

@@ -13,13 +13,14 @@ from torchmetrics.classification import (
 )
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
+from errors import ConfigError
 from lightning_modules import metrics as M
+from lightning_modules.arch import ArchConfig
 from lightning_modules.checkpoint_io import load_checkpoint
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.errors import ConfigError
 from lightning_modules.optim import check_finite, check_lr_decay
 from lightning_modules.task_module import TaskModule
-from lightning_modules.transformer import ARCHITECTURE_KEYS, transformer_from_hparams
+from lightning_modules.transformer import Transformer
 
 # GLUE's metrics per task (Wang et al. 2019); the task score is their mean, as on the GLUE leaderboard.
 GLUE_METRICS = {
@@ -71,19 +72,15 @@ class SequenceClassifier(TaskModule):
     metric of the task (`val/acc`, `val/f1`, `val/mcc`, `val/pearson`, `val/spearman`) and `val/score`,
     their mean. Any other task (datamodules/text_classification.py) logs `val/acc` and `val/macro_f1` over
     `num_labels` classes and `val/score` = accuracy. `task`, `num_labels`, `labels` (the class names, kept in
-    the hparams so a checkpoint knows them), `vocab_size` and `max_length` are linked from the data.
+    the hparams so a checkpoint knows them), `arch.vocab_size` and `arch.max_length` are linked from the data.
     """
 
     def __init__(
         self,
-        encoding: str = "learned",
-        encoding_options: dict | None = None,
-        dim: int = 256,
-        depth: int = 1,
-        num_heads: int = 8,
-        ffn_mult: int = 2,
-        dropout: float = 0.1,
-        post_norm: bool = False,
+        # --model.arch.*; vocab_size and max_length are linked from the data
+        arch: ArchConfig = ArchConfig(
+            encoding="learned", dim=256, depth=1, num_heads=8, ffn_mult=2, dropout=0.1, max_length=128
+        ),  # fmt: skip
         pooling: str = "cls",  # "cls" (state at position 0) or "mean" (over real tokens)
         init_from: str | None = None,  # MaskedLMModel checkpoint to fine-tune
         lr: float = 1e-4,
@@ -94,21 +91,19 @@ class SequenceClassifier(TaskModule):
         task: str = "sst2",  # linked from data.task
         num_labels: int = 2,  # linked from data.num_labels; 1 = regression
         labels: list[str] | None = None,  # linked from data.label_names: class names in id order
-        vocab_size: int = 8000,  # linked from data.vocab_size
-        max_length: int = 128,  # linked from data.max_seq_len
         compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):
         super().__init__()
-        self.save_hyperparameters()
+        self.arch = self.save_arch_hyperparameters(arch)
         check_lr_decay(lr_decay)
         if pooling not in POOLINGS:
             raise ConfigError(f"unknown pooling {pooling!r}; choose one of: {', '.join(POOLINGS)}")
         if labels is not None and len(labels) != num_labels:
             raise ConfigError(f"num_labels={num_labels} but {len(labels)} class names were given: {labels}")
-        self.transformer = transformer_from_hparams(self.hparams, causal=False, cls_first=True)
+        self.transformer = Transformer(self.arch, causal=False, cls_first=True)
         if compile:
             compile_blocks(self.transformer)
-        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(dim, num_labels))
+        self.head = nn.Sequential(nn.Dropout(self.arch.dropout), nn.Linear(self.arch.dim, num_labels))
         self.metrics = nn.ModuleDict({s: task_metrics(task, num_labels) for s in ("val", "test")})
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
         if init_from:
@@ -117,13 +112,13 @@ class SequenceClassifier(TaskModule):
     def load_encoder(self, path: str) -> None:
         """Copy a pre-trained encoder in after checking that it has this model's encoding and sizes."""
         checkpoint = load_checkpoint(path)
-        saved = checkpoint.get("hyper_parameters", {})
-        for key in ARCHITECTURE_KEYS:
-            if key != "dropout" and saved.get(key) != self.hparams[key]:
-                raise ConfigError(
-                    f"init_from {path}: the checkpoint has {key}={saved.get(key)!r} but this model has "
-                    f"{key}={self.hparams[key]!r}; fine-tune with the pre-training run's encoding and sizes"
-                )
+        saved = ArchConfig.from_hparams(checkpoint.get("hyper_parameters", {}))
+        key = self.arch.first_difference(saved, ignore=("dropout",))  # dropout may change for fine-tuning
+        if key is not None:
+            raise ConfigError(
+                f"init_from {path}: the checkpoint has arch.{key}={getattr(saved, key)!r} but this model has "
+                f"arch.{key}={getattr(self.arch, key)!r}; fine-tune with the pre-training run's encoding and sizes"
+            )
         prefix = "transformer."
         state = {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
         self.transformer.load_state_dict(state)

@@ -9,10 +9,11 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_modules import metrics as M
+from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import check_finite, check_lr_decay
 from lightning_modules.task_module import TaskModule
-from lightning_modules.transformer import transformer_from_hparams
+from lightning_modules.transformer import Transformer
 
 TOKENIZER_KEY = "tokenizer"  # checkpoint entry holding the tokenizer JSON (read by datamodules.glue)
 
@@ -37,39 +38,33 @@ class MaskedLMModel(TaskModule):
     Ke, He & Liu 2021 ("Rethinking Positional Encoding in Language Pre-training"): MLM only, 15 %
     masking with 80/10/10 (see datamodules.masked_lm), post-LN BERT layers, Adam with linear warm-up
     then linear decay, [CLS] at position 0. The paper's models are registry entries: BERT-A `learned`,
-    BERT-R `bert_r`, TUPE-A `tupe_a`, TUPE-R `tupe_r`, TUPE-A with tied [CLS] `tupe_a` with
-    `encoding_options: {untie_cls: false}` (sweeps/tupe_glue.yaml). Logs `train/loss`, `val/loss`
+    BERT-R `bert_r`, TUPE-A `tupe_a`, TUPE-R `tupe_r`, TUPE-A with tied [CLS] the preset `tupe_a_tied`
+    (`tupe_a` with `untie_cls: false`; sweeps/tupe_glue.yaml). Logs `train/loss`, `val/loss`
     (masked-token cross-entropy), `val/acc` (masked-token accuracy) and `val/ppl`. Every checkpoint also
     stores the data's tokenizer, so `SequenceClassifier(init_from=...)` reads text the way pre-training did.
     """
 
     def __init__(
         self,
-        encoding: str = "tupe_a",
-        encoding_options: dict | None = None,
-        dim: int = 256,
-        depth: int = 4,
-        num_heads: int = 4,
-        ffn_mult: int = 4,
-        dropout: float = 0.1,
-        post_norm: bool = True,
+        # --model.arch.*; vocab_size and max_length (the block size) are linked from the data
+        arch: ArchConfig = ArchConfig(encoding="tupe_a", dim=256, depth=4, dropout=0.1, post_norm=True, max_length=128),
         lr: float = 5e-4,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
         lr_decay: str = "linear",
-        vocab_size: int = 8000,  # linked from data.vocab_size
-        max_length: int = 128,  # linked from data.max_seq_len (the block size)
         compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):
         super().__init__()
-        self.save_hyperparameters()
+        self.arch = self.save_arch_hyperparameters(arch)
         check_lr_decay(lr_decay)
-        self.transformer = transformer_from_hparams(self.hparams, causal=False, cls_first=True)
+        self.transformer = Transformer(self.arch, causal=False, cls_first=True)
         if compile:
             compile_blocks(self.transformer)
         self.head = MLMHead(self.transformer.token_emb)
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
-        self.accuracy = nn.ModuleDict({s: MulticlassAccuracy(vocab_size, average="micro") for s in ("val", "test")})
+        self.accuracy = nn.ModuleDict(
+            {s: MulticlassAccuracy(self.arch.vocab_size, average="micro") for s in ("val", "test")}
+        )
 
     def masked_logits(self, batch: dict) -> tuple[Tensor, Tensor]:
         """(N, V) logits and (N,) targets at the N selected (masked) positions only."""

@@ -5,7 +5,7 @@ import math
 import torch
 from torch import nn
 
-from lightning_modules.errors import ConfigError, DivergedError
+from errors import ConfigError, DivergedError
 
 LR_DECAYS = ("constant", "linear", "cosine")
 

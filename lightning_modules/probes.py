@@ -34,11 +34,12 @@ import torch
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.model_selection import KFold
 
+from cli_options import parse_options
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, check_encoding_name
-from lightning_modules.errors import ConfigError
 from lightning_modules.position_tables import hf_position_table, load_table_file
 from lightning_modules.transformer import Transformer
-from tracking.options import parse_options
 
 TABLE = "embedding table"
 HIDDEN = "first-layer hidden states of a constant input"
@@ -185,10 +186,9 @@ def collapse_rounding_noise(E: np.ndarray, rtol: float = IDENTICAL_RTOL) -> tupl
 def build_bare(opts: ProbeOptions, length: int) -> Transformer:
     """A freshly initialised (seeded) 1-layer Transformer around the registry encoding `opts.encoding`."""
     torch.manual_seed(opts.seed)
-    return Transformer(
-        vocab_size=opts.token + 1, encoding=opts.encoding, dim=opts.dim, depth=1, num_heads=opts.num_heads,
-        max_length=length, causal=opts.causal,
-    )  # fmt: skip
+    arch = ArchConfig(opts.encoding, dim=opts.dim, depth=1, num_heads=opts.num_heads, vocab_size=opts.token + 1,
+                      max_length=length)  # fmt: skip
+    return Transformer(arch, causal=opts.causal)
 
 
 def bare_notes(transformer: Transformer, hidden: bool, seed: int) -> list[str]:

@@ -5,10 +5,11 @@ from torch import Tensor, nn
 from torchmetrics import MaxMetric, MeanMetric, SumMetric
 
 from lightning_modules import metrics as M
+from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import check_finite, check_lr_decay
 from lightning_modules.task_module import TaskModule
-from lightning_modules.transformer import transformer_from_hparams
+from lightning_modules.transformer import Transformer
 
 
 class SyntheticTaskModel(TaskModule):
@@ -18,38 +19,29 @@ class SyntheticTaskModel(TaskModule):
     next-token loss on the answer only. Bidirectional: the input is `prompt SEP MASK...` and the
     answer is predicted at every MASK slot at once, so encoder-side methods (TUPE) are compared too.
     Logs exact match and token accuracy per length, in distribution (`val/acc`) and beyond the
-    training lengths (`val/acc_ood`). `vocab_size`, `max_length` and `causal` are linked with the
+    training lengths (`val/acc_ood`). `arch.vocab_size`, `arch.max_length` and `causal` are linked with the
     data by `cli.py`; the in-distribution boundary is read from the datamodule. `compile`: torch.compile
     the Transformer's blocks (lightning_modules/compiling.py).
     """
 
     def __init__(
         self,
-        encoding: str = "rope",
-        encoding_options: dict | None = None,
+        arch: ArchConfig = ArchConfig(),  # --model.arch.*: encoding and sizes; vocab_size, max_length from the data
         causal: bool = True,
-        dim: int = 128,
-        depth: int = 2,
-        num_heads: int = 4,
-        ffn_mult: int = 4,
-        dropout: float = 0.0,
-        post_norm: bool = False,
         lr: float = 1e-3,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
         lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
-        vocab_size: int = 64,  # linked from data.vocab_size
-        max_length: int = 256,  # linked from data.max_seq_len: longest sequence any split feeds
         compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):
         super().__init__()
-        self.save_hyperparameters()
+        self.arch = self.save_arch_hyperparameters(arch)
         check_lr_decay(lr_decay)
-        self.transformer = transformer_from_hparams(self.hparams, causal=causal)
+        self.transformer = Transformer(self.arch, causal=causal)
         if compile:
             compile_blocks(self.transformer)
-        self.head = nn.Linear(dim, vocab_size)
-        self.per_length = nn.ModuleDict({s: M.PerLengthAccuracy(max_length) for s in ("val", "test")})
+        self.head = nn.Linear(self.arch.dim, self.arch.vocab_size)
+        self.per_length = nn.ModuleDict({s: M.PerLengthAccuracy(self.arch.max_length) for s in ("val", "test")})
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
         self.examples = nn.ModuleDict({s: SumMetric() for s in ("val", "test")})  # evaluated, over all ranks
         self.best_acc = MaxMetric()

@@ -1,8 +1,18 @@
-"""The part every task module shares: evaluation hooks, the optimizer and the encoding accessor."""
+"""The part every task module shares: its architecture, its declared encodings, evaluation hooks, the optimizer."""
+
+import inspect
 
 import pytorch_lightning as pl
 
+from lightning_modules.arch import ArchConfig
 from lightning_modules.optim import adamw_with_schedule
+
+
+def dotted_get(values, path: str):
+    """`values["a"]["b"]` for path "a.b", on dicts and jsonargparse Namespaces alike; None where absent."""
+    for part in path.split("."):
+        values = values.get(part) if hasattr(values, "get") else None
+    return values
 
 
 class TaskModule(pl.LightningModule):
@@ -13,7 +23,40 @@ class TaskModule(pl.LightningModule):
     epoch. The optimizer is AdamW with linear warm-up then the `lr_decay` schedule, read from the
     hyper-parameters `lr`, `weight_decay`, `warmup_steps` and `lr_decay` (see lightning_modules/optim.py);
     `warmup(total_steps)` may be overridden (the classifier's warm-up ratio).
+
+    Encodings are declared, not guessed: `ENCODING_ARGS` names, per role, the init argument holding an
+    encoding and the one holding its options (dotted paths into the arguments). The CLI checks them before
+    anything is built, runs are named and grouped by `run_encoding` (the roles' encodings joined by "+"),
+    and compare and reseed treat exactly these parameters as the encoding (`encoding_parameters` in
+    lightning_modules/task_modules.py).
     """
+
+    ENCODING_ARGS: dict[str, tuple[str, str]] = {"model": ("arch.encoding", "arch.encoding_options")}
+
+    @classmethod
+    def declared_encodings(cls, init_args) -> dict[str, tuple[str, dict]]:
+        """{argument path: (encoding name, options)} read from init arguments (parsed, or saved hparams)."""
+        return {
+            name: (dotted_get(init_args, name), dict(dotted_get(init_args, options) or {}))
+            for name, options in cls.ENCODING_ARGS.values()
+        }
+
+    @classmethod
+    def encoding_of(cls, init_args) -> str:
+        """A run's encoding as its name and comparison group show it, e.g. "rope" or "learned+rope"."""
+        return "+".join(str(name) for name, _ in cls.declared_encodings(init_args).values())
+
+    @property
+    def run_encoding(self) -> str:
+        return self.encoding_of(self.hparams)
+
+    def save_arch_hyperparameters(self, arch: ArchConfig | dict) -> ArchConfig:
+        """`save_hyperparameters()` of the calling `__init__`, with `arch` kept as a plain dict (a checkpoint
+        then loads with `weights_only=True`); returns it as an ArchConfig."""
+        arch = ArchConfig.of(arch)
+        self.save_hyperparameters(ignore=["arch"], frame=inspect.currentframe().f_back)
+        self.hparams["arch"] = self._hparams_initial["arch"] = arch.as_dict()
+        return arch
 
     @property
     def encoding(self):

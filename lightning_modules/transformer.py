@@ -6,8 +6,9 @@ Shape legend: B batch, H heads, L length, D head dim, C model width.
 import torch
 from torch import Tensor, nn
 
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import PositionalEncoding, build_encoding
-from lightning_modules.errors import ConfigError
 
 
 def merge_mask(logits: Tensor | None, allowed: Tensor | None) -> Tensor | None:
@@ -116,31 +117,17 @@ class Transformer(nn.Module):
     distinct positions sampled from [0, N) per row instead (Ruoss et al. 2023); explicit positions win.
     """
 
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        encoding: str = "rope",
-        encoding_options: dict | None = None,
-        dim: int = 128,
-        depth: int = 2,
-        num_heads: int = 4,
-        ffn_mult: int = 4,
-        dropout: float = 0.0,
-        max_length: int = 512,
-        causal: bool = True,
-        post_norm: bool = False,
-        cls_first: bool = False,
-    ):
+    def __init__(self, arch: ArchConfig, *, causal: bool = True, cls_first: bool = False):
+        """`cls_first`: the data puts [CLS] at position 0 (masked-LM, classification)."""
         super().__init__()
-        self.causal = causal
-        self.encoding = build_encoding(
-            encoding, dim=dim, num_heads=num_heads, max_length=max_length, causal=causal, cls_first=cls_first,
-            **(encoding_options or {}),
-        )  # fmt: skip
-        self.token_emb = nn.Embedding(vocab_size, dim)
+        dim, dropout, post_norm = arch.dim, arch.dropout, arch.post_norm
+        self.arch, self.causal = arch, causal
+        self.encoding = build_arch_encoding(arch, causal=causal, cls_first=cls_first)
+        self.token_emb = nn.Embedding(arch.vocab_size, dim)
         self.emb_drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(Block(dim, num_heads, ffn_mult, dropout, post_norm) for _ in range(depth))
+        self.blocks = nn.ModuleList(
+            Block(dim, arch.num_heads, arch.ffn_mult, dropout, post_norm) for _ in range(arch.depth)
+        )
         self.norm = nn.LayerNorm(dim)  # final norm (pre-LN) or embedding norm (post-LN, as BERT)
         self.post_norm = post_norm
         for module in [self.token_emb, *self.blocks]:
@@ -174,14 +161,10 @@ def default_positions(encoding: PositionalEncoding, training: bool, batch: int, 
     return torch.arange(length, device=device)
 
 
-ARCHITECTURE_KEYS = ("vocab_size", "encoding", "encoding_options", "dim", "depth", "num_heads", "ffn_mult",
-                     "dropout", "max_length", "post_norm")  # fmt: skip
-
-
-def transformer_from_hparams(hparams, causal: bool, cls_first: bool = False) -> Transformer:
-    """The Transformer a task module describes with its (saved) hyper-parameters; `cls_first`: its data puts
-    [CLS] at position 0 (masked-LM, classification)."""
-    return Transformer(causal=causal, cls_first=cls_first, **{key: hparams[key] for key in ARCHITECTURE_KEYS})
+def build_arch_encoding(arch: ArchConfig, causal: bool, cls_first: bool = False) -> PositionalEncoding:
+    """The registered encoding `arch` names, sized for it."""
+    return build_encoding(arch.encoding, dim=arch.dim, num_heads=arch.num_heads, max_length=arch.max_length,
+                          causal=causal, cls_first=cls_first, **(arch.encoding_options or {}))  # fmt: skip
 
 
 def init_weights(module: nn.Module) -> None:

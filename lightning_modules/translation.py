@@ -4,26 +4,30 @@ Shape legend: B batch, K beams, S source length, T target length, C model width,
 V vocabulary.
 """
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.text import SacreBLEUScore
 
-from datamodules.translation import BOS, EOS, IGNORE_INDEX, PAD
+from errors import ConfigError
 from lightning_modules import metrics as M
+from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.encodings import ENCODINGS, PositionalEncoding, build_encoding
-from lightning_modules.errors import ConfigError
+from lightning_modules.encodings import ENCODINGS
 from lightning_modules.optim import check_finite, check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import (
     Attention,
     Transformer,
     attention_masks,
+    build_arch_encoding,
     default_positions,
     init_weights,
 )
+from vocab import BOS, EOS, IGNORE_INDEX, PAD
 
 PPL, BLEU, BLEU_GREEDY = "ppl", "bleu", "bleu_greedy"
 NEVER_GENERATED = [PAD, BOS, 3, 4]  # [PAD], [CLS], [MASK], [UNK]: masked out when decoding
@@ -85,13 +89,15 @@ class Decoder(nn.Module):
     """`depth` decoder blocks + final norm around a causal encoding; token embeddings come from outside
     (shared with the encoder). Mirrors `Transformer.forward`: embed hook, one bias per forward, masks."""
 
-    def __init__(self, *, encoding: PositionalEncoding, dim: int, depth: int, num_heads: int, ffn_mult: int,
-                 dropout: float, post_norm: bool):  # fmt: skip
+    def __init__(self, arch: ArchConfig):
         super().__init__()
-        self.encoding, self.post_norm = encoding, post_norm
-        self.emb_drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(DecoderBlock(dim, num_heads, ffn_mult, dropout, post_norm) for _ in range(depth))
-        self.norm = nn.LayerNorm(dim)  # final norm (pre-LN) or embedding norm (post-LN)
+        self.encoding, self.post_norm = build_arch_encoding(arch, causal=True), arch.post_norm
+        self.emb_drop = nn.Dropout(arch.dropout)
+        self.blocks = nn.ModuleList(
+            DecoderBlock(arch.dim, arch.num_heads, arch.ffn_mult, arch.dropout, arch.post_norm)
+            for _ in range(arch.depth)
+        )
+        self.norm = nn.LayerNorm(arch.dim)  # final norm (pre-LN) or embedding norm (post-LN)
         self.blocks.apply(init_weights)
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
@@ -127,10 +133,11 @@ class TranslationModel(TaskModule):
 
     Protocol: PE-Study (Wang & Chen 2020, "What Do Position Embeddings Learn?", section MT) trains
     Transformer encoder-decoders on Multi30k En->De with different position embeddings on the encoder and
-    decoder side and scores them by BLEU with beam 5. The encoder is `Transformer(causal=False)` with a
-    source padding mask; the decoder is causal self-attention (through `decoder_encoding`'s hooks) +
-    cross-attention to the encoder output (no positional term) + FFN. One token embedding is shared by
-    encoder, decoder and output projection (joint vocabulary). Loss: label-smoothed cross-entropy.
+    decoder side and scores them by BLEU with beam 5. The encoder is `Transformer(arch, causal=False)` with a
+    source padding mask; the decoder (`arch` with `decoder_encoding` and `decoder_depth`) is causal
+    self-attention (through its encoding's hooks) + cross-attention to the encoder output (no positional term)
+    + FFN. One token embedding is shared by encoder, decoder and output projection (joint vocabulary). Loss:
+    label-smoothed cross-entropy.
 
     Logs `train/loss`; `val/loss` (token NLL without label smoothing) and `val/ppl` = exp(val/loss);
     `val/bleu`: greedy decoding on the first `val_bleu_batches` validation batches (all when None);
@@ -143,19 +150,19 @@ class TranslationModel(TaskModule):
     never generated.
     """
 
+    ENCODING_ARGS = {  # run encoding "<encoder>+<decoder>"
+        "encoder": ("arch.encoding", "arch.encoding_options"),
+        "decoder": ("decoder_encoding", "decoder_encoding_options"),
+    }
+
     def __init__(
         self,
-        encoder_encoding: str = "sinusoidal",
+        # --model.arch.*: the encoder's encoding and depth, the sizes both sides share; vocab_size and max_length
+        # are linked from the data
+        arch: ArchConfig = ArchConfig(encoding="sinusoidal", dim=256, depth=3, dropout=0.1, max_length=64),
         decoder_encoding: str = "sinusoidal",
-        encoder_encoding_options: dict | None = None,
         decoder_encoding_options: dict | None = None,
-        dim: int = 256,
-        encoder_depth: int = 3,
         decoder_depth: int = 3,
-        num_heads: int = 4,
-        ffn_mult: int = 4,
-        dropout: float = 0.1,
-        post_norm: bool = False,
         lr: float = 5e-4,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
@@ -164,36 +171,22 @@ class TranslationModel(TaskModule):
         beam_size: int = 5,
         max_decode_len: int | None = None,  # generated tokens incl. EOS; None = max_length
         val_bleu_batches: int | None = 4,  # validation batches decoded for val/bleu; None = all
-        vocab_size: int = 8000,  # linked from data.vocab_size
-        max_length: int = 64,  # linked from data.max_seq_len
         compile: bool = False,  # torch.compile the encoder and decoder blocks (lightning_modules/compiling.py)
     ):
         super().__init__()
-        self.save_hyperparameters()
+        self.arch = self.save_arch_hyperparameters(arch)
         check_lr_decay(lr_decay)
-        check_encoder_encoding(encoder_encoding)
+        check_encoder_encoding(self.arch.encoding)
         _check_decoding(beam_size, max_decode_len, val_bleu_batches, label_smoothing)
-        self.encoder = Transformer(
-            vocab_size=vocab_size, encoding=encoder_encoding, encoding_options=encoder_encoding_options, dim=dim,
-            depth=encoder_depth, num_heads=num_heads, ffn_mult=ffn_mult, dropout=dropout, max_length=max_length,
-            causal=False, post_norm=post_norm,
-        )  # fmt: skip
-        decoder_pe = build_encoding(
-            decoder_encoding, dim=dim, num_heads=num_heads, max_length=max_length, causal=True,
-            **(decoder_encoding_options or {}),
-        )  # fmt: skip
-        self.decoder = Decoder(encoding=decoder_pe, dim=dim, depth=decoder_depth, num_heads=num_heads,
-                               ffn_mult=ffn_mult, dropout=dropout, post_norm=post_norm)  # fmt: skip
+        self.encoder = Transformer(self.arch, causal=False)
+        decoder = replace(self.arch, encoding=decoder_encoding, encoding_options=decoder_encoding_options,
+                          depth=decoder_depth)  # fmt: skip
+        self.decoder = Decoder(decoder)
         if compile:
             compile_blocks(self.encoder)
             compile_blocks(self.decoder)
         self.eval_loss = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
         self.bleu = nn.ModuleDict({name: SacreBLEUScore(tokenize="13a") for name in ("val", "test", "test_greedy")})
-
-    @property
-    def run_encoding(self) -> str:
-        """Run name / comparison group: "<encoder encoding>+<decoder encoding>"."""
-        return f"{self.hparams.encoder_encoding}+{self.hparams.decoder_encoding}"
 
     @property
     def token_emb(self) -> nn.Embedding:
@@ -229,8 +222,8 @@ class TranslationModel(TaskModule):
     # --- decoding --------------------------------------------------------------------------------------
 
     def decode_steps(self, max_len: int | None = None) -> int:
-        limit = self.hparams.max_decode_len or self.hparams.max_length
-        return min(limit, self.hparams.max_length) if max_len is None else max_len
+        limit = self.hparams.max_decode_len or self.arch.max_length
+        return min(limit, self.arch.max_length) if max_len is None else max_len
 
     @torch.no_grad()
     def greedy(self, src: Tensor, src_mask: Tensor, max_len: int | None = None) -> Tensor:

@@ -5,9 +5,9 @@ import torch
 
 TINY = [
     "--config=configs/synthetic.yaml",
-    "--model.dim=32",
-    "--model.depth=1",
-    "--model.num_heads=4",
+    "--model.arch.dim=32",
+    "--model.arch.depth=1",
+    "--model.arch.num_heads=4",
     "--data.train_max_len=4",
     "--data.eval_max_len=8",
     "--data.eval_length_stride=1",
@@ -26,7 +26,6 @@ TINY = [
 def tiny_fit_args(tmp_path, monkeypatch):
     """`fit` arguments for a seconds-long run under tmp_path, W&B disabled unless a test re-enables it."""
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.delenv("PE_RUN_DIR", raising=False)
     return ["fit", *TINY, f"--run.out_dir={tmp_path}"]
 
 

@@ -18,7 +18,7 @@ def main(argv: list[str]) -> None:
     for arg in argv:
         key, _, value = arg.removeprefix("--").partition("=")
         args[key] = yaml.safe_load(value)
-    encoding, task = args.get("model.encoding", "rope"), args.get("data.task", "copy")
+    encoding, task = args.get("model.arch.encoding", "rope"), args.get("data.task", "copy")
     seed, lr = args.get("seed_everything", 0), args.get("model.lr", 0.001)
     good_lr = 0.01 if encoding == "rope" else 0.001
     acc = BASE[encoding] + (0.1 if lr == good_lr else 0.0) + 0.01 * seed

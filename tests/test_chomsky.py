@@ -31,7 +31,8 @@ def test_config_is_the_ruoss_protocol():
 
     config = yaml.safe_load((ROOT / "configs" / "chomsky.yaml").read_text())
     model, data = config["model"]["init_args"], config["data"]["init_args"]
-    assert model["causal"] is False and model["depth"] == 5 and model["dim"] == 64 and model["num_heads"] == 8
+    assert model["causal"] is False and model["arch"]["depth"] == 5 and model["arch"]["dim"] == 64
+    assert model["arch"]["num_heads"] == 8
     assert data["min_len"] == 1 and data["train_max_len"] == 40 and data["eval_max_len"] == 500
     assert config["trainer"]["max_steps"] == 10000 and data["batch_size"] == 128
     lengths = SyntheticDataModule(**{k: v for k, v in data.items() if k != "task"}, causal=False).eval_lengths
@@ -45,10 +46,16 @@ def test_config_is_the_ruoss_protocol():
     [
         (["--data.task=modular_arithmetic", "--data.task_options={modulus: 1}"], "needs modulus >= 2, got 1"),
         (["--data.task=parity_check", "--data.task_options={modulus: 3}"], "task 'parity_check' has no option"),
-        (["--model.encoding=sandwich", "--model.encoding_options={yarn_factor: 2.0}"], "has no option 'yarn_factor'"),
-        (["--model.encoding=alibi", "--model.encoding_options={heads: 9}"], "alibi heads must be in [1, num_heads=8]"),
-        (["--model.encoding=cope"], "encoding 'cope' is causal-only"),
-        (["--model.encoding=fox"], "encoding 'fox' is causal-only"),
+        (
+            ["--model.arch.encoding=sandwich", "--model.arch.encoding_options={yarn_factor: 2.0}"],
+            "has no option 'yarn_factor'",
+        ),
+        (
+            ["--model.arch.encoding=alibi", "--model.arch.encoding_options={heads: 9}"],
+            "alibi heads must be in [1, num_heads=8]",
+        ),
+        (["--model.arch.encoding=cope"], "encoding 'cope' is causal-only"),
+        (["--model.arch.encoding=fox"], "encoding 'fox' is causal-only"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, args, expected):
@@ -62,7 +69,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, expected):
 def test_a_tiny_chomsky_run(tmp_path):
     result = run_cli(
         "fit", "--config=configs/chomsky.yaml", f"--run.out_dir={tmp_path}", "--data.task=binary_addition",
-        "--model.encoding=alibi", "--model.depth=1", "--data.train_max_len=6", "--data.eval_max_len=10",
+        "--model.arch.encoding=alibi", "--model.arch.depth=1", "--data.train_max_len=6", "--data.eval_max_len=10",
         "--data.eval_length_stride=2", "--data.train_size=64", "--data.eval_per_length=4", "--data.batch_size=16",
         "--trainer.max_steps=2", "--trainer.val_check_interval=2",
     )  # fmt: skip

@@ -52,7 +52,7 @@ def fit(args: list[str]) -> dict:
 def test_fit_every_encoding(tiny_fit_args, encoding, causal):
     if ENCODINGS[encoding].causal_only and not causal:
         pytest.skip("causal-only encoding")
-    record = fit([*tiny_fit_args, f"--model.encoding={encoding}", f"--model.causal={causal}"])
+    record = fit([*tiny_fit_args, f"--model.arch.encoding={encoding}", f"--model.causal={causal}"])
     assert record["status"] == "finished"
     assert record["encoding"] == encoding and record["task"] == "copy"
     assert record["name"] == f"copy-{encoding}-s0" and record["group"] == f"pe-sweeps/copy/{encoding}"
@@ -66,7 +66,7 @@ def test_fit_every_encoding(tiny_fit_args, encoding, causal):
 @pytest.mark.slow  # trains a model or starts a process
 @pytest.mark.parametrize("task", TASKS)
 def test_fit_every_task(tiny_fit_args, task):
-    record = fit([*tiny_fit_args, f"--data.task={task}", "--data.num_symbols=12", "--model.encoding=alibi"])
+    record = fit([*tiny_fit_args, f"--data.task={task}", "--data.num_symbols=12", "--model.arch.encoding=alibi"])
     assert record["status"] == "finished" and record["task"] == task
     assert 0.0 <= record["final"]["val/acc"] <= 1.0
 
@@ -98,7 +98,7 @@ def test_wandb_offline_without_key(tiny_fit_args, tmp_path):
     run_dir = Path(record["run_dir"])
     (offline,) = list((run_dir / "wandb").glob("offline-run-*"))
     assert any(offline.glob("*.wandb"))
-    assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["init_args"]["encoding"] == "rope"
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["init_args"]["arch"]["encoding"] == "rope"
 
 
 def test_wandb_mode_is_offline_without_a_key_and_an_explicit_one_is_respected(tmp_path, monkeypatch):
@@ -122,9 +122,9 @@ def test_wandb_mode_is_offline_without_a_key_and_an_explicit_one_is_respected(tm
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["--model.encoding=nope"], "unknown encoding 'nope'; choose one of: none, learned"),
+        (["--model.arch.encoding=nope"], "unknown encoding 'nope'; choose one of: none, learned"),
         (["--data.task=nope"], "unknown task 'nope'; choose one of: copy, reverse"),
-        (["--model.encoding_options={bogus: 1}"], "encoding 'rope' has no option 'bogus'; its options: base"),
+        (["--model.arch.encoding_options={bogus: 1}"], "encoding 'rope' has no option 'bogus'; its options: base"),
     ],
 )
 @pytest.mark.slow  # trains a model or starts a process
@@ -136,10 +136,11 @@ def test_bad_names_are_one_line(tmp_path, args, expected):
 
 
 def test_learned_table_too_short_is_clear(tiny_fit_args):
-    from lightning_modules.errors import ConfigError
+    from errors import ConfigError
+    from lightning_modules.arch import ArchConfig
     from lightning_modules.transformer import Transformer
 
-    model = Transformer(vocab_size=8, encoding="learned", max_length=4, dim=16, num_heads=2)
+    model = Transformer(ArchConfig("learned", dim=16, num_heads=2, vocab_size=8, max_length=4))
     import torch
 
     with pytest.raises(ConfigError, match="serves positions < 4"):
@@ -178,7 +179,7 @@ def test_linked_model_arguments_cannot_be_given():
 def test_ddp_fit_on_two_cpu_processes(tiny_fit_args, tmp_path):
     """gloo DDP with 2 processes: one run directory, one record; then the trained checkpoint validated by 2
     processes and by 1 evaluates the same number of examples with the same metrics (reduced across ranks)."""
-    result = run_cli(*tiny_fit_args, "--trainer.devices=2", "--trainer.strategy=ddp", "--model.encoding=alibi")
+    result = run_cli(*tiny_fit_args, "--trainer.devices=2", "--trainer.strategy=ddp", "--model.arch.encoding=alibi")
     assert result.returncode == 0, result.stderr[-3000:]
     (record,) = load_records(tmp_path)
     assert record["status"] == "finished" and str(record["config"]["trainer"]["devices"]) == "2"
@@ -188,7 +189,7 @@ def test_ddp_fit_on_two_cpu_processes(tiny_fit_args, tmp_path):
     for devices in (1, 2):
         out = tmp_path / f"validate-{devices}"
         args = [a.replace(f"--run.out_dir={tmp_path}", f"--run.out_dir={out}") for a in tiny_fit_args]
-        args = ["validate", *args[1:], "--model.encoding=alibi", f"--ckpt_path={checkpoint}"]
+        args = ["validate", *args[1:], "--model.arch.encoding=alibi", f"--ckpt_path={checkpoint}"]
         result = run_cli(
             *args, f"--trainer.devices={devices}", "--trainer.strategy=" + ("ddp" if devices > 1 else "auto")
         )

@@ -54,7 +54,7 @@ from conftest import TINY
 from rich.console import Console
 from scipy import stats
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 from tracking import compare as C
 from tracking.compare_report import PLOTS, write_report
 from tracking.records import load_records
@@ -75,7 +75,7 @@ def rec(encoding="rope", task="copy", seed=0, acc=0.9, status="finished", lr=1e-
     config = {
         "seed_everything": seed,
         "trainer": {"max_steps": 100, "logger": None},
-        "model": {"class_path": "M", "init_args": {"encoding": encoding, "lr": lr, "dim": 32}},
+        "model": {"class_path": "M", "init_args": {"arch": {"encoding": encoding, "dim": 32}, "lr": lr}},
         "data": {"class_path": "D", "init_args": {"task": task, "train_max_len": 4}},
         "run": {"out_dir": f"/tmp/{encoding}-{seed}"},
     }
@@ -222,7 +222,7 @@ def test_compare_main_reads_a_sweep_its_metric_and_varied_parameters(tmp_path, c
     write_records(tmp_path, [dict(r, sweep="study") for r in study] + [rec("rope", acc=0.1, sweep="other")])
     (tmp_path / "sweeps" / "study").mkdir(parents=True)
     storage = f"sqlite:///{tmp_path / 'sweeps' / 'study' / 'optuna.db'}"
-    parameters = {"model.encoding": {"values": ["rope"]}, "model.lr": {"values": [0.001, 0.01]}, "data.task": {}}
+    parameters = {"model.arch.encoding": {"values": ["rope"]}, "model.lr": {"values": [0.001, 0.01]}, "data.task": {}}
     sweep = {"metric": {"name": "val/loss"}, "parameters": {**parameters, "seed_everything": {"values": [0, 1]}}}
     optuna.create_study(study_name="study", storage=storage).set_user_attr("sweep", sweep)
     comp = C.compare_main([f"--out_dir={tmp_path}", "--sweep=study", "--format=json"])
@@ -307,13 +307,13 @@ def wandb_records(run_dir: Path) -> list[dict] | None:
 
 @pytest.mark.slow
 def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
-    """Also issue 13's W&B identity, checked in the offline run files: a sweep trial's name and group,
-    `seed` = seed_everything and `data_seed`, `length` as the per-length x axis with a task/encoding/seed
-    table, `train/lr`, W&B's own sync hint (no WANDB_SILENT), the fit summary, no Lightning tips."""
+    """Also issue 13's W&B identity, checked in the offline run files: a sweep trial's name and group (a
+    swept encoding is not repeated in the name), `seed` = seed_everything and `data_seed`, `length` as the
+    per-length x axis with a task/encoding/seed table, `train/lr`, W&B's own sync hint (no WANDB_SILENT),
+    the fit summary, no Lightning tips."""
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PE_SWEEP": "lr_search-rope",
-           "PE_SWEEP_PARAMS": '{"model.lr": 0.002}'}  # fmt: skip
-    for key in ("PE_RUN_DIR", "WANDB_SILENT"):
-        env.pop(key, None)
+           "PE_SWEEP_PARAMS": '{"model.arch.encoding": "rope", "model.lr": 0.002}'}  # fmt: skip
+    env.pop("WANDB_SILENT", None)
     result = subprocess.run(
         [sys.executable, "cli.py", "fit", *TINY, f"--run.out_dir={tmp_path}", "--model.lr=0.002",
          "--seed_everything=3", "--data.seed=5"], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -361,7 +361,7 @@ def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():
 
     spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "sweeps/pe_study_mt.yaml").read_text())
     assert default_rows(spec) == "encoding"
-    spec = {"parameters": {"model.encoding": {"values": ["a"]}, "model.lr": {"values": [1, 2]}}}
+    spec = {"parameters": {"model.arch.encoding": {"values": ["a"]}, "model.lr": {"values": [1, 2]}}}
     assert default_rows(spec) == "encoding,model.lr"
 
 
@@ -439,7 +439,7 @@ def test_best_over_a_key_that_does_not_vary_is_one_line_exit_2(tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert (
         err == "error: --best-over 'model.lr' does not vary among the selected runs (values: 0.001); "
-        "keys that vary: data.init_args.task, model.init_args.encoding"
+        "keys that vary: data.init_args.task, model.init_args.arch.encoding"
     )
     assert not (tmp_path / "report").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
 

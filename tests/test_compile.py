@@ -18,11 +18,12 @@ import torch._dynamo
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.causal_lm import CausalLMModel
 from lightning_modules.classifier import SequenceClassifier
 from lightning_modules.compiling import NOT_COMPILABLE, check_compilable, compile_blocks
 from lightning_modules.encodings import ENCODINGS
-from lightning_modules.errors import ConfigError
 from lightning_modules.masked_lm import MaskedLMModel
 from lightning_modules.synthetic_model import SyntheticTaskModel
 from lightning_modules.transformer import Transformer
@@ -43,8 +44,9 @@ def _fresh_dynamo():
 
 def tiny(name: str, causal: bool = True, **options) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(vocab_size=VOCAB, encoding=name, dim=16, depth=2, num_heads=2, ffn_mult=2, max_length=16,
-                       causal=causal, encoding_options=options)  # fmt: skip
+    arch = ArchConfig(name, encoding_options=options, dim=16, depth=2, num_heads=2, ffn_mult=2,
+                      vocab_size=VOCAB, max_length=16)  # fmt: skip
+    return Transformer(arch, causal=causal)
 
 
 def tokens(length: int) -> torch.Tensor:

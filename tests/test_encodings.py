@@ -54,12 +54,13 @@ from x_transformers.x_transformers import (
     apply_rotary_pos_emb,
 )
 
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding, encoding_options, option_parameters
 from lightning_modules.encodings.alibi import alibi_slopes
 from lightning_modules.encodings.sinusoidal import sinusoid_table
 from lightning_modules.encodings.t5_bias import t5_bucket
 from lightning_modules.encodings.tupe import TupeA
-from lightning_modules.errors import ConfigError
 from lightning_modules.transformer import Transformer
 
 DIM, HEADS, MAX_LEN = 32, 4, 64
@@ -716,8 +717,9 @@ def test_fully_masked_rows_stay_finite_and_do_not_touch_real_tokens(name, option
     if ENCODINGS[name].causal_only and not causal:
         pytest.skip(f"{name} is causal-only")
     vocab, L = 50, 8
-    model = Transformer(vocab_size=vocab, encoding=name, encoding_options=options, dim=DIM, depth=2,
-                        num_heads=HEADS, max_length=MAX_LEN, causal=causal)  # fmt: skip
+    arch = ArchConfig(name, encoding_options=options, dim=DIM, depth=2, num_heads=HEADS,
+                      vocab_size=vocab, max_length=MAX_LEN)  # fmt: skip
+    model = Transformer(arch, causal=causal)
     model = randomize_(model).eval()
     tokens = torch.randint(1, vocab, (3, L), generator=torch.Generator().manual_seed(0))
     real = torch.ones(3, L, dtype=torch.bool)

@@ -46,11 +46,12 @@ from x_transformers.x_transformers import (
     apply_rotary_pos_emb,
 )
 
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding
 from lightning_modules.encodings.deberta import log_bucket_position
 from lightning_modules.encodings.learned import transfer_table
 from lightning_modules.encodings.sinusoidal import sinusoid_table
-from lightning_modules.errors import ConfigError
 from lightning_modules.transformer import Transformer, attention_masks, sample_positions
 
 DIM, HEADS, MAX_LEN, VOCAB = 32, 4, 64, 50
@@ -457,8 +458,9 @@ def test_every_encoding_accepts_randomize_positions(name):
     """Training draws random positions (outputs move between draws for position-aware encodings), evaluation
     uses 0..L-1 (deterministic, equal to explicit positions)."""
     causal = True
-    model = Transformer(vocab_size=VOCAB, encoding=name, encoding_options={"randomize_positions": 200}, dim=DIM,
-                       depth=1, num_heads=HEADS, max_length=MAX_LEN, causal=causal)  # fmt: skip
+    arch = ArchConfig(name, encoding_options={"randomize_positions": 200}, dim=DIM, depth=1, num_heads=HEADS,
+                      vocab_size=VOCAB, max_length=MAX_LEN)  # fmt: skip
+    model = Transformer(arch, causal=causal)
     randomize_(model)
     tokens = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
     assert model.encoding.randomize_positions == 200
@@ -475,8 +477,9 @@ def test_every_encoding_accepts_randomize_positions(name):
 
 
 def test_randomized_training_positions_reach_the_encoding():
-    model = Transformer(vocab_size=VOCAB, encoding="learned", encoding_options={"randomize_positions": 300},
-                       dim=DIM, depth=1, num_heads=HEADS, max_length=MAX_LEN)  # fmt: skip
+    arch = ArchConfig("learned", encoding_options={"randomize_positions": 300}, dim=DIM, depth=1, num_heads=HEADS,
+                      vocab_size=VOCAB, max_length=MAX_LEN)  # fmt: skip
+    model = Transformer(arch)
     assert model.encoding.table.num_embeddings == 300
     seen = []
     handle = model.encoding.table.register_forward_hook(lambda m, inputs, out: seen.append(inputs[0]))
@@ -572,8 +575,9 @@ VARIANT_IDS = [f"{name}-{'-'.join(map(str, options.values()))}" for name, option
 def make_model(name: str, causal: bool, **options) -> Transformer:
     if ENCODINGS[name].causal_only and not causal:
         pytest.skip(f"{name} is causal-only")
-    model = Transformer(vocab_size=VOCAB, encoding=name, encoding_options=options, dim=DIM, depth=2,
-                        num_heads=HEADS, max_length=MAX_LEN, causal=causal)  # fmt: skip
+    arch = ArchConfig(name, encoding_options=options, dim=DIM, depth=2, num_heads=HEADS,
+                      vocab_size=VOCAB, max_length=MAX_LEN)  # fmt: skip
+    model = Transformer(arch, causal=causal)
     return randomize_(model).eval()
 
 

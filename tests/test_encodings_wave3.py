@@ -29,8 +29,9 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from x_transformers.x_transformers import AlibiPositionalBias, CoPE, DataDependentAlibi
 
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import build_encoding
-from lightning_modules.errors import ConfigError
 from lightning_modules.transformer import Transformer
 
 DIM, HEADS, MAX_LEN = 32, 4, 64
@@ -214,8 +215,8 @@ def test_causal_only_refuses_an_encoder(name):
 )  # fmt: skip
 def test_transformer_runs_and_learns(name, options):
     torch.manual_seed(0)
-    model = Transformer(vocab_size=20, encoding=name, encoding_options=options, dim=DIM, depth=2, num_heads=HEADS,
-                        max_length=32, causal=True)  # fmt: skip
+    arch = ArchConfig(name, encoding_options=options, dim=DIM, depth=2, num_heads=HEADS, vocab_size=20, max_length=32)
+    model = Transformer(arch, causal=True)
     tokens = torch.randint(0, 20, (3, 24))
     padding = torch.ones(3, 24, dtype=torch.bool)
     padding[1, 18:] = False

@@ -272,15 +272,19 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
     ragged_tsv = write_glue(tmp_path / "g2", "sentence\tlabel\na\t1\tx\ty\n")
     wrong_label = write_glue(tmp_path / "g3", "sentence\tlabel\nfine\t7\n")
     cases = {
-        "dim=0": ([*fit, "--model.dim=0"], {}, "--model.dim must be an integer >= 1"),
-        "num_heads=0": ([*fit, "--model.num_heads=0"], {}, "--model.num_heads must be an integer >= 1"),
-        "depth=-1": ([*fit, "--model.depth=-1"], {}, "--model.depth must be an integer >= 1"),
+        "dim=0": ([*fit, "--model.arch.dim=0"], {}, "--model.arch.dim must be an integer >= 1"),
+        "num_heads=0": ([*fit, "--model.arch.num_heads=0"], {}, "--model.arch.num_heads must be an integer >= 1"),
+        "depth=-1": ([*fit, "--model.arch.depth=-1"], {}, "--model.arch.depth must be an integer >= 1"),
         "max_steps=0": ([*fit, "--trainer.max_steps=0"], {}, "--trainer.max_steps must be >= 1"),
         "lr nan": ([*fit, "--model.lr=.nan"], {}, "--model.lr must be a finite number"),
         "lr negative": ([*fit, "--model.lr=-0.1"], {}, "--model.lr must be a finite number > 0"),
-        "option type": ([*fit, "--model.encoding_options={base: abc}"], {}, "option 'base' must be a number"),
-        "negative base": ([*fit, "--model.encoding_options={base: -2}"], {}, "option 'base' must be > 1"),
-        "max_length linked": ([*fit, "--model.max_length=3"], {}, "--model.max_length is set from data.max_seq_len"),
+        "option type": ([*fit, "--model.arch.encoding_options={base: abc}"], {}, "option 'base' must be a number"),
+        "negative base": ([*fit, "--model.arch.encoding_options={base: -2}"], {}, "option 'base' must be > 1"),
+        "max_length linked": (
+            [*fit, "--model.arch.max_length=3"],
+            {},
+            "--model.arch.max_length is set from data.max_seq_len",
+        ),
         "run name traversal": ([*fit, "--run.name=../../x"], {}, "--run.name '../../x'"),
         "run name too long": ([*fit, "--run.name=" + "n" * 300], {}, "too long for a folder name"),
         "empty corpus": (
@@ -366,8 +370,8 @@ class Evil:
 def test_crafted_checkpoint_never_runs_code(tmp_path, monkeypatch):
     import torch
 
+    from errors import ConfigError
     from lightning_modules.checkpoint_io import load_checkpoint
-    from lightning_modules.errors import ConfigError
     from tracking.sweep import readable
 
     marker = tmp_path / "pwned"
@@ -387,7 +391,7 @@ def test_crafted_checkpoint_never_runs_code(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "-flag", "x" * 201, "", "a\x00b"])
 def test_names_that_leave_the_output_folder_are_refused(name):
-    from lightning_modules.errors import ConfigError
+    from errors import ConfigError
     from tracking.records import check_name
 
     with pytest.raises(ConfigError, match="--run.name"):
@@ -422,7 +426,7 @@ def test_corrupt_record_is_skipped_with_a_warning_everywhere(tmp_path, capsys):
 
 
 def test_ambiguous_run_reference_names_the_candidates(tmp_path):
-    from lightning_modules.errors import ConfigError
+    from errors import ConfigError
     from tracking.records import find_checkpoint
 
     for encoding in ("rope", "alibi"):

@@ -35,6 +35,7 @@ README claims covered here:
 
 import inspect
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -46,13 +47,14 @@ from cli import cli_main
 from datamodules import text
 from datamodules.glue import CLS, GLUE_TASKS, SEP, GLUEDataModule, join_segments
 from datamodules.masked_lm import MASK, NUM_SPECIAL, MaskedLMDataModule, cls_blocks, mask_tokens
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.classifier import GLUE_METRICS, SequenceClassifier, task_metrics
-from lightning_modules.errors import ConfigError
 from lightning_modules.masked_lm import TOKENIZER_KEY, MaskedLMModel
 
 MLM_SMALL = {"task": "tinyshakespeare", "tokenizer": "bpe", "vocab_size_limit": 300, "block_size": 16,
              "max_train_blocks": 64, "max_eval_blocks": 8, "batch_size": 8}  # fmt: skip
-TINY_MODEL = ["--model.dim=32", "--model.depth=1", "--model.num_heads=4", "--model.ffn_mult=2"]
+TINY_MODEL = ["--model.arch.dim=32", "--model.arch.depth=1", "--model.arch.num_heads=4", "--model.arch.ffn_mult=2"]
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 
 
@@ -61,7 +63,6 @@ def _tokenizer_cache(tmp_path_factory, monkeypatch):
     """One tokenizer cache for this module, never the user's; W&B off; a fresh run directory per run."""
     monkeypatch.setenv(text.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "tokenizers"))
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.delenv("PE_RUN_DIR", raising=False)
     monkeypatch.delenv("PE_OUT_ROOT", raising=False)
 
 
@@ -161,7 +162,7 @@ def pretrain(tmp_path: Path, encoding: str = "tupe_a") -> Path:
     tmp_path must search below runs/); returns its last checkpoint."""
     trial_dir = tmp_path / "sweeps" / "mlm" / "trial-0"
     cli_main([
-        "fit", "--config=configs/mlm_wikitext2.yaml", f"--model.encoding={encoding}", *TINY_MODEL, *QUIET,
+        "fit", "--config=configs/mlm_wikitext2.yaml", f"--model.arch.encoding={encoding}", *TINY_MODEL, *QUIET,
         *[f"--data.{k}={v}" for k, v in MLM_SMALL.items()], "--trainer.max_steps=3", "--trainer.val_check_interval=3",
         f"--run.out_dir={trial_dir}", f"--run.name=pre-{encoding}",
     ])  # fmt: skip
@@ -177,13 +178,14 @@ def test_fine_tune_loads_the_pretrained_encoder_and_tokenizer(tmp_path):
     checkpoint = pretrain(tmp_path)
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
     assert TOKENIZER_KEY in saved
-    model = SequenceClassifier(encoding="tupe_a", dim=32, depth=1, num_heads=4, ffn_mult=2, post_norm=True,
-                               init_from=str(checkpoint), vocab_size=saved["hyper_parameters"]["vocab_size"],
-                               max_length=16)  # fmt: skip
+    vocab_size = saved["hyper_parameters"]["arch"]["vocab_size"]
+    arch = ArchConfig("tupe_a", dim=32, depth=1, num_heads=4, ffn_mult=2, post_norm=True, vocab_size=vocab_size,
+                      max_length=16)  # fmt: skip
+    model = SequenceClassifier(arch, init_from=str(checkpoint))
     for key, value in model.transformer.state_dict().items():
         assert torch.equal(value, saved["state_dict"][f"transformer.{key}"]), key
     cli_main([
-        "fit", "--config=configs/glue_finetune.yaml", "--model.encoding=tupe_a", *TINY_MODEL, *QUIET,
+        "fit", "--config=configs/glue_finetune.yaml", "--model.arch.encoding=tupe_a", *TINY_MODEL, *QUIET,
         "--model.init_from=run:pre-{encoding}", "--data.task=mrpc", "--data.max_length=16", "--data.batch_size=8",
         "--data.max_train_examples=32", "--data.max_eval_examples=16", "--trainer.max_steps=2",
         "--trainer.val_check_interval=2", f"--run.out_dir={tmp_path}", "--run.name=ft",
@@ -201,16 +203,18 @@ def test_mismatched_checkpoint_is_a_one_line_error(tmp_path, capsys):
     checkpoint = pretrain(tmp_path)
     base = ["fit", "--config=configs/glue_finetune.yaml", *TINY_MODEL, f"--model.init_from={checkpoint}",
             "--data.max_length=16", f"--run.out_dir={tmp_path / 'ft'}"]  # fmt: skip
-    for change, expected in [("--model.encoding=rope", "encoding='tupe_a' but this model has encoding='rope'"),
-                             ("--model.dim=64", "dim=32 but this model has dim=64"),
-                             ("--data.max_length=64", "exceeds the pre-trained model's max_length=16")]:  # fmt: skip
+    for change, expected in [
+        ("--model.arch.encoding=rope", "arch.encoding='tupe_a' but this model has arch.encoding='rope'"),
+        ("--model.arch.dim=64", "arch.dim=32 but this model has arch.dim=64"),
+        ("--data.max_length=64", "exceeds the pre-trained model's max_length=16"),
+    ]:
         with pytest.raises(SystemExit) as exit_info:
-            cli_main([*base, "--model.encoding=tupe_a", change])
+            cli_main([*base, "--model.arch.encoding=tupe_a", change])
         assert exit_info.value.code == 2
         line = capsys.readouterr().err.strip().splitlines()[-1]
         assert line.startswith("error: ") and expected in line, line
     with pytest.raises(SystemExit):
-        cli_main([*base, "--model.encoding=rope", "--model.init_from=run:pre-{encoding}"])
+        cli_main([*base, "--model.arch.encoding=rope", "--model.init_from=run:pre-{encoding}"])
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("error: init_from 'run:pre-{encoding}': no finished run named 'pre-rope'"), line
     with pytest.raises(ConfigError, match="no checkpoint file"):
@@ -221,7 +225,7 @@ def test_mismatched_checkpoint_is_a_one_line_error(tmp_path, capsys):
 @pytest.mark.parametrize("task", ["cola", "stsb"])
 def test_from_scratch_classifier_config_trains(task, tmp_path):
     cli_main([
-        "fit", "--config=configs/glue_from_scratch.yaml", "--model.encoding=tupe_r", "--model.dim=32", *QUIET,
+        "fit", "--config=configs/glue_from_scratch.yaml", "--model.arch.encoding=tupe_r", "--model.arch.dim=32", *QUIET,
         f"--data.task={task}", "--data.vocab_size_limit=300", "--data.max_length=32", "--data.batch_size=8",
         "--data.max_train_examples=32", "--data.max_eval_examples=32", "--trainer.max_steps=2",
         "--trainer.val_check_interval=2", f"--run.out_dir={tmp_path}",
@@ -271,16 +275,17 @@ def test_untie_cls_follows_where_cls_sits(encoding):
     from lightning_modules.masked_lm import MaskedLMModel
     from lightning_modules.synthetic_model import SyntheticTaskModel
 
-    small = {"encoding": encoding, "dim": 16, "depth": 1, "num_heads": 2, "vocab_size": 20, "max_length": 16}
-    assert MaskedLMModel(**small).encoding.untie_cls is True
-    assert SequenceClassifier(num_labels=2, **small).encoding.untie_cls is True
-    assert MaskedLMModel(**small, encoding_options={"mode": "bert_ad"}).encoding.untie_cls is False  # BERT-Ad
-    without_cls = [CausalLMModel, lambda **kw: SyntheticTaskModel(causal=True, **kw),
-                   lambda **kw: SyntheticTaskModel(causal=False, **kw)]  # fmt: skip
+    small = ArchConfig(encoding, dim=16, depth=1, num_heads=2, vocab_size=20, max_length=16)
+    with_options = lambda **options: replace(small, encoding_options=options)
+    assert MaskedLMModel(small).encoding.untie_cls is True
+    assert SequenceClassifier(small, num_labels=2).encoding.untie_cls is True
+    assert MaskedLMModel(with_options(mode="bert_ad")).encoding.untie_cls is False  # BERT-Ad
+    without_cls = [CausalLMModel, lambda arch: SyntheticTaskModel(arch, causal=True),
+                   lambda arch: SyntheticTaskModel(arch, causal=False)]  # fmt: skip
     for build in without_cls:
-        assert build(**small).encoding.untie_cls is False
+        assert build(small).encoding.untie_cls is False
         with pytest.raises(ConfigError, match="untie_cls needs \\[CLS\\] at position 0"):
-            build(**small, encoding_options={"untie_cls": True})
+            build(with_options(untie_cls=True))
 
 
 def test_linear_warm_up_then_linear_decay():
@@ -290,21 +295,21 @@ def test_linear_warm_up_then_linear_decay():
     assert [factor(step) for step in range(4)] == [0.25, 0.5, 0.75, 1.0]  # linear warm-up
     assert [factor(step) for step in (4, 9, 14, 20)] == [1.0, 0.5, 0.0, 0.0]  # then linear to 0
     defaults = inspect.signature(MaskedLMModel.__init__).parameters  # the model's own defaults: post-LN, linear
-    assert defaults["post_norm"].default is True and defaults["lr_decay"].default == "linear"
+    assert defaults["arch"].default.post_norm is True and defaults["lr_decay"].default == "linear"
 
 
 def test_head_reads_the_cls_state_or_the_mean_and_stsb_regresses_with_mse():
-    small = {"encoding": "learned", "dim": 16, "depth": 1, "num_heads": 2, "vocab_size": 20, "max_length": 8}
+    small = ArchConfig("learned", dim=16, depth=1, num_heads=2, vocab_size=20, max_length=8)
     tokens = torch.tensor([[CLS, 7, 8, SEP, 0, 0], [CLS, 9, SEP, 10, 11, SEP]])
     mask = tokens != 0
     for pooling in ("cls", "mean"):
         torch.manual_seed(0)
-        model = SequenceClassifier(num_labels=3, pooling=pooling, **small).eval()
+        model = SequenceClassifier(small, num_labels=3, pooling=pooling).eval()
         with torch.no_grad():
             hidden = model.transformer(tokens, padding_mask=mask)
             pooled = hidden[:, 0] if pooling == "cls" else (hidden * mask[..., None]).sum(1) / mask.sum(1, True)
             torch.testing.assert_close(model(tokens, mask), model.head(pooled))
-    regressor = SequenceClassifier(num_labels=1, task="stsb", **small).eval()
+    regressor = SequenceClassifier(small, num_labels=1, task="stsb").eval()
     batch = {"tokens": tokens, "padding_mask": mask, "labels": torch.tensor([1.5, 4.0])}
     with torch.no_grad():
         loss, scores = regressor.loss_and_predictions(batch)

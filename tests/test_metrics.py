@@ -24,6 +24,7 @@ import torch
 from sklearn.linear_model import LinearRegression
 
 from lightning_modules import metrics as M
+from lightning_modules.arch import ArchConfig
 from lightning_modules.causal_lm import CausalLMModel
 from lightning_modules.probes import absolute_position_mae
 from lightning_modules.synthetic_model import SyntheticTaskModel
@@ -114,7 +115,7 @@ def _validate(model: SyntheticTaskModel, preds: torch.Tensor, targets: torch.Ten
 
 
 def test_acc_best_is_the_best_val_acc_so_far():
-    model = SyntheticTaskModel(dim=16, depth=1, num_heads=2, vocab_size=12, max_length=8)
+    model = SyntheticTaskModel(ArchConfig(dim=16, depth=1, num_heads=2, vocab_size=12, max_length=8))
     model._trainer = _Trainer()
     targets, lengths = torch.tensor([[IGN, 1, 2], [IGN, 3, 4]]), torch.tensor([1, 2])
     right, half, wrong = targets.clamp(min=0), torch.tensor([[0, 1, 2], [0, 0, 0]]), torch.zeros(2, 3).long()
@@ -125,7 +126,7 @@ def test_acc_best_is_the_best_val_acc_so_far():
 
 def test_unservable_context_is_inf_with_one_warning():
     torch.manual_seed(0)
-    model = CausalLMModel(encoding="learned", dim=16, depth=1, num_heads=2, vocab_size=11, max_length=8)
+    model = CausalLMModel(ArchConfig("learned", dim=16, depth=1, num_heads=2, vocab_size=11, max_length=8))
     short = {"tokens": torch.randint(0, 11, (2, 8)), "targets": torch.randint(0, 11, (2, 8))}
     long = {"tokens": torch.zeros(2, 16, dtype=torch.long), "targets": torch.zeros(2, 16, dtype=torch.long)}
     logged = {}

@@ -29,9 +29,9 @@ from transformers import (
 )
 
 from cli import cli_main
+from errors import ConfigError
 from lightning_modules.encodings import build_encoding
 from lightning_modules.encodings.learned import transfer_table
-from lightning_modules.errors import ConfigError
 from lightning_modules.position_tables import HF_TABLES, hf_position_table
 from lightning_modules.probes import TABLE, probe_main
 

@@ -28,8 +28,8 @@ import pytest
 import torch
 
 from cli import cli_main
+from errors import ConfigError
 from lightning_modules.encodings import ENCODINGS
-from lightning_modules.errors import ConfigError
 from lightning_modules.probes import (
     ABS_MAE,
     HIDDEN,
@@ -128,11 +128,11 @@ def test_rounding_noise_is_collapsed_but_signal_kept():
 
 @pytest.mark.slow
 def test_trained_learned_checkpoint(tiny_fit_args, tmp_path, capsys):
-    cli_main([*tiny_fit_args, "--model.encoding=learned", "--data.task=copy"])
+    cli_main([*tiny_fit_args, "--model.arch.encoding=learned", "--data.task=copy"])
     (record,) = load_records(tmp_path)
     ckpt = str(Path(record["run_dir"]) / "checkpoints" / "last.ckpt")
     result = probe_main(["--ckpt", ckpt, "--pairs", "64", "--seeds", "2", "--report", str(tmp_path / "r")])
-    max_length = torch.load(ckpt, map_location="cpu", weights_only=False)["hyper_parameters"]["max_length"]
+    max_length = torch.load(ckpt, map_location="cpu", weights_only=False)["hyper_parameters"]["arch"]["max_length"]
     assert result.encoding == "learned" and result.source == TABLE
     assert result.positions == max_length and math.isfinite(result.absolute_mae)
     assert "trained checkpoint" in one_line(capsys.readouterr().out)

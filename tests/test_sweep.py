@@ -86,7 +86,9 @@ START = {"cold": ["--cold_start"], "warm": []}
 
 @pytest.mark.parametrize("start", ["cold", "warm"])
 def test_sweep_runs_and_resumes_without_repeating(tmp_path, start):
-    path = tiny_sweep(tmp_path, {"model.encoding": {"values": ["rope", "alibi"]}, "seed_everything": {"values": [0]}})
+    path = tiny_sweep(
+        tmp_path, {"model.arch.encoding": {"values": ["rope", "alibi"]}, "seed_everything": {"values": [0]}}
+    )
     result = run_sweep(path, tmp_path, *START[start])
     assert "sweep s: val/acc" in result.stdout and "encoding=alibi" in result.stdout
     first = trials(tmp_path)
@@ -111,7 +113,7 @@ def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path, 
 
     from tracking.sweep import readable
 
-    grid = {"model.encoding": {"values": ["rope", "alibi", "none"]}}
+    grid = {"model.arch.encoding": {"values": ["rope", "alibi", "none"]}}
     path = tiny_sweep(tmp_path, grid)
     env = {**os.environ, "WANDB_MODE": "disabled"}
     sweep = subprocess.Popen(sweep_cmd(path, tmp_path, *START[start]), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
@@ -137,7 +139,7 @@ def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path, 
     run_sweep(path, tmp_path, *START[start])
     ts = trials(tmp_path)
     assert {t.user_attrs["start"] for t in ts if "start" in t.user_attrs} == {start}
-    assert complete_points(ts) == sorted({(("model.encoding", e),) for e in ["rope", "alibi", "none"]})
+    assert complete_points(ts) == sorted({(("model.arch.encoding", e),) for e in ["rope", "alibi", "none"]})
     dead = [t for t in ts if t.state == TrialState.FAIL]
     assert [t.number for t in dead] == [0] and "died" in dead[0].user_attrs["reason"]
     (retry,) = [t for t in ts if t.state == TrialState.COMPLETE and t.params == dead[0].params]
@@ -176,10 +178,10 @@ def test_stale_heartbeat_of_a_trial_from_another_host_is_retried(tmp_path):
 
 
 def test_failing_and_diverging_trials_are_recorded_and_the_sweep_goes_on(tmp_path):
-    grid = {"model.dim": {"values": [30, 32]}, "model.lr": {"values": [0.001, 1e30]}}  # dim 30: 4 heads
+    grid = {"model.arch.dim": {"values": [30, 32]}, "model.lr": {"values": [0.001, 1e30]}}  # dim 30: 4 heads
     path = tiny_sweep(tmp_path, grid)
     run_sweep(path, tmp_path)
-    by_point = {(t.params["model.dim"], t.params["model.lr"]): t for t in trials(tmp_path)}
+    by_point = {(t.params["model.arch.dim"], t.params["model.lr"]): t for t in trials(tmp_path)}
     assert by_point[(32, 0.001)].state == TrialState.COMPLETE
     assert by_point[(30, 0.001)].state == TrialState.FAIL
     assert "not divisible by num_heads" in by_point[(30, 0.001)].user_attrs["reason"]
@@ -188,7 +190,7 @@ def test_failing_and_diverging_trials_are_recorded_and_the_sweep_goes_on(tmp_pat
 
 
 def test_two_workers_never_repeat_a_grid_point(tmp_path):
-    grid = {"model.encoding": {"values": ["rope", "alibi", "none", "learned"]}}
+    grid = {"model.arch.encoding": {"values": ["rope", "alibi", "none", "learned"]}}
     path = tiny_sweep(tmp_path, grid)
     run_sweep(path, tmp_path, "--workers=2")
     ts = trials(tmp_path)
@@ -235,7 +237,7 @@ def empty_postgres():
 
 def test_two_processes_share_a_postgres_study(tmp_path, empty_postgres):
     url, name = empty_postgres, "pg"
-    path = tiny_sweep(tmp_path, {"model.encoding": {"values": ["rope", "alibi", "none", "learned"]}})
+    path = tiny_sweep(tmp_path, {"model.arch.encoding": {"values": ["rope", "alibi", "none", "learned"]}})
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     cmd = sweep_cmd(path, tmp_path, f"--storage={url}", f"--study_name={name}")
     workers = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -253,7 +255,7 @@ def test_optuna_dashboard_lists_the_trials(tmp_path):
     import socket
     import urllib.request
 
-    path = tiny_sweep(tmp_path, {"model.encoding": {"values": ["rope"]}})
+    path = tiny_sweep(tmp_path, {"model.arch.encoding": {"values": ["rope"]}})
     run_sweep(path, tmp_path)
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
@@ -288,7 +290,7 @@ def test_optuna_dashboard_lists_the_trials(tmp_path):
 
 def test_ddp_trial_in_a_sweep(tmp_path):
     """A trial whose command uses 2 CPU processes (gloo DDP): one record, one result."""
-    path = tiny_sweep(tmp_path, {"model.encoding": {"values": ["alibi"]}, "trainer.devices": {"value": 2},
+    path = tiny_sweep(tmp_path, {"model.arch.encoding": {"values": ["alibi"]}, "trainer.devices": {"value": 2},
                                  "trainer.strategy": {"value": "ddp"}})  # fmt: skip
     run_sweep(path, tmp_path)
     (trial,) = trials(tmp_path)
@@ -376,7 +378,7 @@ def test_hyperband_prunes_a_trial_that_is_worse_at_the_first_rung(tmp_path):
 # ---------------------------------------------------------------- tune-then-reseed (tracking/reseed.py)
 
 RESEED_PARAMS = {
-    "model.encoding": {"values": ["rope", "alibi"]},
+    "model.arch.encoding": {"values": ["rope", "alibi"]},
     "data.task": {"values": ["copy"]},
     "model.lr": {"values": [0.001, 0.01]},
     "seed_everything": {"value": 0},
@@ -401,7 +403,7 @@ def test_reseed_protocol_end_to_end_and_rerun_starts_nothing(tmp_path):
     # one database for the file's studies (stages and groups), so optuna-dashboard shows them side by side
     assert [p.parent.name for p in (tmp_path / "sweeps").glob("*/optuna.db")] == ["s"]
     expected = sorted(
-        (("data.task", "copy"), ("model.encoding", e), ("model.lr", lr), ("seed_everything", s))
+        (("data.task", "copy"), ("model.arch.encoding", e), ("model.lr", lr), ("seed_everything", s))
         for e, lr in (("rope", 0.01), ("alibi", 0.001)) for s in (1, 2)  # best lr per encoding, fresh seeds
     )  # fmt: skip
     assert reseed_points(tmp_path) == expected
@@ -439,9 +441,9 @@ def test_reseed_survives_kill_9_in_the_reseed_stage(tmp_path):
     "args, message",
     [
         (["--reseed=3"], "error: --reseed needs --per KEY[,KEY] (the parameters tuned separately, "
-                         "e.g. model.encoding)"),
-        (["--reseed=3", "--per=model.dim"], "error: --per 'model.dim' is not a parameter with `values` in {path}; "
-                                            "choose from: data.task, model.encoding, model.lr"),
+                         "e.g. model.arch.encoding)"),
+        (["--reseed=3", "--per=model.dim"], "error: --per 'model.arch.dim' is not a parameter with `values` in {path}; "
+                                            "choose from: data.task, model.arch.encoding, model.lr"),
         (["--per=model.encoding"], "error: --per needs --reseed N with N >= 1 fresh seeds per configuration, got 0"),
     ],
 )  # fmt: skip

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 from tracking import sweep_file as sf
 
 SWEEPS = sorted(Path(__file__).resolve().parents[1].glob("sweeps/*.yaml"))
@@ -34,7 +34,7 @@ def write(tmp_path, sweep: dict) -> Path:
 
 def base(method="grid", **parameters) -> dict:
     return {"program": "cli.py", "method": method, "metric": {"name": "val/acc", "goal": "maximize"},
-            "parameters": parameters or {"model.encoding": {"values": ["rope", "alibi"]}},
+            "parameters": parameters or {"model.arch.encoding": {"values": ["rope", "alibi"]}},
             "command": ["${env}", "${interpreter}", "${program}", "fit", "${args}"]}  # fmt: skip
 
 
@@ -46,13 +46,13 @@ def test_every_sweep_file_loads(path):
 
 def test_grid_is_the_exact_product(tmp_path):
     sweep = sf.load_sweep(write(tmp_path, base(**{
-        "model.encoding": {"values": ["rope", "alibi", "none"]}, "data.task": {"values": ["copy", "sort"]},
-        "seed_everything": {"values": [0, 1]}, "model.dim": {"value": 64},
+        "model.arch.encoding": {"values": ["rope", "alibi", "none"]}, "data.task": {"values": ["copy", "sort"]},
+        "seed_everything": {"values": [0, 1]}, "model.arch.dim": {"value": 64},
     })))  # fmt: skip
     points = sf.grid_points(sweep)
     assert len(points) == 12 == sf.trial_budget(sweep)
     assert len({tuple(sorted(p.items())) for p in points}) == 12
-    assert all("model.dim" not in p for p in points)  # constants are not grid axes
+    assert all("model.arch.dim" not in p for p in points)  # constants are not grid axes
     assert isinstance(sf.sampler(sweep), optuna.samplers.GridSampler)
 
 
@@ -132,9 +132,9 @@ def test_length_generalization_sweep_covers_the_registry():
 
     sweeps = Path(__file__).resolve().parents[1] / "sweeps"
     sweep = sf.load_sweep(sweeps / "length_generalization.yaml")
-    assert set(sweep["parameters"]["model.encoding"]["values"]) == set(ENCODINGS)
+    assert set(sweep["parameters"]["model.arch.encoding"]["values"]) == set(ENCODINGS)
     chomsky = sf.load_sweep(sweeps / "chomsky.yaml")  # the encoder protocol: every encoding an encoder can run
-    assert set(chomsky["parameters"]["model.encoding"]["values"]) == {
+    assert set(chomsky["parameters"]["model.arch.encoding"]["values"]) == {
         n for n, c in ENCODINGS.items() if not c.causal_only
     }
     tasks = sweep["parameters"]["data.task"]["values"], chomsky["parameters"]["data.task"]["values"]

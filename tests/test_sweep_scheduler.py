@@ -27,7 +27,7 @@ from wandb.sdk.sweeps.scheduler import optuna as wandb_optuna
 from wandb.sdk.sweeps.sweep_info import SweepInfo
 
 from cli import cli_main
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 from tracking import sweep_file as sf
 from tracking.pareto import non_dominated
 from tracking.search import build_search

@@ -45,8 +45,9 @@ import torch
 from cli import cli_main
 from datamodules import text
 from datamodules.text import TextDataModule
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.causal_lm import CausalLMModel, context_name
-from lightning_modules.errors import ConfigError
 from lightning_modules.metrics import goal
 
 SMALL = {"block_size": 16, "eval_factors": [1, 2, 4], "max_train_blocks": 8, "max_eval_tokens": 300, "batch_size": 4}
@@ -144,7 +145,7 @@ def test_unreachable_hub_is_one_line_error(monkeypatch):
 
 
 def test_context_beyond_an_encodings_table_is_inf_not_a_crash():
-    model = CausalLMModel(encoding="learned", dim=16, depth=1, num_heads=2, vocab_size=11, max_length=8)
+    model = CausalLMModel(ArchConfig("learned", dim=16, depth=1, num_heads=2, vocab_size=11, max_length=8))
     batch = {"tokens": torch.zeros(2, 16, dtype=torch.long), "targets": torch.zeros(2, 16, dtype=torch.long)}
     with pytest.warns(UserWarning, match="serves 8 positions, not 16"):
         model._eval_step(batch, "val")
@@ -157,10 +158,9 @@ def test_context_beyond_an_encodings_table_is_inf_not_a_crash():
 @pytest.mark.parametrize("encoding", ["learned", "alibi"])
 def test_few_step_fit_logs_perplexity_per_context(config, encoding, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.delenv("PE_RUN_DIR", raising=False)
     cli_main([
-        "fit", f"--config=configs/{config}.yaml", f"--model.encoding={encoding}", "--model.dim=32",
-        "--model.depth=1", "--data.block_size=16", "--data.max_train_blocks=32", "--data.max_eval_tokens=256",
+        "fit", f"--config=configs/{config}.yaml", f"--model.arch.encoding={encoding}", "--model.arch.dim=32",
+        "--model.arch.depth=1", "--data.block_size=16", "--data.max_train_blocks=32", "--data.max_eval_tokens=256",
         "--data.batch_size=8", "--data.eval_stride=8", "--trainer.max_steps=3", "--trainer.val_check_interval=3",
         "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", f"--run.out_dir={tmp_path}",
     ])  # fmt: skip
@@ -228,7 +228,7 @@ def test_sliding_windows_score_each_token_once_with_enough_context(stride):
 def test_sliding_perplexity_equals_non_overlapping_at_stride_window():
     torch.manual_seed(0)
     L, vocab = 8, 11
-    model = CausalLMModel(encoding="alibi", dim=16, depth=1, num_heads=2, vocab_size=vocab, max_length=16).eval()
+    model = CausalLMModel(ArchConfig("alibi", dim=16, depth=1, num_heads=2, vocab_size=vocab, max_length=16)).eval()
     ids = torch.randint(0, vocab, (70,), generator=torch.Generator().manual_seed(1))
     batches = lambda data: [torch.utils.data.default_collate([data[i] for i in range(len(data))])]
     with torch.no_grad():

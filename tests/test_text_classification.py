@@ -40,8 +40,9 @@ from cli import cli_main
 from datamodules import text
 from datamodules.glue import CLS
 from datamodules.text_classification import PRESETS, TextClassificationDataModule
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.classifier import SequenceClassifier, task_metrics
-from lightning_modules.errors import ConfigError
 
 SMALL = {"vocab_size_limit": 300, "max_length": 32, "batch_size": 4}
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
@@ -59,7 +60,6 @@ ROWS = [  # three classes, quoting-worthy text, unicode
 def _tokenizer_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv(text.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "tokenizers"))
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.delenv("PE_RUN_DIR", raising=False)
 
 
 def write_csv(path: Path, rows, header=("text", "label")) -> Path:
@@ -216,7 +216,9 @@ def test_multiclass_metrics_equal_scikit_learn():
 
 def test_classifier_refuses_label_names_of_the_wrong_count():
     with pytest.raises(ConfigError, match="num_labels=3 but 2 class names"):
-        SequenceClassifier(dim=32, num_heads=4, num_labels=3, labels=["a", "b"], vocab_size=50, max_length=16)
+        SequenceClassifier(
+            ArchConfig(dim=32, num_heads=4, vocab_size=50, max_length=16), num_labels=3, labels=["a", "b"]
+        )
 
 
 @pytest.mark.slow
@@ -224,7 +226,7 @@ def test_cli_trains_three_classes_and_saves_the_label_set(tmp_path):
     rows = [(f"{word} number {i}", word) for i in range(30) for word in ("alpha", "beta", "gamma")]
     train = write_csv(tmp_path / "train.csv", rows)
     cli_main([
-        "fit", "--config=configs/pe_study_cls.yaml", "--model.dim=32", "--model.num_heads=4", *QUIET,
+        "fit", "--config=configs/pe_study_cls.yaml", "--model.arch.dim=32", "--model.arch.num_heads=4", *QUIET,
         "--data.preset=null", f"--data.train_file={train}", "--data.text_column=text", "--data.vocab_size_limit=300",
         "--data.max_length=16", "--data.batch_size=8", "--trainer.max_steps=3", "--trainer.max_epochs=null",
         "--trainer.val_check_interval=3", f"--run.out_dir={tmp_path}", "--run.name=cls",

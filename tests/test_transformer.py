@@ -23,9 +23,10 @@ import torch
 from helpers import randomize_
 from torch import Tensor
 
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding
 from lightning_modules.encodings.alibi import ALiBi
-from lightning_modules.errors import ConfigError
 from lightning_modules.transformer import Attention, Transformer, attention_masks
 
 VOCAB, DIM, HEADS, DEPTH, MAX_LEN = 50, 32, 4, 2, 64
@@ -37,10 +38,9 @@ CAUSAL = [True, False]
 def make_model(name: str, causal: bool, post_norm: bool = False, max_length: int = MAX_LEN) -> Transformer:
     if ENCODINGS[name].causal_only and not causal:
         pytest.skip(f"{name} is causal-only")
-    model = Transformer(
-        vocab_size=VOCAB, encoding=name, dim=DIM, depth=DEPTH, num_heads=HEADS, dropout=0.0,
-        max_length=max_length, causal=causal, post_norm=post_norm,
-    )  # fmt: skip
+    arch = ArchConfig(name, dim=DIM, depth=DEPTH, num_heads=HEADS, dropout=0.0, post_norm=post_norm, vocab_size=VOCAB,
+                      max_length=max_length)  # fmt: skip
+    model = Transformer(arch, causal=causal)
     return randomize_(model).eval()
 
 
@@ -402,9 +402,11 @@ def test_too_long_input(name, causal):
 
 def test_unknown_encoding_in_transformer():
     with pytest.raises(ConfigError, match="unknown encoding 'nope'; choose one of: " + ", ".join(ENCODINGS)):
-        Transformer(vocab_size=VOCAB, encoding="nope", dim=DIM, num_heads=HEADS)
+        Transformer(ArchConfig("nope", dim=DIM, num_heads=HEADS, vocab_size=VOCAB, max_length=512))
     with pytest.raises(ConfigError, match="has no option 'bogus'"):
-        Transformer(vocab_size=VOCAB, encoding=NAMES[0], encoding_options={"bogus": 1}, dim=DIM, num_heads=HEADS)
+        arch = ArchConfig(NAMES[0], encoding_options={"bogus": 1}, dim=DIM, num_heads=HEADS,
+                          vocab_size=VOCAB, max_length=512)  # fmt: skip
+        Transformer(arch)
 
 
 @pytest.mark.gpu
@@ -437,6 +439,7 @@ def test_benchmark_reports_the_sdpa_backend():
     rope = make_model("rope", causal=True).train()
     assert throughput.sdpa_backends(rope, x, "cpu") in ("flash (cpu)", "math")
     assert throughput.sdpa_backends(make_model("shaw", causal=True).train(), x, "cpu") == "math"
-    values = Transformer(vocab_size=VOCAB, encoding="shaw", encoding_options={"values": True}, dim=DIM,
-                         num_heads=HEADS, max_length=MAX_LEN)  # fmt: skip
+    arch = ArchConfig("shaw", encoding_options={"values": True}, dim=DIM, num_heads=HEADS,
+                      vocab_size=VOCAB, max_length=MAX_LEN)  # fmt: skip
+    values = Transformer(arch)
     assert throughput.sdpa_backends(values, x, "cpu") == "-"

@@ -34,8 +34,9 @@ import torch
 from cli import cli_main
 from datamodules import text
 from datamodules.translation import BOS, EOS, IGNORE_INDEX, PAD, TranslationDataModule
+from errors import ConfigError
+from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS
-from lightning_modules.errors import ConfigError
 from lightning_modules.translation import NEVER_GENERATED, TranslationModel
 from tests.helpers import randomize_
 
@@ -46,7 +47,7 @@ SMALL = {
     "max_eval_examples": 16,
     "batch_size": 8,
 }
-TINY_MODEL = {"dim": 32, "encoder_depth": 1, "decoder_depth": 1, "num_heads": 4, "dropout": 0.0}
+TINY_ARCH = {"dim": 32, "depth": 1, "num_heads": 4, "dropout": 0.0, "max_length": 32}  # + decoder_depth 1
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +72,8 @@ def dm(tokenizer_dir):
 
 def tiny_model(vocab_size: int, encoder="sinusoidal", decoder="sinusoidal", seed=0, **kwargs) -> TranslationModel:
     torch.manual_seed(seed)
-    model = TranslationModel(
-        encoder_encoding=encoder, decoder_encoding=decoder, vocab_size=vocab_size, **{"max_length": 32, **TINY_MODEL,
-        **kwargs},
-    )  # fmt: skip
+    arch = ArchConfig(encoder, vocab_size=vocab_size, **TINY_ARCH)
+    model = TranslationModel(arch, decoder_encoding=decoder, decoder_depth=1, **kwargs)
     return randomize_(model, seed).eval()
 
 
@@ -275,7 +274,7 @@ def test_xpos_encoder_is_a_one_line_error(capsys):
         tiny_model(40, encoder="xpos")
     with pytest.raises(SystemExit) as exit_info:
         cli_main([
-            "fit", "--config=configs/translation_multi30k.yaml", "--model.encoder_encoding=xpos",
+            "fit", "--config=configs/translation_multi30k.yaml", "--model.arch.encoding=xpos",
             *[f"--data.{k}={v}" for k, v in SMALL.items()],
         ])  # fmt: skip
     assert exit_info.value.code == 2
@@ -297,10 +296,9 @@ def test_test_step_logs_beam_and_greedy_bleu(dm):
 @pytest.mark.parametrize("encoder, decoder", [("learned", "rope"), ("t5_bias", "alibi"), ("none", "xpos")])
 def test_few_step_fit_with_independent_encodings(encoder, decoder, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.delenv("PE_RUN_DIR", raising=False)
     cli_main([
-        "fit", "--config=configs/translation_multi30k.yaml", f"--model.encoder_encoding={encoder}",
-        f"--model.decoder_encoding={decoder}", "--model.dim=32", "--model.encoder_depth=1", "--model.decoder_depth=1",
+        "fit", "--config=configs/translation_multi30k.yaml", f"--model.arch.encoding={encoder}",
+        f"--model.decoder_encoding={decoder}", "--model.arch.dim=32", "--model.arch.depth=1", "--model.decoder_depth=1",
         "--model.val_bleu_batches=1", "--model.max_decode_len=8", "--model.warmup_steps=0",
         *[f"--data.{k}={v}" for k, v in SMALL.items()], "--trainer.max_steps=3", "--trainer.val_check_interval=3",
         "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", f"--run.out_dir={tmp_path}",

@@ -14,7 +14,8 @@ import subprocess
 import threading
 import time
 
-PARENT_ENV = "PE_PARENT_PID"
+from layout import PARENT_ENV
+
 STOP_GRACE_S = 10.0  # SIGTERM first, SIGKILL after this many seconds
 
 

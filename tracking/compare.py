@@ -27,7 +27,6 @@ To run:
 """
 
 import csv
-import functools
 import io
 import itertools
 import json
@@ -36,7 +35,7 @@ import re
 import sys
 import warnings
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -46,19 +45,28 @@ from rich.markup import escape
 from rich.table import Table
 from scipy import stats
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
+from layout import STUDY_DB, SWEEPS, study_db
 from lightning_modules.metrics import ACC, ACC_OOD, goal, name
+from tracking.comparison import (
+    INTERVAL,
+    Cell,
+    Comparison,
+    Excluded,
+    cell_number,
+    cell_text,
+    legend,
+    lookup,
+    notes,
+)
 from tracking.records import RECORD_FILE, load_records
 from tracking.wandb_records import read_wandb
 
-IDENTITY = ("name", "group", "task", "encoding", "seed", "sweep", "subcommand", "status")
 IGNORED = ("seed_everything", "run", "trainer.logger", "ckpt_path", "sweep", "_wandb")  # not "the config"
 FORMATS = ("table", "csv", "json", "markdown", "latex")
 VALUES = ("final", "best")
 AGGREGATES = ("mean", "median")
 ALPHA = 0.05
-RESAMPLES, BOOTSTRAP_SEED = 10_000, 0
-INTERVAL = f"95% percentile bootstrap over seeds ({RESAMPLES:,} resamples, RNG seed {BOOTSTRAP_SEED})"
 DEFAULT_METRIC = name("val", ACC)
 
 
@@ -83,121 +91,11 @@ class CompareOptions:
     wandb: str | None = None  # ENTITY/PROJECT: read runs from the W&B API instead of --out_dir
 
 
-@dataclass
-class Cell:
-    """The runs of one (row, column) cell and their statistics over seeds."""
-
-    records: list[dict]
-    values: list[float]
-    aggregate: str = "mean"
-    chosen: str | None = None  # the --best-over value this cell kept
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.values))
-
-    @property
-    def center(self) -> float:
-        """The aggregate over seeds: mean or median."""
-        return float(np.median(self.values)) if self.aggregate == "median" else self.mean
-
-    @property
-    def std(self) -> float:
-        return float(np.std(self.values, ddof=1)) if self.n > 1 else math.nan
-
-    @functools.cached_property
-    def ci(self) -> tuple[float, float]:
-        """95% percentile-bootstrap interval of the aggregate (NaN for n < 2). A percentile interval
-        is made of resampled aggregates, so it stays within [min, max] of the values."""
-        if self.n < 2:
-            return math.nan, math.nan
-        if min(self.values) == max(self.values):
-            return self.values[0], self.values[0]
-        statistic = np.median if self.aggregate == "median" else np.mean
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # few seeds: scipy warns that the distribution is discrete
-            result = stats.bootstrap(
-                (np.asarray(self.values),), statistic, n_resamples=RESAMPLES, method="percentile",
-                random_state=np.random.default_rng(BOOTSTRAP_SEED),
-            )  # fmt: skip
-        low, high = np.clip(result.confidence_interval, min(self.values), max(self.values))  # float rounding of means
-        return float(low), float(high)
-
-    @property
-    def decimals(self) -> int | None:
-        """Decimal places the interval justifies (two significant digits of its width); None without one."""
-        low, high = self.ci
-        width = high - low
-        if not math.isfinite(width) or width <= 0:
-            return None
-        return min(8, max(0, 1 - math.floor(math.log10(width))))
-
-
-@dataclass
-class Excluded:
-    """A run left out of the table, and why."""
-
-    row: str
-    col: str
-    reason: str
-    run: str
-
-
-@dataclass
-class Comparison:
-    """Everything the table, the machine formats and the report show."""
-
-    metric: str
-    value: str
-    row_keys: list[str]
-    col_keys: list[str]
-    cells: dict[tuple[str, str], Cell]
-    excluded: list[Excluded]
-    rows: list[str] = field(default_factory=list)
-    cols: list[str] = field(default_factory=list)
-    ranks: dict[tuple[str, str], float] = field(default_factory=dict)
-    mean_rank: dict[str, float] = field(default_factory=dict)
-    mrr: dict[str, float] = field(default_factory=dict)  # mean reciprocal rank
-    tests: dict[str, str] = field(default_factory=dict)
-    pairs: dict[str, list[dict]] = field(default_factory=dict)  # per column: every tested pair, raw and Holm p
-    aggregate: str = "mean"
-    best_over: str | None = None
-    alternatives: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # best-over candidates
-    declared_goal: str | None = None  # "max"/"min" from the sweep file's metric(s); else by the metric's name
-
-    @property
-    def goal(self) -> str:
-        return self.declared_goal or goal(self.metric)
-
-    def is_best(self, row: str, col: str) -> bool:
-        return self.ranks.get((row, col)) == min(self.ranks[r, col] for r in self.rows if (r, col) in self.ranks)
-
-
 # ---------------------------------------------------------------- selecting and grouping runs
 
 
 def keys_of(spec: str | list[str] | tuple[str, ...]) -> list[str]:
     return [k.strip() for k in spec.split(",") if k.strip()] if isinstance(spec, str) else list(spec)
-
-
-def lookup(record: dict, key: str):
-    """A record field (`encoding`) or a dotted config path (`model.init_args.dim`, or `model.dim`);
-    None when absent. Flat configs (W&B) are looked up by the whole key, then by its last part."""
-    if key in IDENTITY or ("." not in key and key in record):
-        return record.get(key)
-    config = record.get("config") or {}
-    parts = key.split(".")
-    for path in (parts, parts[:1] + ["init_args"] + parts[1:]):
-        node = config
-        for part in path:
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None:
-            return node
-    return config.get(key, config.get(parts[-1]) if len(parts) > 1 else None)
 
 
 def label(record: dict, keys: list[str]) -> str:
@@ -449,47 +347,6 @@ def check_metric(records: list[dict], metric: str, value: str) -> None:
 # ---------------------------------------------------------------- text, rich and machine formats
 
 
-def fmt(x: float) -> str:
-    return "nan" if math.isnan(x) else f"{x:.4g}"
-
-
-def cell_number(x: float, cell: Cell) -> str:
-    """A number of this cell to the precision its interval justifies (3 significant digits without one)."""
-    if math.isnan(x):
-        return "nan"
-    decimals = cell.decimals
-    return f"{x:.3g}" if decimals is None else f"{x:.{decimals}f}"
-
-
-def cell_text(cell: Cell, rank: float, best: bool) -> str:
-    spread = "" if cell.n < 2 else f" ± {cell_number(cell.std, cell)}"
-    lo, hi = cell.ci
-    ci = "" if cell.n < 2 else f" [{cell_number(lo, cell)}, {cell_number(hi, cell)}]"
-    chosen = "" if cell.chosen is None else f" @{cell.chosen}"
-    return f"{'* ' if best else ''}{cell_number(cell.center, cell)}{spread} (n={cell.n}){ci} #{rank:g}{chosen}"
-
-
-def legend(comp: Comparison, best: str = "*") -> str:
-    chosen = f"; @value: the {comp.best_over} whose {comp.aggregate} is best in that cell" if comp.best_over else ""
-    return (
-        f"{best}: best in column ({comp.goal} of {comp.value} {comp.metric}); {comp.aggregate} ± std (n) "
-        f"[{INTERVAL}] #rank in column{chosen}; digits: two significant digits of the interval's width"
-    )
-
-
-def notes(comp: Comparison) -> list[str]:
-    """Lines printed under the table: the tests, the --best-over candidates, then excluded runs by cell and reason."""
-    lines = [comp.tests[c] for c in comp.cols]
-    for (row, col), candidates in sorted(comp.alternatives.items()):
-        shown = ", ".join(f"{k}: {fmt(v)}" for k, v in candidates.items())
-        lines.append(f"{row} / {col}: {comp.best_over} -> {comp.cells[row, col].chosen} ({comp.aggregate}s {shown})")
-    by_reason = Counter((e.row, e.col, e.reason) for e in comp.excluded)
-    if by_reason:
-        lines.append(f"excluded {len(comp.excluded)} run(s) [{comp.metric}]:")
-        lines += [f"  {row} / {col}: {n} x {reason}" for (row, col, reason), n in sorted(by_reason.items())]
-    return lines
-
-
 def as_list(comps) -> list[Comparison]:
     return [comps] if isinstance(comps, Comparison) else list(comps)
 
@@ -647,8 +504,8 @@ def sweep_spec(out_dir: str, sweep: str | None) -> dict:
         return {}
     import optuna
 
-    own = Path(out_dir) / "sweeps" / str(sweep) / "optuna.db"
-    for path in [own, *sorted(p for p in (Path(out_dir) / "sweeps").glob("*/optuna.db") if p != own)]:
+    own = study_db(out_dir, sweep)
+    for path in [own, *sorted(p for p in (Path(out_dir) / SWEEPS).glob(f"*/{STUDY_DB}") if p != own)]:
         if not path.is_file():
             continue
         try:
@@ -667,9 +524,10 @@ def default_rows(spec: dict) -> str:
     for a reseed study, its groups (each cell then holds that group's chosen setting)."""
     if spec.get("compare_rows"):
         return spec["compare_rows"]
-    fixed = {"seed_everything", "data.task", "data.init_args.task"}
-    encodings = ("encoding", "encoder_encoding", "decoder_encoding")  # all three are in a run's `encoding`
-    fixed |= {f"model.{e}" for e in encodings} | {f"model.init_args.{e}" for e in encodings}
+    from lightning_modules.task_modules import encoding_parameters
+
+    # a run's `encoding` holds every parameter a task module declares as an encoding
+    fixed = {"seed_everything", "data.task", "data.init_args.task"} | encoding_parameters()
     varied = [k for k, v in (spec.get("parameters") or {}).items() if k not in fixed and "value" not in dict(v)]
     return ",".join(["encoding", *varied])
 

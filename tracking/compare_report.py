@@ -23,7 +23,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tracking.compare import Comparison, cell_text, legend, lookup, notes
+from tracking.comparison import Comparison, cell_text, legend, lookup, notes
 
 TRAIN_MAX_LEN = "data.init_args.train_max_len"  # synthetic tasks: the longest training sequence
 BLOCK_SIZE = "data.init_args.block_size"  # language models: the training context

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 
-from lightning_modules.errors import ConfigError, DivergedError
+from errors import ConfigError, DivergedError
 from lightning_modules.metrics import goal
 from tracking.wandb_setup import describe_run, log_by_length
 

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 from tracking import sweep_file as sf
 from tracking.records import check_name
 from tracking.sweep import Sweep, SweepOptions, apply_overrides, base_name, check_options, latest_record, storage_url
@@ -30,7 +30,6 @@ from tracking.sweep_display import LiveStatus, short_params, trial_table
 
 SEED = "seed_everything"
 TASK_KEYS = ("data.task", "data.init_args.task")  # compared side by side, never tuned across
-ENCODING_KEYS = ("model.encoding", "model.init_args.encoding")
 
 
 @dataclasses.dataclass
@@ -48,7 +47,7 @@ class Choice:
 def check_protocol(sweep: dict, opts: SweepOptions) -> list[str]:
     """The --per keys, after checking the options (before anything is written)."""
     if not opts.per:
-        raise ConfigError("--reseed needs --per KEY[,KEY] (the parameters tuned separately, e.g. model.encoding)")
+        raise ConfigError("--reseed needs --per KEY[,KEY] (the parameters tuned separately, e.g. model.arch.encoding)")
     if opts.reseed < 1:
         raise ConfigError(f"--per needs --reseed N with N >= 1 fresh seeds per configuration, got {opts.reseed}")
     check_options(opts)  # and resolves --workers auto
@@ -147,7 +146,10 @@ def choice_table(choices: list[Choice], metric: str) -> Table:
 
 def comparison_rows(keys: list[str]) -> str:
     """Rows of the final comparison: the --per keys, an encoding shown as the run's `encoding` field."""
-    rows = ["encoding" if k in ENCODING_KEYS else k for k in keys if k not in TASK_KEYS]
+    from lightning_modules.task_modules import encoding_parameters
+
+    encodings = encoding_parameters()  # shown together as the run's `encoding`
+    rows = ["encoding" if k in encodings else k for k in keys if k not in TASK_KEYS]
     return ",".join(rows or ["encoding"])
 
 

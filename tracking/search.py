@@ -26,7 +26,7 @@ from wandb.sdk.sweeps.scheduler import client as wandb_client
 from wandb.sdk.sweeps.scheduler import optuna as wandb_optuna
 from wandb.sdk.sweeps.sweep_info import SweepInfo
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 from tracking import sweep_file as sf
 
 

@@ -52,7 +52,9 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
 
-from lightning_modules.errors import ConfigError
+import layout
+from errors import ConfigError
+from layout import study_db, trial_env
 from tracking import sweep_file as sf
 from tracking.children import stop_child
 from tracking.records import RECORD_FILE, check_name, read_record
@@ -251,7 +253,7 @@ def storage_url(opts: SweepOptions, storage_name: str) -> str:
     """--storage, else the SQLite database `<out_dir>/sweeps/<storage_name>/optuna.db`."""
     if opts.storage is not None:
         return quote_password(opts.storage)
-    path = Path(opts.out_dir) / "sweeps" / storage_name / "optuna.db"
+    path = study_db(opts.out_dir, storage_name)
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path.resolve()}"
 
@@ -354,8 +356,8 @@ def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
 
 
 def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -> dict:
-    # PE_OUT_ROOT: where `--model.init_from=run:NAME` looks, so trials find runs of earlier sweeps
-    env = {**os.environ, "PE_OUT_DIR": str(trial_dir), "PE_OUT_ROOT": str(opts.out_dir), "PE_SWEEP": study_name}
+    # out root: where `--model.init_from=run:NAME` looks, so trials find runs of earlier sweeps
+    env = {**os.environ, **trial_env(trial_dir, opts.out_dir, study_name)}
     if opts.devices_per_trial:  # --trials_per_device consecutive slots share one group of GPUs
         first = slot // opts.trials_per_device * opts.devices_per_trial
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(opts.devices_per_trial))
@@ -481,7 +483,7 @@ class TrialRun:
 
     def run(self, trial: optuna.Trial) -> None:
         params = self.search.draw(trial)
-        trial_dir = Path(self.opts.out_dir).resolve() / "sweeps" / self.study.study_name / f"trial-{trial.number}"
+        trial_dir = layout.trial_dir(self.opts.out_dir, self.study.study_name, trial.number)
         trial_dir.mkdir(parents=True, exist_ok=True)
         trial.set_user_attr("trial_dir", str(trial_dir))
         argv = build_command(self.sweep, params, trial_dir)
@@ -675,7 +677,7 @@ class Sweep:
             locked = self.lock.file is not None
             self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
         self.errors: list[str] = []
-        self.starter = TrialStarter(Path(opts.out_dir) / "sweeps" / self.study_name, opts.cold_start, opts.warm_any)
+        self.starter = TrialStarter(layout.study_dir(opts.out_dir, self.study_name), opts.cold_start, opts.warm_any)
         self.stop = threading.Event()
         self.stop_signal: int | None = None
 
@@ -827,7 +829,7 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
     console.print()
     console.print(trial_table(study, runner.search.metrics))
     print_comparison(opts.out_dir, study.study_name, runner.search.metrics, console=console)
-    for line in where_lines(runner.url, Path(opts.out_dir) / "sweeps" / study.study_name):
+    for line in where_lines(runner.url, layout.study_dir(opts.out_dir, study.study_name)):
         console.print(line, highlight=False, soft_wrap=True)
     for error in runner.errors:
         print(f"error: {error}", file=sys.stderr)

@@ -22,7 +22,7 @@ import yaml
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from wandb.sdk.sweeps.scheduler import optuna as wandb_optuna
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 
 METHODS = ("grid", "random", "bayes")
 DISTRIBUTIONS = (

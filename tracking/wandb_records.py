@@ -10,7 +10,7 @@ hyperparameters Lightning logs); identity from `task`, `encoding`, `seed_everyth
 import math
 import re
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 from lightning_modules.metrics import goal
 from tracking.wandb_setup import STAGE_METRIC
 
@@ -66,6 +66,8 @@ def init_arg(config: dict, section: str, key: str):
 
 def wandb_record(run) -> dict:
     """A W&B public-API run in the shape of a local record (tracking/records.py)."""
+    from lightning_modules.task_modules import run_encoding_of
+
     config = {k: v for k, v in dict(run.config).items() if not k.startswith("_")}
     resolved = config.get("resolved_config") or config
     history = wandb_history(run)
@@ -75,7 +77,7 @@ def wandb_record(run) -> dict:
     return {
         "name": run.name, "group": run.group,
         "task": config.get("task") or init_arg(resolved, "data", "task") or group[-2 if len(group) > 1 else 0],
-        "encoding": config.get("encoding") or init_arg(resolved, "model", "encoding") or group[-1],
+        "encoding": config.get("encoding") or run_encoding_of(resolved) or group[-1],
         "seed": wandb_seed(config, resolved, run.name or ""),
         "sweep": config.get("sweep") or getattr(run, "sweep_name", None), "subcommand": "fit",
         "status": WANDB_STATES.get(run.state, run.state), "config": resolved, "final": final, "best": best,

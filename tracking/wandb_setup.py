@@ -23,7 +23,7 @@ SWEEP_PARAMS_ENV = "PE_SWEEP_PARAMS"
 # per-length metrics (`<prefix><n>`) -> the name they take against the `length` axis
 BY_LENGTH = {"val/acc_len_": "val_by_length/acc", "val/tok_acc_len_": "val_by_length/tok_acc",
              "val/ppl_ctx_": "val_by_length/ppl"}  # fmt: skip
-IN_NAME = ("encoding", "task", "seed_everything")  # already in every run name
+IN_NAME = ("task", "seed_everything")  # already in every run name, with the encoding parameters (`in_name`)
 
 
 def has_api_key() -> bool:
@@ -57,6 +57,15 @@ def short_key(key: str) -> str:
     return key.rsplit(".", 1)[-1]
 
 
+def in_name(key: str) -> bool:
+    """True for a sweep key every run name and group already shows: the task, the seed, and any parameter
+    a task module declares as an encoding (`model.arch.encoding`, `model.decoder_encoding`: the run's
+    encoding, e.g. `learned+rope`)."""
+    from lightning_modules.task_modules import encoding_parameters
+
+    return short_key(key) in IN_NAME or key in encoding_parameters()
+
+
 def short_value(value) -> str:
     """A parameter value as it appears in a run name: floats to 3 significant digits, no folder separators."""
     text = f"{value:.3g}" if isinstance(value, float) else str(value)
@@ -66,7 +75,7 @@ def short_value(value) -> str:
 def run_name(task: str, encoding: str, seed: int, varied: dict | None = None) -> str:
     """`<task>-<encoding>[-<key>=<value>...]-s<seed>`, with every parameter a sweep varies (short form) so
     that two trials of one sweep never share a name."""
-    extra = [f"{short_key(k)}={short_value(v)}" for k, v in (varied or {}).items() if short_key(k) not in IN_NAME]
+    extra = [f"{short_key(k)}={short_value(v)}" for k, v in (varied or {}).items() if not in_name(k)]
     return "-".join([task, encoding, *extra, f"s{seed}"])
 
 
@@ -128,7 +137,7 @@ def describe_run(trainer, record: dict) -> dict:
     config = record.get("config") or {}
     data_seed = ((config.get("data") or {}).get("init_args") or {}).get("seed")
     identity = {k: record.get(k) for k in ("task", "encoding", "sweep")}
-    identity.update({short_key(k): v for k, v in sweep_params().items() if short_key(k) not in IN_NAME})
+    identity.update({short_key(k): v for k, v in sweep_params().items() if not in_name(k)})
     identity.update(seed=record.get("seed"), seed_everything=record.get("seed"), data_seed=data_seed)
     run.config.update({**identity, "resolved_config": config}, allow_val_change=True)
     return wandb_location(run)

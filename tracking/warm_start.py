@@ -48,7 +48,8 @@ import threading
 import time
 from pathlib import Path
 
-from tracking.children import PARENT_ENV, launch_child
+from layout import PARENT_ENV
+from tracking.children import launch_child
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ROOT / "cli.py"
@@ -57,7 +58,7 @@ HEADER = struct.Struct("!I")  # request length, sent with the two file descripto
 PRELOAD = (
     "cli", "wandb", "pytorch_lightning.loggers.wandb",
     "lightning_modules.synthetic_model", "lightning_modules.causal_lm", "lightning_modules.masked_lm",
-    "lightning_modules.classifier", "lightning_modules.translation",
+    "lightning_modules.classifier", "lightning_modules.translation", "lightning_modules.task_modules",
     "datamodules.synthetic", "datamodules.text", "datamodules.masked_lm", "datamodules.glue",
     "datamodules.text_classification", "datamodules.translation",
 )  # fmt: skip

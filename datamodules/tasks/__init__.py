@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from datamodules.tasks import basic, chomsky_context_free, chomsky_context_sensitive, chomsky_regular, flip_flop
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 
 
 class Task(NamedTuple):

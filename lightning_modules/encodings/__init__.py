@@ -1,7 +1,9 @@
 """The encoding zoo: one file per family, one registry line per encoding.
 
-`ENCODINGS` maps a registry name to its class; `build_encoding` builds one with a clear error for an
-unknown name or option. Every test in tests/test_encodings.py runs over this registry.
+`ENCODINGS` maps a registry name to its class; `PRESETS` names a registered encoding with other default
+options (a variant a paper reports under its own name, so sweeps, run names and comparisons tell it apart)
+and adds it to `ENCODINGS`. `build_encoding` builds either with a clear error for an unknown name or
+option. Every test in tests/test_encodings.py runs over this registry.
 """
 
 import inspect
@@ -9,6 +11,7 @@ import math
 import types
 import typing
 
+from errors import ConfigError
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.bert_r import BertR
@@ -28,17 +31,26 @@ from lightning_modules.encodings.sinusoidal import Sinusoidal
 from lightning_modules.encodings.sinusoidal_learnable import SinusoidalLearnable
 from lightning_modules.encodings.t5_bias import T5Bias
 from lightning_modules.encodings.tupe import TupeA, TupeR
-from lightning_modules.encodings.tupe_tied import TupeATiedCLS
 from lightning_modules.encodings.xpos import XPos
-from lightning_modules.errors import ConfigError
 
 ENCODINGS: dict[str, type[PositionalEncoding]] = {
     cls.name: cls
     for cls in (NoPE, LearnedAbsolute, Sinusoidal, T5Bias, ALiBi, RoPE, TupeA, TupeR)
     + (ScaledSinusoidal, SinusoidalLearnable, Shaw, DeBERTa, XPos, KerpleLog, KerplePower, FIRE, DynamicBias)
-    + (BertR, TupeATiedCLS)
+    + (BertR,)
     + (CoPE, Sandwich, Fox)
 }
+
+# name -> (registered encoding, its default options): a variant that changes defaults only
+PRESETS: dict[str, tuple[str, dict]] = {
+    "tupe_a_tied": ("tupe_a", {"untie_cls": False}),  # TUPE-A with [CLS] tied, TUPE's ablation (Ke et al. 2021)
+}
+ENCODINGS |= {name: ENCODINGS[base] for name, (base, _) in PRESETS.items()}
+
+
+def preset_options(name: str) -> dict:
+    """The default options a preset sets ({} for an encoding that is not one)."""
+    return dict(PRESETS[name][1]) if name in PRESETS else {}
 
 
 def encoding_options(name: str) -> list[str]:
@@ -117,12 +129,14 @@ def build_encoding(
     """Build the registered encoding `name`; unknown names and options are one-line errors. `cls_first`:
     position 0 always holds [CLS] (the masked-LM and classification models set it)."""
     check_encoding(name, options)
+    options = preset_options(name) | options
     return ENCODINGS[name](dim=dim, num_heads=num_heads, max_length=max_length, causal=causal,
                            cls_first=cls_first, **options)  # fmt: skip
 
 
 __all__ = [
     "ENCODINGS",
+    "PRESETS",
     "PositionalEncoding",
     "build_encoding",
     "check_encoding",

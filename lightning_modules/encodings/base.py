@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 
 
 class PositionalEncoding(nn.Module):
@@ -82,7 +82,7 @@ class PositionalEncoding(nn.Module):
         if self.max_positions is not None and length > self.max_positions:
             raise ConfigError(
                 f"encoding {self.name!r} serves positions < {self.max_positions} but got "
-                f"position {length - 1}; raise --model.max_length or use a relative "
+                f"position {length - 1}; raise --model.arch.max_length or use a relative "
                 "encoding (rope, t5_bias, alibi)"
             )
         if length <= self.table_length:

@@ -1,6 +1,6 @@
-"""Command-line helpers shared by the extra subcommands (sweep, compare, probe): a jsonargparse parser of
-an options dataclass whose `--help` shows each field's comment as its help text and, where the class
-declares them (`CHOICES`), the valid values."""
+"""Command-line helpers shared by the extra subcommands (sweep, compare, probe); imported by cli.py and probes.
+A jsonargparse parser of an options dataclass whose `--help` shows each field's comment as its help text and,
+where the class declares them (`CHOICES`), the valid values."""
 
 import dataclasses
 import inspect

@@ -1,0 +1,47 @@
+"""One typed architecture config, taken whole by every task module and the Transformer (nanoGPT's GPTConfig).
+
+LightningCLI exposes it as `--model.arch.*` (`--model.arch.encoding=rope`, `--model.arch.dim=64`); cli.py links
+`vocab_size` and `max_length` from the data. A task module's hyper-parameters keep it as a plain dict under
+`arch`, so a checkpoint loads with `weights_only=True` and its architecture is compared field by field.
+"""
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class ArchConfig:
+    """Sizes and positional encoding of a Transformer stack (the encoder's, in the translation model)."""
+
+    encoding: str = "rope"  # registry name or preset (lightning_modules/encodings)
+    encoding_options: dict | None = None  # the encoding's own options, e.g. {base: 500}
+    dim: int = 128  # model width C
+    depth: int = 2  # layers
+    num_heads: int = 4  # H; head dim D = dim / num_heads
+    ffn_mult: int = 4  # feed-forward width = ffn_mult * dim
+    dropout: float = 0.0  # attention, residual and embedding dropout
+    post_norm: bool = False  # post-LN (BERT, TUPE) instead of pre-LN (GPT-2)
+    vocab_size: int = 64  # linked from data.vocab_size
+    max_length: int = 256  # linked from data.max_seq_len: the longest sequence any split feeds
+
+    @classmethod
+    def of(cls, value: "ArchConfig | dict") -> "ArchConfig":
+        """An ArchConfig from itself or from its dict (a checkpoint's hyper-parameters)."""
+        return value if isinstance(value, cls) else cls(**value)
+
+    @classmethod
+    def from_hparams(cls, hparams: dict) -> "ArchConfig":
+        """The architecture a task module's saved hyper-parameters describe: their `arch`, or for a checkpoint
+        written before `arch` existed, the same fields at the top level."""
+        if "arch" in hparams:
+            return cls.of(hparams["arch"])
+        return cls(**{f.name: hparams[f.name] for f in fields(cls) if f.name in hparams})
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def first_difference(self, other: "ArchConfig", ignore: tuple[str, ...] = ()) -> str | None:
+        """The first field, in declaration order, whose value differs (None if all agree)."""
+        return next(
+            (f.name for f in fields(self) if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)),
+            None,
+        )
