@@ -18,7 +18,7 @@ README claims covered here:
   test_ddp_fit_on_two_cpu_processes
 - "Without an API key (no WANDB_API_KEY, no ~/.netrc entry) runs are offline; an explicit WANDB_MODE is always
   respected": test_wandb_offline_without_key, test_wandb_mode_is_offline_without_a_key_and_an_explicit_one_is_respected
-- bad input "--model.vocab_size (set from the data)": test_linked_model_arguments_cannot_be_given
+- bad input "--model.arch.vocab_size (set from the data)": test_linked_model_arguments_cannot_be_given
 """
 
 import json
@@ -158,21 +158,21 @@ def test_config_saved_with_record(tiny_fit_args):
     assert re.fullmatch(rf"{re.escape(record['name'])}-\d{{8}}-\d{{6}}-\d+", run_dir.name)  # <name>-<time>-<pid>
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert resolved["model"]["init_args"]["dim"] == 32 and resolved["data"]["init_args"]["train_max_len"] == 4
+    assert resolved["model"]["init_args"]["arch"]["dim"] == 32 and resolved["data"]["init_args"]["train_max_len"] == 4
     data = SyntheticDataModule(**saved["config"]["data"]["init_args"])  # the data's sizes, linked into the model
     model = saved["config"]["model"]["init_args"]
     assert (model["vocab_size"], model["max_length"]) == (data.vocab_size, data.max_seq_len)
 
 
 def test_linked_model_arguments_cannot_be_given():
-    """--model.vocab_size and --model.max_length come from the data; given on the line they are refused."""
+    """--model.arch.vocab_size and --model.arch.max_length come from the data; given on the line they are refused."""
+    from errors import ConfigError
     from lightning_modules.arg_checks import check_not_linked
-    from lightning_modules.errors import ConfigError
 
-    check_not_linked(["--model.dim=32", "--data.train_max_len=4"])
-    for arg in ("--model.vocab_size=3", "--model.max_length=9", "--model.init_args.max_length=9"):
+    check_not_linked(["--model.arch.dim=32", "--data.train_max_len=4"])
+    for arg in ("--model.arch.vocab_size=3", "--model.arch.max_length=9", "--model.init_args.arch.max_length=9"):
         with pytest.raises(ConfigError, match="is set from .* and cannot be given"):
-            check_not_linked(["--model.dim=32", arg])
+            check_not_linked(["--model.arch.dim=32", arg])
 
 
 @pytest.mark.slow
@@ -224,7 +224,7 @@ def test_every_option_of_sweep_compare_probe_has_help_and_choices(module, name):
     import dataclasses
     import importlib
 
-    from tracking.options import field_help, options_parser
+    from cli_options import field_help, options_parser
 
     options = getattr(importlib.import_module(module), name)
     helps = field_help(options)
@@ -237,8 +237,8 @@ def test_every_option_of_sweep_compare_probe_has_help_and_choices(module, name):
 
 
 def test_compare_format_shows_its_choices():
+    from cli_options import options_parser
     from tracking.compare import CompareOptions
-    from tracking.options import options_parser
 
     text = " ".join(options_parser(CompareOptions).format_help().split())
     assert "choices: table, csv, json, markdown, latex" in text and text.startswith("usage: cli.py compare")
@@ -247,10 +247,10 @@ def test_compare_format_shows_its_choices():
 def test_short_class_names_are_expanded():
     from cli import expand_class_names
 
-    argv = ["fit", "--model.help", "SyntheticTaskModel", "--data=TextDataModule", "--model.dim=SyntheticTaskModel"]
+    argv = ["fit", "--model.help", "SyntheticTaskModel", "--data=TextDataModule", "--model.arch.dim=SyntheticTaskModel"]
     assert expand_class_names(argv) == [
         "fit", "--model.help", "lightning_modules.synthetic_model.SyntheticTaskModel",
-        "--data=datamodules.text.TextDataModule", "--model.dim=SyntheticTaskModel",
+        "--data=datamodules.text.TextDataModule", "--model.arch.dim=SyntheticTaskModel",
     ]  # fmt: skip
 
 
@@ -261,7 +261,7 @@ def test_fit_help_names_the_model_options_and_short_class_names(capsys):
     assert "--model.help CLASS" in " ".join(capsys.readouterr().out.split())
     with pytest.raises(SystemExit):
         cli_main(["fit", "--model.help", "SyntheticTaskModel"])
-    assert "--model.encoding" in capsys.readouterr().out
+    assert "--model.arch.encoding" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("arg", ["--optimizer=torch.optim.SGD", "--lr_scheduler.class_path=torch.optim.Adam"])

@@ -277,7 +277,9 @@ def test_cope_keeps_one_table_for_all_layers():
     """CoPE's position table lives in the encoding, shared by every layer: a deeper model has no more of it."""
     sizes = []
     for depth in (1, 3):
-        model = Transformer(vocab_size=50, encoding="cope", dim=DIM, depth=depth, num_heads=HEADS, max_length=MAX_LEN)
+        model = Transformer(
+            ArchConfig("cope", dim=DIM, depth=depth, num_heads=HEADS, vocab_size=50, max_length=MAX_LEN)
+        )
         tables = [key for key, _ in model.named_parameters() if key.startswith("encoding.")]
         assert tables == ["encoding.table"]
         sizes.append(sum(p.numel() for key, p in model.named_parameters() if "table" in key))

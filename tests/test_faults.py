@@ -10,11 +10,11 @@ README claims covered here:
   one line and exits 1": test_disk_full_during_fit_ends_the_run_failed_in_one_line,
   test_disk_full_leaves_no_temp_file_and_the_old_record
 - "Bad input is one line, exit 2, before anything is written: sizes below 1, --trainer.max_steps=0, a NaN or
-  non-positive lr, an encoding option of the wrong type or range, --model.max_length (set from the data), run or
+  non-positive lr, an encoding option of the wrong type or range, --model.arch.max_length (set from the data), run or
   study names that would leave the output folder or exceed 200 bytes, an empty corpus, an empty, ragged or wrongly
   labelled GLUE TSV, a truncated or garbage checkpoint, a malformed sweep command, --heartbeat 0, a W&B key W&B
   rejects": test_every_bad_input_is_one_line_exit_2, test_names_that_leave_the_output_folder_are_refused,
-  test_good_names_pass, test_crafted_checkpoint_never_runs_code (--model.vocab_size: test_cli.py)
+  test_good_names_pass, test_crafted_checkpoint_never_runs_code (--model.arch.vocab_size: test_cli.py)
 - "... and a run:NAME that matches runs of different encodings (the candidates are listed)":
   test_ambiguous_run_reference_names_the_candidates
 - "Checkpoints named by the user (--model.init_from) are read with torch.load(weights_only=True): tensors and plain

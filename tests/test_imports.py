@@ -8,7 +8,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("lightning_modules", "datamodules", "tracking")
 TOP_LEVEL = ("cli", "cli_options", "errors", "layout", "vocab")
-ENV_WRITERS = {"tracking.wandb_setup"}  # sets WANDB_MODE / WANDB_SILENT for the W&B client it starts
+# tracking.wandb_setup sets WANDB_MODE / WANDB_SILENT for the W&B client it starts; tracking.warm_start's
+# forked child takes on the trial's environment (what a cold child gets from its parent)
+ENV_WRITERS = {"tracking.wandb_setup", "tracking.warm_start"}
 
 
 def source_files() -> dict[str, Path]:

@@ -67,7 +67,7 @@ def test_quickstart_sweep_and_its_lengths():
     from datamodules.synthetic import SyntheticDataModule
 
     axes = grid("quickstart.yaml")
-    assert axes == {"model.encoding": {"rope", "t5_bias", "learned"}, "data.task": {"copy"},
+    assert axes == {"model.arch.encoding": {"rope", "t5_bias", "learned"}, "data.task": {"copy"},
                     "seed_everything": {0, 1}, "#points": 6}  # fmt: skip
     sweep = sf.load_sweep(ROOT / "sweeps" / "quickstart.yaml")
     assert sf.metric_names(sweep) == ["val/acc"]
@@ -114,13 +114,13 @@ TUPE_FIVE = {"learned", "bert_r", "tupe_a", "tupe_r", "tupe_a_tied"}
 @pytest.mark.parametrize(
     "name, expected",
     [
-        ("chomsky.yaml", {"model.encoding": ENCODER_CAPABLE, "#tasks": 15, "seed_everything": {0, 1, 2},
+        ("chomsky.yaml", {"model.arch.encoding": ENCODER_CAPABLE, "#tasks": 15, "seed_everything": {0, 1, 2},
                           "#points": 855}),
         ("pe_study_lm.yaml", {"#encodings": 6, "data.task": {"tinyshakespeare", "wikitext2"},
                               "seed_everything": {0, 1}, "#points": 24}),
-        ("tupe_mlm.yaml", {"model.encoding": TUPE_FIVE, "#points": 5}),
-        ("tupe_glue.yaml", {"model.encoding": TUPE_FIVE, "data.task": {"sst2", "cola", "mrpc", "rte", "stsb"}}),
-        ("pe_study_cls.yaml", {"model.encoding": {"sinusoidal", "learned", "none"},
+        ("tupe_mlm.yaml", {"model.arch.encoding": TUPE_FIVE, "#points": 5}),
+        ("tupe_glue.yaml", {"model.arch.encoding": TUPE_FIVE, "data.task": {"sst2", "cola", "mrpc", "rte", "stsb"}}),
+        ("pe_study_cls.yaml", {"model.arch.encoding": {"sinusoidal", "learned", "none"},
                                "data.preset": {"mr", "cr", "subj", "mpqa"}, "seed_everything": {0, 1, 2},
                                "#points": 36}),
         ("pe_study_mt.yaml", {"#encoder x decoder": 36}),
@@ -133,9 +133,9 @@ def test_sweep_grids_are_the_readmes(name, expected):
         if key == "#tasks":
             assert len(axes["data.task"]) == value
         elif key == "#encodings":
-            assert len(axes["model.encoding"]) == value and axes["model.encoding"] <= set(ENCODINGS)
+            assert len(axes["model.arch.encoding"]) == value and axes["model.arch.encoding"] <= set(ENCODINGS)
         elif key == "#encoder x decoder":
-            assert len(axes["model.encoder_encoding"]) * len(axes["model.decoder_encoding"]) == value
+            assert len(axes["model.arch.encoding"]) * len(axes["model.decoder_encoding"]) == value
         else:
             assert axes[key] == value, key
     if name == "tupe_glue.yaml":  # each trial fine-tunes its own encoding's pre-training run
@@ -153,7 +153,7 @@ def test_lm_presets_train_on_blocks_of_128(config):
 def test_mlm_preset_is_tupes_setting():
     model, data = init_args("mlm_wikitext2.yaml")
     assert data["block_size"] == 128 and data["mask_rate"] == 0.15
-    assert model["post_norm"] is True and model["warmup_steps"] > 0 and model["lr_decay"] == "linear"
+    assert model["arch"]["post_norm"] is True and model["warmup_steps"] > 0 and model["lr_decay"] == "linear"
 
 
 def test_classifier_presets_are_pe_studys():
@@ -161,7 +161,8 @@ def test_classifier_presets_are_pe_studys():
 
     for config in ("glue_from_scratch.yaml", "pe_study_cls.yaml"):
         model, data = init_args(config)
-        assert (model["depth"], model["dim"], model["num_heads"], model["dim"] * model["ffn_mult"]) == (1, 256, 8, 512)
+        arch = model["arch"]
+        assert (arch["depth"], arch["dim"], arch["num_heads"], arch["dim"] * arch["ffn_mult"]) == (1, 256, 8, 512)
         assert (data["max_length"], data["batch_size"], data["tokenizer"]) == (128, 32, "bpe"), config
     model, _ = init_args("pe_study_cls.yaml")
     assert (model["lr"], model["weight_decay"], model["lr_decay"], model["warmup_steps"]) == (1e-4, 0.0, "constant", 0)

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lightning_modules.errors import ConfigError, DivergedError
+from errors import ConfigError, DivergedError
 from lightning_modules.optim import check_finite
 from tracking.records import RECORD_FILE, RunRecord, find_checkpoint, status_of
 

@@ -28,7 +28,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 from tracking import reseed
 from tracking import sweep_file as sf
 from tracking.sweep import SweepOptions
@@ -38,11 +38,11 @@ SWEEP = {
     "method": "grid",
     "metric": {"name": "val/acc", "goal": "maximize"},
     "parameters": {
-        "model.encoding": {"values": ["rope", "alibi"]},
+        "model.arch.encoding": {"values": ["rope", "alibi"]},
         "data.task": {"values": ["copy", "reverse"]},
         "model.lr": {"values": [0.001, 0.01]},
         "seed_everything": {"values": [0, 1]},
-        "model.dim": {"value": 32},
+        "model.arch.dim": {"value": 32},
     },
     "early_terminate": {"type": "hyperband", "min_iter": 1},
     "run_cap": 3,
@@ -68,7 +68,7 @@ def test_best_setting_is_the_best_mean_over_seeds_per_task():
     study = study_with({("copy", 0.001, 0): 0.6, ("copy", 0.001, 1): 0.6, ("copy", 0.01, 0): 0.9,
                         ("copy", 0.01, 1): 0.1, ("reverse", 0.001, 0): 0.2, ("reverse", 0.001, 1): 0.2,
                         ("reverse", 0.01, 0): 0.3, ("reverse", 0.01, 1): 0.5})  # fmt: skip
-    choices = reseed.best_configs(study, SWEEP, {"model.encoding": "rope"})
+    choices = reseed.best_configs(study, SWEEP, {"model.arch.encoding": "rope"})
     assert [(c.task, c.params, c.seeds) for c in choices] == [
         ({"data.task": "copy"}, {"model.lr": 0.001}, 2),
         ({"data.task": "reverse"}, {"model.lr": 0.01}, 2),
@@ -81,36 +81,36 @@ def test_best_setting_is_the_best_mean_over_seeds_per_task():
 
 
 def test_groups_fix_each_per_value():
-    groups = reseed.group_sweeps(SWEEP, ["model.encoding"])
-    assert [g for g, _ in groups] == [{"model.encoding": "rope"}, {"model.encoding": "alibi"}]
+    groups = reseed.group_sweeps(SWEEP, ["model.arch.encoding"])
+    assert [g for g, _ in groups] == [{"model.arch.encoding": "rope"}, {"model.arch.encoding": "alibi"}]
     for group, sweep in groups:  # the file's full search otherwise, as --set KEY=value would run it
-        assert sweep["parameters"]["model.encoding"] == {"value": group["model.encoding"]}
+        assert sweep["parameters"]["model.arch.encoding"] == {"value": group["model.arch.encoding"]}
         assert {k: v for k, v in sweep.items() if k != "parameters"} == {
             k: v for k, v in SWEEP.items() if k != "parameters"
         }
 
 
 def test_reseed_study_is_a_plain_grid_of_the_choices_and_fresh_seeds():
-    choices = [reseed.Choice({"model.encoding": e}, {"data.task": "copy"}, {"model.lr": lr}, 0.5, 2, 2)
+    choices = [reseed.Choice({"model.arch.encoding": e}, {"data.task": "copy"}, {"model.lr": lr}, 0.5, 2, 2)
                for e, lr in (("rope", 0.01), ("alibi", 0.001))]  # fmt: skip
     seeds = reseed.fresh_seeds({0, 1, 3}, 3)
     assert seeds == [2, 4, 5]  # never a seed stage 1 trained with
     study = reseed.reseed_sweep(SWEEP, choices, seeds)
     assert study["method"] == "grid" and not {"early_terminate", "run_cap", "scheduler"} & set(study)
     assert len(study["points"]) == 6 and {p["seed_everything"] for p in study["points"]} == {2, 4, 5}
-    assert {(p["model.encoding"], p["model.lr"]) for p in study["points"]} == {("rope", 0.01), ("alibi", 0.001)}
-    assert study["parameters"]["model.dim"] == {"value": 32}
+    assert {(p["model.arch.encoding"], p["model.lr"]) for p in study["points"]} == {("rope", 0.01), ("alibi", 0.001)}
+    assert study["parameters"]["model.arch.dim"] == {"value": 32}
 
 
 @pytest.mark.parametrize(
     "change, per, n, message",
     [
         ({}, "", 3, "--reseed needs --per"),
-        ({}, "model.dim", 3, "--per 'model.dim' is not a parameter with `values`"),
-        ({}, "model.encoding", 0, "--per needs --reseed N with N >= 1"),
+        ({}, "model.arch.dim", 3, "--per 'model.arch.dim' is not a parameter with `values`"),
+        ({}, "model.arch.encoding", 0, "--per needs --reseed N with N >= 1"),
         ({"metrics": [{"name": "val/acc", "goal": "maximize"}, {"name": "val/loss", "goal": "minimize"}]},
-         "model.encoding", 3, "chooses each group's best setting on one metric"),
-        ({"scheduler": {"engine": "optuna", "source": "x.py", "search_space": "space"}}, "model.encoding", 3,
+         "model.arch.encoding", 3, "chooses each group's best setting on one metric"),
+        ({"scheduler": {"engine": "optuna", "source": "x.py", "search_space": "space"}}, "model.arch.encoding", 3,
          "with scheduler.search_space the source file defines them"),
     ],
 )  # fmt: skip
@@ -122,6 +122,6 @@ def test_bad_protocol_input_is_refused(change, per, n, message):
     with pytest.raises(ConfigError, match=message) as error:
         reseed.check_protocol(sweep, opts)
     assert "\n" not in str(error.value)
-    assert reseed.check_protocol(SWEEP, SweepOptions(file="s.yaml", per="model.encoding", reseed=2, workers=1)) == [
-        "model.encoding"
-    ]
+    assert reseed.check_protocol(
+        SWEEP, SweepOptions(file="s.yaml", per="model.arch.encoding", reseed=2, workers=1)
+    ) == ["model.arch.encoding"]

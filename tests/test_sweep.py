@@ -397,7 +397,7 @@ def reseed_points(out: Path) -> list[tuple]:
 
 def test_reseed_protocol_end_to_end_and_rerun_starts_nothing(tmp_path):
     path = reseed_sweep(tmp_path)
-    result = run_sweep(path, tmp_path, "--reseed=2", "--per=model.encoding", "--workers=2")
+    result = run_sweep(path, tmp_path, "--reseed=2", "--per=model.arch.encoding", "--workers=2")
     for group in ("rope", "alibi"):  # stage 1: the file's full grid per encoding
         assert len(complete_points(trials(tmp_path, f"s-{group}"))) == 2
     # one database for the file's studies (stages and groups), so optuna-dashboard shows them side by side
@@ -419,7 +419,7 @@ def test_reseed_protocol_end_to_end_and_rerun_starts_nothing(tmp_path):
     assert {c["row"]: c["seeds"] for c in data["cells"]} == {"rope": [1, 2], "alibi": [1, 2]}
     counts = {name: len(trials(tmp_path, name)) for name in ("s-rope", "s-alibi", "s-reseed")}
     records = len(list(tmp_path.rglob("record.json")))
-    run_sweep(path, tmp_path, "--reseed=2", "--per=model.encoding")
+    run_sweep(path, tmp_path, "--reseed=2", "--per=model.arch.encoding")
     assert {name: len(trials(tmp_path, name)) for name in counts} == counts
     assert len(list(tmp_path.rglob("record.json"))) == records  # no trial program was started
 
@@ -427,11 +427,11 @@ def test_reseed_protocol_end_to_end_and_rerun_starts_nothing(tmp_path):
 def test_reseed_survives_kill_9_in_the_reseed_stage(tmp_path):
     path = reseed_sweep(tmp_path)
     env = {**os.environ, "WANDB_MODE": "disabled", "FAKE_TRIAL_SECONDS": "3"}
-    cmd = sweep_cmd(path, tmp_path, "--reseed=2", "--per=model.encoding")
+    cmd = sweep_cmd(path, tmp_path, "--reseed=2", "--per=model.arch.encoding")
     sweep = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     started = lambda: list((tmp_path / "sweeps" / "s-reseed").glob("trial-*/runs/*/record.json"))  # noqa: E731
     kill_once_started(sweep, started, 180, "the reseed stage never started a trial")
-    run_sweep(path, tmp_path, "--reseed=2", "--per=model.encoding")
+    run_sweep(path, tmp_path, "--reseed=2", "--per=model.arch.encoding")
     points = reseed_points(tmp_path)
     assert len(points) == 4 == len(set(points))
     assert [len(trials(tmp_path, f"s-{g}")) for g in ("rope", "alibi")] == [2, 2]  # stage 1 not redone
@@ -442,9 +442,11 @@ def test_reseed_survives_kill_9_in_the_reseed_stage(tmp_path):
     [
         (["--reseed=3"], "error: --reseed needs --per KEY[,KEY] (the parameters tuned separately, "
                          "e.g. model.arch.encoding)"),
-        (["--reseed=3", "--per=model.dim"], "error: --per 'model.arch.dim' is not a parameter with `values` in {path}; "
-                                            "choose from: data.task, model.arch.encoding, model.lr"),
-        (["--per=model.encoding"], "error: --per needs --reseed N with N >= 1 fresh seeds per configuration, got 0"),
+        (["--reseed=3", "--per=model.arch.dim"],
+         "error: --per 'model.arch.dim' is not a parameter with `values` in {path}; "
+         "choose from: data.task, model.arch.encoding, model.lr"),
+        (["--per=model.arch.encoding"],
+         "error: --per needs --reseed N with N >= 1 fresh seeds per configuration, got 0"),
     ],
 )  # fmt: skip
 def test_reseed_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message, capsys, monkeypatch):

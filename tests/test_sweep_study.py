@@ -7,7 +7,7 @@ import types
 import optuna
 import pytest
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 from tracking import sweep as sw
 from tracking import sweep_file as sf
 
@@ -85,5 +85,7 @@ def test_trial_attributes_name_its_record_and_wandb_run(tmp_path):
 
 
 def test_the_varied_parameters_reach_the_trial_as_json():
-    sweep = {"parameters": {"model.encoding": {"value": "rope"}, "model.lr": {"distribution": "uniform"}}}
-    assert json.loads(json.dumps(sf.varied(sweep, {"model.encoding": "rope", "model.lr": 0.01}))) == {"model.lr": 0.01}
+    sweep = {"parameters": {"model.arch.encoding": {"value": "rope"}, "model.lr": {"distribution": "uniform"}}}
+    assert json.loads(json.dumps(sf.varied(sweep, {"model.arch.encoding": "rope", "model.lr": 0.01}))) == {
+        "model.lr": 0.01
+    }

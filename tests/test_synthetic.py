@@ -174,11 +174,13 @@ def test_val_loss_counts_only_in_distribution_lengths():
     in the per-length accuracies (and in val/examples)."""
     from types import SimpleNamespace
 
+    from lightning_modules.arch import ArchConfig
     from lightning_modules.synthetic_model import SyntheticTaskModel
 
     dm = make_dm("copy")
     torch.manual_seed(0)
-    model = SyntheticTaskModel(dim=16, depth=1, num_heads=2, vocab_size=dm.vocab_size, max_length=dm.max_seq_len)
+    arch = ArchConfig(dim=16, depth=1, num_heads=2, vocab_size=dm.vocab_size, max_length=dm.max_seq_len)
+    model = SyntheticTaskModel(arch)
     model._trainer = SimpleNamespace(datamodule=dm)
     batch = dm.collate_fn(dm.val_set.examples[::3])  # lengths on both sides of train_max_len 6
     inside = batch["length"] <= TRAIN_MAX_LEN

@@ -241,7 +241,7 @@ def test_cli_trains_three_classes_and_saves_the_label_set(tmp_path):
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)["hyper_parameters"]
     assert saved["labels"] == ["alpha", "beta", "gamma"] and saved["num_labels"] == 3 and saved["task"] == "cls-train"
     cli_main([  # the README's test command: the same data options and the run's checkpoint
-        "test", "--config=configs/pe_study_cls.yaml", "--model.dim=32", "--model.num_heads=4", *QUIET,
+        "test", "--config=configs/pe_study_cls.yaml", "--model.arch.dim=32", "--model.arch.num_heads=4", *QUIET,
         "--data.preset=null", f"--data.train_file={train}", "--data.text_column=text", "--data.vocab_size_limit=300",
         "--data.max_length=16", "--data.batch_size=8", f"--ckpt_path={checkpoint}", f"--run.out_dir={tmp_path}",
         "--run.name=cls-test",

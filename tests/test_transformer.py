@@ -315,8 +315,8 @@ def test_the_readmes_encodings_without_a_logit_term_take_the_fused_causal_path(n
 def test_bias_is_computed_once_per_forward_and_shared_by_all_layers(name):
     """The contract's `bias`: called once per forward (not once per layer), and every layer receives the same
     merged mask; `content_bias` and `rotate`, by contrast, run in every layer."""
-    model = Transformer(vocab_size=VOCAB, encoding=name, dim=DIM, depth=3, num_heads=HEADS, max_length=MAX_LEN,
-                        causal=True)  # fmt: skip
+    arch = ArchConfig(name, dim=DIM, depth=3, num_heads=HEADS, vocab_size=VOCAB, max_length=MAX_LEN)
+    model = Transformer(arch, causal=True)
     enc, calls, masks = model.encoding, {"bias": 0, "content_bias": 0, "rotate": 0}, []
     for hook in calls:
         original = getattr(enc, hook)

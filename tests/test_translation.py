@@ -259,14 +259,14 @@ def test_cross_attention_has_no_positional_term_and_embeddings_are_tied():
         torch.testing.assert_close(cross(x, memory, allowed),
                                    cross(x, memory[:, permutation], allowed[..., permutation]))  # fmt: skip
     model = tiny_model(40)
-    embeddings = [key for key, p in model.named_parameters() if p.shape == (40, TINY_MODEL["dim"])]
+    embeddings = [key for key, p in model.named_parameters() if p.shape == (40, TINY_ARCH["dim"])]
     assert embeddings == ["encoder.token_emb.weight"] and model.hparams.beam_size == 5
-    hidden = torch.randn(2, 3, TINY_MODEL["dim"])
+    hidden = torch.randn(2, 3, TINY_ARCH["dim"])
     torch.testing.assert_close(model.logits(hidden), hidden @ model.token_emb.weight.T)
     tupe = tiny_model(40, encoder="tupe_a", decoder="tupe_r")
     assert tupe.encoder.encoding.untie_cls is False and tupe.decoder.encoding.untie_cls is False
     with pytest.raises(ConfigError, match="untie_cls needs \\[CLS\\] at position 0"):
-        tiny_model(40, encoder="tupe_a", encoder_encoding_options={"untie_cls": True})
+        TranslationModel(ArchConfig("tupe_a", encoding_options={"untie_cls": True}, vocab_size=40, **TINY_ARCH))
 
 
 def test_xpos_encoder_is_a_one_line_error(capsys):

@@ -13,7 +13,7 @@ from tracking import wandb_setup as ws
 def test_run_names_carry_the_parameters_a_sweep_varies(monkeypatch):
     """Issue 13, point 1: lr_search trials differ by name; encoding, task and seed are not repeated."""
     assert ws.run_name("copy", "rope", 0) == "copy-rope-s0"
-    varied = {"model.lr": 0.000123456, "model.weight_decay": 0.05, "model.encoding": "rope"}
+    varied = {"model.lr": 0.000123456, "model.weight_decay": 0.05, "model.arch.encoding": "rope"}
     assert ws.run_name("copy", "rope", 1, varied) == "copy-rope-lr=0.000123-weight_decay=0.05-s1"
     other = ws.run_name("copy", "rope", 1, {**varied, "model.lr": 0.002})
     assert other != ws.run_name("copy", "rope", 1, varied)

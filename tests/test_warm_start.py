@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
-from lightning_modules.errors import ConfigError
+from errors import ConfigError
 from tracking.children import stop_child
 from tracking.sweep import SweepOptions, check_options
 from tracking.warm_start import CLI, TrialStarter, WarmChild, warm_program
@@ -142,7 +142,7 @@ def test_a_warm_trial_trains_to_the_same_numbers_as_a_cold_one(tmp_path):
             starter.cold = start == "cold"
             out = tmp_path / start
             env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PE_OUT_DIR": str(out)}
-            argv = ["/usr/bin/env", sys.executable, str(CLI), "fit", *TINY, "--model.encoding=alibi"]
+            argv = ["/usr/bin/env", sys.executable, str(CLI), "fit", *TINY, "--model.arch.encoding=alibi"]
             with open(tmp_path / f"{start}.log", "wb") as log:
                 child = starter.launch(argv, env, log)
                 assert isinstance(child, WarmChild) == (start == "warm")

@@ -578,7 +578,7 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
 
 def compare_main(args: list[str]) -> Comparison | list[Comparison]:
     """`cli.py compare [--out_dir DIR] [--sweep NAME] [--metric M[,M]] [--format F] [--report DIR] ...`"""
-    from tracking.options import parse_options
+    from cli_options import parse_options
 
     return run_compare(parse_options(CompareOptions, args))
 

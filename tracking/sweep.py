@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 import optuna
 import sqlalchemy
@@ -59,6 +59,7 @@ from tracking import sweep_file as sf
 from tracking.children import stop_child
 from tracking.records import RECORD_FILE, check_name, read_record
 from tracking.search import Search, build_search
+from tracking.sweep_display import redact_url
 from tracking.wandb_setup import SWEEP_PARAMS_ENV
 from tracking.warm_start import TrialStarter, WarmChild
 
@@ -139,20 +140,6 @@ def grace_period(heartbeat: int) -> int:
     """Seconds without a heartbeat before a trial counts as dead: longer than a heartbeat that waited the
     whole SQLite busy timeout for the database."""
     return 3 * heartbeat + SQLITE_TIMEOUT_S
-
-
-def redact_url(url: str) -> str:
-    """`url` with its password removed, from the userinfo (which may itself hold '@') and from the query."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        netloc = f"{userinfo.split(':', 1)[0]}{':***' if ':' in userinfo else ''}@{host}"
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    query = urlencode([(k, "***" if "password" in k.lower() else v) for k, v in pairs], safe="*")
-    if (netloc, query) == (parts.netloc, urlencode(pairs)):
-        return url  # nothing to hide (and sqlite:////abs/path keeps its slashes)
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def quote_password(url: str) -> str:

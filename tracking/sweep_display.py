@@ -3,6 +3,7 @@ step, ETA and log, the database and the dashboard command), the trial table at t
 
 import time
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import optuna
 from optuna.trial import TrialState
@@ -12,6 +13,21 @@ from rich.table import Table
 
 from tracking.pareto import front_trials
 from tracking.records import RECORD_FILE, read_record
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password removed, from the userinfo (which may itself hold '@') and from the query."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}{':***' if ':' in userinfo else ''}@{host}"
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = urlencode([(k, "***" if "password" in k.lower() else v) for k, v in pairs], safe="*")
+    if (netloc, query) == (parts.netloc, urlencode(pairs)):
+        return url  # nothing to hide (and sqlite:////abs/path keeps its slashes)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
 
 STATE_NAMES = {
     TrialState.COMPLETE: "done", TrialState.RUNNING: "running", TrialState.FAIL: "failed",
@@ -67,15 +83,11 @@ def running_lines(study: optuna.Study, now: float | None = None) -> list[str]:
 
 
 def dashboard_command(url: str) -> str:
-    from tracking.sweep import redact_url
-
     return f"optuna-dashboard {redact_url(url)} --host 127.0.0.1"
 
 
 def where_lines(url: str, study_dir: Path | None = None) -> list[str]:
     """The study database, the dashboard command and, for offline W&B runs, the `wandb sync` command."""
-    from tracking.sweep import redact_url
-
     lines = [f"study database: {redact_url(url)}", f"dashboard: {dashboard_command(url)}"]
     if study_dir is not None and any(Path(study_dir).glob("trial-*/runs/*/wandb/offline-run-*")):
         lines.append(f"W&B (offline): wandb sync {study_dir}/trial-*/runs/*/wandb/offline-run-*")

@@ -76,12 +76,14 @@ POSITIVE = {"num_buckets", "max_distance", "max_relative", "rotary_dim", "interp
 
 
 def option_parameters(name: str) -> dict[str, inspect.Parameter]:
-    """Each option of `name` with its declared type and default (the most derived declaration wins)."""
+    """Each option of `name` with its declared type and default (the most derived declaration wins; a
+    preset's own defaults replace its encoding's)."""
     found = {}
     mro = ENCODINGS[name].__mro__
     for cls in mro[: mro.index(PositionalEncoding) + 1]:
         for p in inspect.signature(cls.__init__).parameters.values():
             found.setdefault(p.name, p)
+    found |= {k: found[k].replace(default=v) for k, v in preset_options(name).items()}
     return {k: found[k] for k in encoding_options(name)}
 
 
