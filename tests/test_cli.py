@@ -160,7 +160,7 @@ def test_config_saved_with_record(tiny_fit_args):
     resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert resolved["model"]["init_args"]["arch"]["dim"] == 32 and resolved["data"]["init_args"]["train_max_len"] == 4
     data = SyntheticDataModule(**saved["config"]["data"]["init_args"])  # the data's sizes, linked into the model
-    model = saved["config"]["model"]["init_args"]
+    model = saved["config"]["model"]["init_args"]["arch"]
     assert (model["vocab_size"], model["max_length"]) == (data.vocab_size, data.max_seq_len)
 
 
