@@ -243,7 +243,7 @@ for args, env in json.loads(sys.argv[1]):
     os.environ.clear()
     os.environ.update(saved)
     results.append({"code": code, "stderr": err.getvalue()})
-print(json.dumps(results))
+print("RESULTS " + json.dumps(results), flush=True)  # W&B may print more at exit
 """
 
 
@@ -347,7 +347,7 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
     result = subprocess.run([sys.executable, "-c", RUNNER, payload], cwd=ROOT, capture_output=True, text=True,
                             env=env(PYTHONPATH=str(ROOT), WANDB_MODE="disabled"), timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    (outcomes,) = [json.loads(line[8:]) for line in result.stdout.splitlines() if line.startswith("RESULTS ")]
     problems = []
     for (name, (args, _, expected)), outcome in zip(cases.items(), outcomes):
         lines = [line for line in outcome["stderr"].splitlines() if line.startswith("error: ")]
