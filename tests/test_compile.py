@@ -92,7 +92,7 @@ def test_default_options_recompile_once_for_a_new_length():
 
 @pytest.mark.parametrize("module", [SyntheticTaskModel, CausalLMModel, MaskedLMModel, SequenceClassifier])
 def test_task_modules_compile_flag(module, monkeypatch):
-    sizes = {"dim": 16, "depth": 2, "num_heads": 2, "encoding": "rope"}
+    sizes = {"arch": ArchConfig(dim=16, depth=2, num_heads=2, encoding="rope")}
     plain, compiled = module(**sizes), module(**sizes, compile=True)
     assert all(block._compiled_call_impl is None for block in plain.transformer.blocks)
     assert all(block._compiled_call_impl is not None for block in compiled.transformer.blocks)
@@ -103,7 +103,10 @@ def test_task_modules_compile_flag(module, monkeypatch):
 
 
 def test_translation_compiles_encoder_and_decoder_blocks():
-    sizes = {"dim": 16, "encoder_depth": 1, "decoder_depth": 1, "num_heads": 2, "vocab_size": 300}
+    sizes = {
+        "arch": ArchConfig(encoding="sinusoidal", dim=16, depth=1, num_heads=2, vocab_size=300),
+        "decoder_depth": 1,
+    }
     compiled = TranslationModel(**sizes, compile=True)
     blocks = [*compiled.encoder.blocks, *compiled.decoder.blocks]
     assert len(blocks) == 2 and all(block._compiled_call_impl is not None for block in blocks)

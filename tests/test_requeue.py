@@ -1,11 +1,11 @@
-"""Re-queueing a failed grid point is idempotent and survives a kill between the two storage writes (fail,
-then queue the retry): a point is never lost and never queued twice. In-memory studies, no processes."""
+"""Re-queueing a failed grid point is idempotent (a trial with a retry is never queued twice), and a point
+failed for good is left alone. In-memory studies, no processes."""
 
 import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from tracking.sweep import DIED, QUEUED, recover_dead_trials, requeue
+from tracking.sweep import QUEUED, recover_dead_trials, requeue
 
 
 def grid_study(state: TrialState, reason: str) -> optuna.Study:
@@ -28,14 +28,6 @@ def test_requeue_twice_queues_one_retry():
     assert requeue(study, failed, "killed", max_retries=2, crashed=True)  # e.g. a retried storage call
     (retry,) = waiting(study)
     assert retry.params == {"x": 1} and retry.system_attrs["retry_history"] == [0]
-
-
-def test_a_point_failed_as_dead_but_never_requeued_is_requeued_on_the_next_start():
-    study = grid_study(TrialState.FAIL, DIED)  # the recovering sweep was killed between FAIL and re-queue
-    recover_dead_trials(study, max_retries=2, heartbeat=30)
-    recover_dead_trials(study, max_retries=2, heartbeat=30)
-    (retry,) = waiting(study)
-    assert retry.params == {"x": 1} and retry.system_attrs["grid_id"] == 0
 
 
 def test_a_point_failed_for_good_is_left_alone():

@@ -578,7 +578,7 @@ def finite(final: dict, metrics: list[str]) -> bool:
     return all(m in final and final[m] == final[m] for m in metrics)
 
 
-DIED = "sweep process died; re-queued"  # set before the trial is failed, so a re-queue a kill cut off is redone
+DIED = "sweep process died; re-queued"
 
 
 def recover_dead_trials(study: optuna.Study, max_retries: int, heartbeat: int) -> None:
@@ -599,11 +599,6 @@ def recover_dead_trials(study: optuna.Study, max_retries: int, heartbeat: int) -
                 requeue(study, study._storage.get_trial(trial._trial_id), "sweep process died", max_retries)
         except optuna.exceptions.UpdateFinishedTrialError:  # another process was first
             pass
-    trials = study.get_trials(deepcopy=False)
-    retried = {n for t in trials for n in t.system_attrs.get("retry_history", [])}
-    for trial in trials:  # failed as dead, then the recovering process was killed before it re-queued the trial
-        if trial.state == TrialState.FAIL and trial.user_attrs.get("reason") == DIED and trial.number not in retried:
-            requeue(study, trial, "sweep process died", max_retries)
     optuna.storages.fail_stale_trials(study)
 
 
