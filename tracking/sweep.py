@@ -722,13 +722,12 @@ class Sweep:
                     note = f"{reason[:220]}; not re-queued: --max_retries {self.opts.max_retries} reached"
                 if note:
                     trial.set_user_attr("reason", note[:300])
-                if requeue_as:  # the retry first: a kill between the two writes must not lose the grid point
-                    running = study._storage.get_trial(trial._trial_id)
-                    requeue(study, running, requeue_as[0], self.opts.max_retries, crashed=requeue_as[1])
                 try:
-                    study.tell(trial, value, state=state)
+                    frozen = study.tell(trial, value, state=state)
                 except optuna.exceptions.UpdateFinishedTrialError:
                     return  # the same, between the check and the tell (PostgreSQL: no file lock)
+                if requeue_as:  # after the tell, which only one process wins: never two retries of one trial
+                    requeue(study, frozen, requeue_as[0], self.opts.max_retries, crashed=requeue_as[1])
 
         retrying(tell, what=f"trial {trial.number}")
 
