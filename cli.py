@@ -114,12 +114,12 @@ class PECLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check registry names before anything is seeded, logged or instantiated."""
+        check_not_linked([a for a in (args if isinstance(args, list) else sys.argv[1:]) if isinstance(a, str)])
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else self.config
         if config.get("run.name") is not None:
             check_name("--run.name", config.run.name)
-        check_not_linked([a for a in (args if isinstance(args, list) else sys.argv[1:]) if isinstance(a, str)])
         model_args = config.get("model.init_args") or {}
         check_model_args(model_args)
         check_trainer_args(config.get("trainer") or {})

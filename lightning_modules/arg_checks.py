@@ -56,7 +56,15 @@ def check_trainer_args(trainer_args: dict) -> None:
 
 def check_not_linked(argv: list[str]) -> None:
     """Model arguments the data sets (cli.py's links) would silently replace a value given on the line."""
+    from dataclasses import fields
+
+    from lightning_modules.arch import ArchConfig
+
+    moved = {f.name for f in fields(ArchConfig)}
     for arg in argv:
+        key = arg.split("=", 1)[0].removeprefix("--model.").removeprefix("init_args.")
+        if arg.startswith("--model.") and key in moved:  # the keys before ArchConfig existed
+            raise ConfigError(f"--model.{key} is now --model.arch.{key} (one architecture config: --model.help CLASS)")
         for key, source in LINKED.items():
             if arg.split("=", 1)[0] in (f"--model.{key}", f"--model.init_args.{key}"):
                 raise ConfigError(f"--model.{key} is set from {source} and cannot be given; change the data instead")

@@ -69,3 +69,11 @@ def test_devices_per_trial_and_one_agent_per_gpu_resolve():
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert resolve(trainer, len(env["CUDA_VISIBLE_DEVICES"].split(","))) == ("cuda", 2, "DDPStrategy")
     assert resolve(trainer, len("0".split(","))) == ("cuda", 1, "SingleDeviceStrategy")  # one agent per GPU
+
+
+def test_architecture_keys_from_before_arch_config_are_one_line(capsys, monkeypatch):
+    args = ["fit", "--config=configs/synthetic.yaml", "--model.encoding=rope", "--print_config"]
+    code, _, err = cli_in_process(args, capsys, monkeypatch, ROOT)
+    assert code == 2 and err.strip().splitlines() == [
+        "error: --model.encoding is now --model.arch.encoding (one architecture config: --model.help CLASS)"
+    ]
