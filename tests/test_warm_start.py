@@ -153,3 +153,15 @@ def test_a_warm_trial_trains_to_the_same_numbers_as_a_cold_one(tmp_path):
         starter.close()
     assert finals["warm"]["final"] == finals["cold"]["final"]
     assert finals["warm"]["history"] == finals["cold"]["history"]
+
+
+def test_each_warm_trial_stages_wandb_media_in_its_own_folder():
+    """Forked trials shared W&B's import-time media folder and the first to exit deleted it under the others
+    (FileNotFoundError on their length tables)."""
+    from wandb.sdk.data_types import _private
+
+    from tracking.warm_start import own_media_dir
+
+    shared = _private.MEDIA_TMP.name
+    own_media_dir()
+    assert _private.MEDIA_TMP.name != shared and os.path.isdir(_private.MEDIA_TMP.name) and os.path.isdir(shared)

@@ -422,7 +422,21 @@ def become_trial(request: dict) -> str:
         torch.set_num_threads(int(threads))
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
+    own_media_dir()
     return args[0]
+
+
+def own_media_dir() -> None:
+    """W&B stages tables and images in one temporary folder made at import time, which every forked trial
+    would share and the first to exit would delete under the others: give this trial its own."""
+    private = sys.modules.get("wandb.sdk.data_types._private")
+    if private is None:
+        return
+    import tempfile
+
+    private.MEDIA_TMP._finalizer.detach()  # the server's folder stays the server's
+    fresh = tempfile.TemporaryDirectory("wandb-media")  # removed when this trial exits
+    private.MEDIA_TMP.name, private.MEDIA_TMP.own = fresh.name, fresh  # modules imported the object itself
 
 
 def main() -> None:
