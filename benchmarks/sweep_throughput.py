@@ -49,7 +49,7 @@ def grid_file(folder: Path, seeds: int, steps: int) -> Path:
     args = [a for a in TINY if not a.startswith(("--trainer.max_steps", "--trainer.val_check_interval"))]
     sweep = {
         "program": str(ROOT / "cli.py"), "method": "grid", "metric": {"name": "val/acc", "goal": "maximize"},
-        "parameters": {"model.encoding": {"values": ENCODINGS}, "seed_everything": {"values": list(range(seeds))}},
+        "parameters": {"model.arch.encoding": {"values": ENCODINGS}, "seed_everything": {"values": list(range(seeds))}},
         "command": ["${env}", "${interpreter}", "${program}", "fit", *args, f"--trainer.max_steps={steps}",
                     f"--trainer.val_check_interval={max(1, steps // 2)}", "${args}"],
     }  # fmt: skip
@@ -85,7 +85,7 @@ def run_setting(grid: Path, out: Path, start: str, workers: str) -> dict:
         "startup_s": sorted(r["startup_seconds"] for r in records),
         "idle_worker_fraction": max(0.0, 1 - in_trial / (n_workers * wall)),
         "not_training_fraction": max(0.0, 1 - training / (n_workers * wall)),
-        "val_acc": {f"{t.params['model.encoding']}-s{t.params['seed_everything']}": t.value for t in trials},
+        "val_acc": {f"{t.params['model.arch.encoding']}-s{t.params['seed_everything']}": t.value for t in trials},
         "load_before": load, "load_after": os.getloadavg()[0],
     }  # fmt: skip
 

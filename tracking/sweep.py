@@ -11,11 +11,12 @@ already imported torch, Lightning and W&B (tracking/warm_start.py; `--cold_start
 new interpreter); both kinds are supervised by the same code.
 
 Exactly once: every grid point is queued once at study creation and popped by `study.ask()`. Steps that
-read and then write the study (ask and its queue pop, tell, recovering dead trials, creating the study)
-hold a `StudyLock`: a thread lock and, on SQLite, an flock on `<database>.lock` beside the database,
-because SQLite ignores Optuna's `SELECT ... FOR UPDATE`. PostgreSQL's row locks make those steps atomic
-across hosts. Storage errors in a worker are retried; `tell` on a trial another process already
-finished is skipped.
+read and then write the study (ask and its queue pop, tell and re-queue, recovering dead trials, creating
+the study) hold a `StudyLock` (tracking/study_lock.py: a file lock on SQLite, an advisory lock on
+PostgreSQL, both freed when their holder dies). A failed trial's retry is queued before the failure is
+told, in the same locked step: a sweep killed between the two leaves a RUNNING trial that recovery fails
+without queueing a second retry. Storage errors in a worker are retried; `tell` on a trial another
+process already finished is skipped.
 
 Resuming: the study lives in SQLite under the output directory, one database per sweep file shared by
 the studies `--set` and `--reseed` make from it (or `--storage postgresql://...`).
@@ -47,7 +48,6 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 import optuna
 import sqlalchemy
 import yaml
-from filelock import FileLock
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
@@ -59,6 +59,7 @@ from tracking import sweep_file as sf
 from tracking.children import stop_child
 from tracking.records import RECORD_FILE, check_name, read_record
 from tracking.search import Search, build_search
+from tracking.study_lock import StudyLock
 from tracking.sweep_display import redact_url
 from tracking.wandb_setup import SWEEP_PARAMS_ENV
 from tracking.warm_start import TrialStarter, WarmChild
@@ -165,31 +166,6 @@ def hide_secrets(text: str, url: str) -> str:
     return text
 
 
-class StudyLock:
-    """Serialises the read-then-write steps of a study: across this process's threads always, and across
-    processes on SQLite by an flock on `<database>.lock` (released by the kernel if the holder dies)."""
-
-    def __init__(self, url: str):
-        self.thread = threading.Lock()
-        database = sqlalchemy.engine.make_url(url).database if url.startswith("sqlite") else None
-        self.file = FileLock(f"{database}.lock") if database and database != ":memory:" else None
-
-    def __enter__(self):
-        self.thread.acquire()
-        if self.file:
-            try:
-                self.file.acquire()
-            except BaseException:
-                self.thread.release()
-                raise
-        return self
-
-    def __exit__(self, *exc):
-        if self.file:
-            self.file.release()
-        self.thread.release()
-
-
 def retrying(action, *args, attempts: int = 8, what: str = "storage"):
     """Run `action(*args)`, retrying database errors (a locked SQLite file, a dropped connection)."""
     for attempt in range(attempts):
@@ -269,16 +245,22 @@ def open_storage(opts: SweepOptions, url: str) -> optuna.storages.RDBStorage:
         except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
             failure = error
             break
-    reason = hide_secrets(str(failure).strip().splitlines()[0][:200], url)
-    raise ConfigError(f"cannot open sweep storage {redact_url(url)}: {reason}") from None
+    raise storage_error(url, failure) from None
+
+
+def storage_error(url: str, error: BaseException | None) -> ConfigError:
+    """The one line for a storage that cannot be opened or locked, its password hidden."""
+    reason = hide_secrets(str(error).strip().splitlines()[0][:200], url)
+    return ConfigError(f"cannot open sweep storage {redact_url(url)}: {reason}")
 
 
 def open_study(
     sweep: dict, opts: SweepOptions, storage, study_name: str, locked: bool, search: Search | None = None
 ) -> optuna.Study:
     """Create the study (queueing every grid point once) or load it, checking it is the same sweep.
-    `locked`: this process holds the SQLite file lock, so a study that is not ready was left half-made
-    by a process that died while creating it (on PostgreSQL: not ready after a minute). `search`: the
+    `locked`: this process holds the study's cross-process lock (tracking/study_lock.py), so a study that
+    is not ready was left half-made by a process that died while creating it (else: not ready after a
+    minute). `search`: the
     sweep file's directions, sampler and pruner (tracking/search.py), built from `sweep` when not given."""
     search = search or build_search(sweep, study_name)
     digest = hashlib.sha256(json.dumps(sweep, sort_keys=True).encode()).hexdigest()[:16]
@@ -653,11 +635,14 @@ class Sweep:
         self.search = build_search(sweep, self.study_name)
         url = storage_url(opts, self.study_name)
         self.url = url
-        self.lock = StudyLock(url)
-        with self.lock:  # on SQLite, creating the tables and queueing the grid happen once
-            self.storage = open_storage(opts, url)
-            locked = self.lock.file is not None
-            self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
+        try:
+            self.lock = StudyLock(url, self.study_name)
+            with self.lock:  # creating the tables and queueing the grid happen once
+                self.storage = open_storage(opts, url)
+                locked = self.lock.process is not None
+                self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:  # the lock's own connection
+            raise storage_error(url, error) from None
         self.errors: list[str] = []
         self.starter = TrialStarter(layout.study_dir(opts.out_dir, self.study_name), opts.cold_start, opts.warm_any)
         self.stop = threading.Event()
@@ -716,18 +701,19 @@ class Sweep:
             with self.lock:
                 if study._storage.get_trial(trial._trial_id).state.is_finished():
                     return  # another process found it stale, failed and re-queued it
+                current = study._storage.get_trial(trial._trial_id)
+                again = bool(requeue_as) and retries_left(current, self.opts.max_retries, requeue_as[1])
                 note = reason
-                if requeue_as and not retries_left(study._storage.get_trial(trial._trial_id), self.opts.max_retries,
-                                                   requeue_as[1]):  # fmt: skip
+                if requeue_as and not again:
                     note = f"{reason[:220]}; not re-queued: --max_retries {self.opts.max_retries} reached"
                 if note:
                     trial.set_user_attr("reason", note[:300])
+                if again:  # first: killed before the tell, the trial stays RUNNING and recovery finds its retry
+                    requeue(study, current, requeue_as[0], self.opts.max_retries, crashed=requeue_as[1])
                 try:
-                    frozen = study.tell(trial, value, state=state)
+                    study.tell(trial, value, state=state)
                 except optuna.exceptions.UpdateFinishedTrialError:
-                    return  # the same, between the check and the tell (PostgreSQL: no file lock)
-                if requeue_as:  # after the tell, which only one process wins: never two retries of one trial
-                    requeue(study, frozen, requeue_as[0], self.opts.max_retries, crashed=requeue_as[1])
+                    return  # another host's Optuna heartbeat check failed it meanwhile
 
         retrying(tell, what=f"trial {trial.number}")
 
@@ -761,6 +747,7 @@ class Sweep:
                 time.sleep(0.5)
         finally:
             self.starter.close()
+            self.lock.close()
         if on_tick:
             self.quietly(on_tick, self.study)
 
