@@ -49,6 +49,7 @@ from tracking.wandb_setup import (  # noqa: E402
     run_name,
     sweep_params,
 )
+from tracking.warm_start import PREBUILT  # noqa: E402
 
 # short class names accepted wherever a model or data class path is (`--model=SyntheticTaskModel`,
 # `--model.help SyntheticTaskModel`)
@@ -92,8 +93,31 @@ class RunOptions:
     name: str | None = None  # default <task>-<encoding>[-<key>=<value> per parameter its sweep varies]-s<seed>
 
 
+class ParserBuilt(Exception):
+    """Stops `prebuild_parser`'s LightningCLI once its parser is built: nothing is parsed or run."""
+
+
 class PECLI(LightningCLI):
     """LightningCLI wiring: shared sizes linked, run naming, W&B logger and the local run record."""
+
+    prebuilding = False  # set by prebuild_parser only
+
+    def setup_parser(self, add_subcommands, main_kwargs, subparser_kwargs) -> None:
+        """Build the parser (about 0.5 s), or take the one a sweep's fork server built before forking this
+        trial (tracking/warm_start.py). jsonargparse reads defaults when the parser is built, so the
+        defaults that come from the environment (`RunOptions`) are read again here, in the trial."""
+        if add_subcommands and PREBUILT and not self.prebuilding:
+            built = PREBUILT.pop("cli")
+            vars(self).update(built)
+            fresh = {f"run.{key}": value for key, value in vars(RunOptions()).items()}
+            for parser in self._subcommand_parsers.values():
+                parser.set_defaults(fresh)
+            return
+        before = set(vars(self))
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        if self.prebuilding:
+            PREBUILT["cli"] = {key: value for key, value in vars(self).items() if key not in before}
+            raise ParserBuilt
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.epilog = (
@@ -255,6 +279,24 @@ def check_optimisation_args(argv: list[str]) -> None:
         )
 
 
+def make_cli(args: list[str] | None) -> PECLI:
+    return PECLI(
+        seed_everything_default=0, save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, args=args
+    )
+
+
+def prebuild_parser() -> None:
+    """Build the fit/validate/test/predict parser once, in a sweep's fork server, for every trial it forks
+    (each child takes its own copy of the server's memory: a parser is never shared between trials)."""
+    PECLI.prebuilding = True
+    try:
+        make_cli([])
+    except ParserBuilt:
+        pass
+    finally:
+        PECLI.prebuilding = False
+
+
 def cli_main(args: list[str] | None = None):
     """Entry point. A ConfigError (bad name, size, option or file) is one line on stderr and exit 2;
     a diverged loss one line and exit 3 (its run record says `diverged`)."""
@@ -268,12 +310,7 @@ def cli_main(args: list[str] | None = None):
         check_optimisation_args(argv)
         if args is None:  # LightningCLI warns when given both `args` and a command line
             sys.argv[1:] = expand_class_names(argv)
-        return PECLI(
-            seed_everything_default=0,
-            save_config_kwargs={"overwrite": True},
-            auto_configure_optimizers=False,
-            args=None if args is None else expand_class_names(args),
-        )
+        return make_cli(None if args is None else expand_class_names(args))
     except Exception as error:
         full = disk_full(error)
         if full is not None:  # the run record (if it could be written) says `failed` with this reason

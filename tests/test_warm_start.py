@@ -135,24 +135,27 @@ def test_a_forked_trial_sees_what_a_cold_one_sees(tmp_path, capfd):
 
 @pytest.mark.slow
 def test_a_warm_trial_trains_to_the_same_numbers_as_a_cold_one(tmp_path):
+    """The same numbers warm as cold; and a second warm trial, forked from the server that the first one's
+    environment started, writes under its own PE_OUT_DIR (the prebuilt parser's defaults are re-read)."""
     starter = TrialStarter(tmp_path / "study")
     finals = {}
     try:
-        for start in ("cold", "warm"):
+        for start in ("cold", "warm", "warm2"):
             starter.cold = start == "cold"
             out = tmp_path / start
             env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PE_OUT_DIR": str(out)}
             argv = ["/usr/bin/env", sys.executable, str(CLI), "fit", *TINY, "--model.arch.encoding=alibi"]
             with open(tmp_path / f"{start}.log", "wb") as log:
                 child = starter.launch(argv, env, log)
-                assert isinstance(child, WarmChild) == (start == "warm")
+                assert isinstance(child, WarmChild) == (start != "cold")
                 assert child.wait(timeout=300) == 0, (tmp_path / f"{start}.log").read_text()[-2000:]
             (record,) = out.glob("runs/*/record.json")
             finals[start] = json.loads(record.read_text())
     finally:
         starter.close()
-    assert finals["warm"]["final"] == finals["cold"]["final"]
-    assert finals["warm"]["history"] == finals["cold"]["history"]
+    for warm in ("warm", "warm2"):
+        assert finals[warm]["final"] == finals["cold"]["final"]
+        assert finals[warm]["history"] == finals["cold"]["history"]
 
 
 def test_each_warm_trial_stages_wandb_media_in_its_own_folder():

@@ -1,5 +1,7 @@
 """Warm start for sweep trials: a fork server that has imported torch, Lightning, W&B and this project, and
-forks one child per trial, so a trial starts without paying the ~3 s of imports.
+forks one child per trial, so a trial starts without paying the ~3 s of imports, nor the ~0.5 s of building
+LightningCLI's parser (built once in the server, `cli.prebuild_parser`; the environment-dependent defaults,
+`RunOptions`, are read again in each child).
 
 The sweep (tracking/sweep.py) starts the server at its first warm trial (`main`, in its own session) and
 asks it for a child whenever a trial's command is this project's `cli.py` run by the sweep's
@@ -56,12 +58,13 @@ CLI = ROOT / "cli.py"
 HEADER = struct.Struct("!I")  # request length, sent with the two file descriptors
 # imported by the server: cli.py's own imports, then every model and data module a config names, and W&B
 PRELOAD = (
-    "cli", "wandb", "pytorch_lightning.loggers.wandb",
+    "cli", "wandb", "pytorch_lightning.loggers.wandb", "pandas",  # pandas: W&B's per-length table imports it
     "lightning_modules.synthetic_model", "lightning_modules.causal_lm", "lightning_modules.masked_lm",
     "lightning_modules.classifier", "lightning_modules.translation", "lightning_modules.task_modules",
     "datamodules.synthetic", "datamodules.text", "datamodules.masked_lm", "datamodules.glue",
     "datamodules.text_classification", "datamodules.translation",
 )  # fmt: skip
+PREBUILT: dict = {}  # filled in the fork server by cli.prebuild_parser(): each forked trial takes the parser
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")  # read when a library loads
 
 
@@ -281,6 +284,7 @@ def preload() -> None:
             importlib.import_module(name)
         except ImportError as error:  # an optional extra (e.g. transformers) that is not installed
             print(f"warm start: not preloaded: {name}: {error}", flush=True)
+    sys.modules["cli"].prebuild_parser()  # a trial's LightningCLI parser, built once (cli.py: PECLI.setup_parser)
 
 
 def receive(connection: socket.socket) -> tuple[dict, list[int]]:
@@ -298,6 +302,7 @@ def receive(connection: socket.socket) -> tuple[dict, list[int]]:
 def serve(address: str, sweep_pid: int, ready_fd: int) -> dict | None:
     """The server's loop. Returns only in a forked child, with the request it is to run."""
     sys.path[0] = str(ROOT)  # started with `-c` in ROOT: '' would follow a child's chdir
+    os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")  # pyarrow (via pandas): no thread
     started, before = time.monotonic(), dict(os.environ)
     try:
         preload()
