@@ -516,8 +516,10 @@ def test_report_page_renders_every_image_in_headless_chromium(tmp_path):
     import shutil
 
     browser = next((path for name in BROWSERS if (path := shutil.which(name))), None)
+    if browser is None and os.environ.get("CI"):
+        pytest.fail("CI must install Chromium (scripts/install_chromium.sh)")
     if browser is None:
-        pytest.skip(f"no headless Chromium on PATH (looked for {', '.join(BROWSERS)})")
+        pytest.skip(f"no headless Chromium on PATH (looked for {', '.join(BROWSERS)}): scripts/install_chromium.sh")
     page = write_report(C.compare(grid(), "val/acc"), tmp_path / "report")
     check = (
         "<script>window.addEventListener('load', () => { const bad = [...document.images].filter(i => "
@@ -528,6 +530,8 @@ def test_report_page_renders_every_image_in_headless_chromium(tmp_path):
     probe = page.with_name("probe.html")
     probe.write_text(page.read_text().replace("</body>", check + "</body>"))
     argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-quic", f"--user-data-dir={tmp_path / 'profile'}",  # offline: no calls home, a new profile
             "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

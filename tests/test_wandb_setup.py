@@ -24,6 +24,20 @@ def test_run_names_carry_the_parameters_a_sweep_varies(monkeypatch):
     assert ws.sweep_params() == {}
 
 
+def test_a_wandb_agents_run_is_named_by_its_sweep_parameters(tmp_path, monkeypatch):
+    """A run that `wandb agent` starts reads its parameters from the file the agent writes (W&B's own writer)."""
+    from wandb.sdk.lib.config_util import save_config_file_from_dict
+
+    path = tmp_path / "wandb" / "sweep-abc" / "config-r1.yaml"
+    save_config_file_from_dict(str(path), {"model.lr": {"value": 0.002}, "model.arch.encoding": {"value": "rope"}})
+    monkeypatch.delenv(ws.SWEEP_PARAMS_ENV, raising=False)
+    monkeypatch.setenv("WANDB_SWEEP_PARAM_PATH", str(path))
+    assert ws.sweep_params() == {"model.lr": 0.002, "model.arch.encoding": "rope"}
+    assert ws.run_name("copy", "rope", 0, ws.sweep_params()) == "copy-rope-lr=0.002-s0"
+    monkeypatch.setenv("WANDB_SWEEP_PARAM_PATH", str(tmp_path / "missing.yaml"))
+    assert ws.sweep_params() == {}
+
+
 def test_groups_are_sweep_task_encoding():
     assert ws.run_group("copy", "rope", "lr_search-rope") == "lr_search-rope/copy/rope"
     assert ws.run_group("copy", "rope", "pe-sweeps") == "pe-sweeps/copy/rope"

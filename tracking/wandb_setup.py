@@ -44,12 +44,29 @@ def default_wandb_mode() -> str:
 
 
 def sweep_params() -> dict:
-    """The parameters this run's sweep varies and their values here ({} outside a sweep)."""
+    """The parameters this run's sweep varies and their values here ({} outside a sweep): from `cli.py sweep`
+    (PE_SWEEP_PARAMS), else from a `wandb agent`'s parameter file (WANDB_SWEEP_PARAM_PATH, `{key: {value: v}}`;
+    the agent writes every parameter of the sweep there, fixed `value:` ones too, so those are named as well)."""
+    if SWEEP_PARAMS_ENV not in os.environ and os.environ.get("WANDB_SWEEP_PARAM_PATH"):
+        return agent_params(Path(os.environ["WANDB_SWEEP_PARAM_PATH"]))
     try:
         params = json.loads(os.environ.get(SWEEP_PARAMS_ENV) or "{}")
     except ValueError:
         return {}
     return params if isinstance(params, dict) else {}
+
+
+def agent_params(path: Path) -> dict:
+    """The parameters in a W&B agent's per-run file ({} if it cannot be read: the name then lacks them)."""
+    import yaml
+
+    try:
+        params = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    if not isinstance(params, dict):
+        return {}
+    return {k: v["value"] for k, v in params.items() if isinstance(v, dict) and "value" in v}
 
 
 def short_key(key: str) -> str:
