@@ -81,6 +81,7 @@ class ProbeResult:
     absolute_mae: float
     relative_errors: list[float]  # one per seed: seed, seed+1, ...
     identical_rows: bool = False  # E carried no position signal (see `collapse_rounding_noise`)
+    trained_positions: int | None = None  # a checkpoint's rows 0..this-1 were reached in training (`trained_rows`)
     notes: list[str] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)
 
@@ -249,6 +250,22 @@ def saved_table(opts: ProbeOptions) -> tuple[np.ndarray, str, list[str]]:
     return table[:length].double().numpy(), name, notes
 
 
+def trained_rows(path: str, transformer: Transformer) -> int | None:
+    """How many positions a checkpoint's training inputs reached: its longest training input (from the data
+    module's saved hyperparameters), or the whole sampled range when the encoding randomised positions
+    (Ruoss et al. 2023). Rows past it were never trained: a learned table keeps its initialisation there.
+    None when the checkpoint does not record its data module."""
+    from datamodules.synthetic import sequence_length
+
+    if getattr(transformer.encoding, "randomize_positions", None):
+        return int(transformer.encoding.randomize_positions)
+    data = torch.load(path, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters") or {}
+    if "train_max_len" not in data:
+        return None
+    args = (data.get("task", "copy"), data["train_max_len"], data.get("num_symbols", 10), data["train_max_len"])
+    return sequence_length(*args, data.get("causal", True), data.get("task_options"))
+
+
 def resolve(opts: ProbeOptions) -> tuple[Transformer, int, list[str]]:
     """The transformer to probe, the number of positions and notes on what its scores mean."""
     check_options(opts)
@@ -291,16 +308,37 @@ def figure_arrays(E: np.ndarray, transformer: Transformer | None, length: int) -
     return arrays
 
 
-def save_figures(arrays: dict[str, np.ndarray], name: str, source: str, out_dir: Path) -> list[Path]:
-    """Write one PNG per array (Agg canvas, no pyplot state); returns their paths."""
+def save_figures(
+    arrays: dict[str, np.ndarray], name: str, source: str, out_dir: Path, trained: int | None = None
+) -> list[Path]:
+    """Write one PNG per array (Agg canvas, no pyplot state); returns their paths. `trained`: positions
+    from there on were never reached in training, marked in every figure."""
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = {"cosine": plot_cosine, "pca": plot_pca, "logits": plot_logits}
     paths = []
     for key, array in arrays.items():
         figure = plots[key](array, name if key == "logits" else f"{name}, {source}")
+        if trained is not None and trained < array.shape[-2]:
+            mark_trained(figure, key, trained)
         paths.append(out_dir / f"{key}.png")
         figure.savefig(paths[-1], dpi=100)
     return paths
+
+
+def mark_trained(figure, key: str, trained: int) -> None:
+    """Draw where training's positions end: dashed lines on the heatmaps, and on the PCA the untrained
+    positions circled in grey."""
+    for ax in figure.axes:
+        if ax.get_label() == "<colorbar>":
+            continue
+        if key == "pca":
+            points = ax.collections[0].get_offsets()[trained:]
+            ax.scatter(points[:, 0], points[:, 1], s=30, facecolors="none", edgecolors="grey", linewidths=0.6,
+                       label=f"positions >= {trained}: never trained")  # fmt: skip
+            ax.legend(loc="best", fontsize=8)
+        elif ax.images:
+            for line in (ax.axvline, ax.axhline):
+                line(trained - 0.5, color="black", linestyle="--", linewidth=0.8)
 
 
 def plot_cosine(cosine: np.ndarray, title: str):
@@ -308,7 +346,7 @@ def plot_cosine(cosine: np.ndarray, title: str):
 
     figure = Figure(figsize=(6, 5), layout="constrained")
     ax = figure.add_subplot()
-    image = ax.imshow(cosine, cmap="viridis", vmin=-1, vmax=1)
+    image = ax.imshow(cosine, cmap="RdBu_r", vmin=-1, vmax=1)  # signed: diverging, 0 white
     ax.set(title=f"cosine similarity: {title}", xlabel="position", ylabel="position")
     figure.colorbar(image, ax=ax)
     return figure
@@ -355,6 +393,11 @@ def write_index(result: ProbeResult, paths: list[Path], out_dir: Path) -> None:
         f"<p>source: {result.source}; {result.positions} positions x {result.width}</p>",
         f"<p>absolute MAE {result.absolute_mae:.3f} (chance {result.chance['absolute_mae']:.3f}); relative "
         f"error {relative_summary(result)} (chance 50 %)</p>",
+        *(
+            [f"<p>trained positions: 0-{result.trained_positions - 1} (dashed lines / grey circles mark the rest)</p>"]
+            if result.trained_positions and result.trained_positions < result.positions
+            else []
+        ),  # fmt: skip
         *(f"<p>{note}</p>" for note in result.notes),
         *(f'<h2>{p.stem}</h2><img src="{p.name}">' for p in paths),
     ]
@@ -411,6 +454,12 @@ def run_probe(opts: ProbeOptions) -> ProbeResult:
         name = transformer.encoding.name
         E, source = position_vectors(transformer, length, opts.token, opts.hidden)
     E, identical = collapse_rounding_noise(E)
+    trained = trained_rows(opts.ckpt, transformer) if opts.ckpt else None
+    if trained is not None and trained < len(E):
+        notes.append(
+            f"positions {trained}-{len(E) - 1} were never reached in training (longest training input: {trained} "
+            "tokens): marked in the figures; a learned table's rows there are its initialisation"
+        )
     if source == HIDDEN:
         notes.append(f"probed: {HIDDEN} (token {opts.token}), not an embedding table")
     if identical:
@@ -420,11 +469,12 @@ def run_probe(opts: ProbeOptions) -> ProbeResult:
         encoding=name, source=source, positions=E.shape[0], width=E.shape[1],
         absolute_mae=absolute_position_mae(E, opts.seed),
         relative_errors=[relative_position_error(E, opts.pairs, s) for s in seeds], identical_rows=identical,
-        notes=notes,
+        notes=notes, trained_positions=trained,
     )  # fmt: skip
     paths = []
     if opts.report:
-        paths = save_figures(figure_arrays(E, transformer, length), name, source, Path(opts.report))
+        arrays = figure_arrays(E, transformer, length)
+        paths = save_figures(arrays, name, source, Path(opts.report), trained)
         result.figures = [str(p) for p in paths]
         write_index(result, paths, Path(opts.report))
     log_to_wandb(result, paths)

@@ -347,6 +347,7 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     assert config["lr"] == 0.002 and config["sweep"] == "lr_search-rope"
     metrics = {r["metric"].get("name"): r["metric"] for r in records if r["type"] == "metric"}
     assert metrics["val_by_length/acc"]["step_metric"] == "length" and "val_by_length/tok_acc" in metrics
+    assert metrics["val/acc_len_8"]["options"]["hidden"] and not metrics["val/acc"].get("options", {}).get("hidden")
     history = [r["history"]["item"] for r in records if r["type"] == "history"]
     assert [h["length"] for h in history if "val_by_length/acc" in h] == list(range(1, 9))
     assert any("train/lr" in h for h in history)

@@ -20,6 +20,7 @@ README claims covered here:
   test_cli_reports_bad_input_in_one_line
 """
 
+import json
 import math
 from pathlib import Path
 
@@ -135,7 +136,13 @@ def test_trained_learned_checkpoint(tiny_fit_args, tmp_path, capsys):
     max_length = torch.load(ckpt, map_location="cpu", weights_only=False)["hyper_parameters"]["arch"]["max_length"]
     assert result.encoding == "learned" and result.source == TABLE
     assert result.positions == max_length and math.isfinite(result.absolute_mae)
-    assert "trained checkpoint" in one_line(capsys.readouterr().out)
+    out = one_line(capsys.readouterr().out)
+    assert "trained checkpoint" in out
+    # TINY trains copy on lengths <= 4: the longest causal input is 4 + separator + 4 - 1 = 8 tokens of 17
+    assert result.trained_positions == 8 < max_length and f"positions 8-{max_length - 1} were never reached" in out
+    report = tmp_path / "r"
+    assert json.loads((report / "probe.json").read_text())["trained_positions"] == 8
+    assert "trained positions: 0-7" in (report / "index.html").read_text()
     hidden = probe_main(["--ckpt", ckpt, "--hidden", "true", "--pairs", "64", "--seeds", "1"])
     assert hidden.source == HIDDEN and math.isfinite(hidden.absolute_mae)
 

@@ -113,7 +113,9 @@ def make_wandb_logger(run_dir: Path, name: str, group: str, project: str, entity
 
 class DirectedWandbLogger(WandbLogger):
     """WandbLogger that declares every train/, val/ and test/ metric before its first value: summary =
-    best by the metric's direction (`lightning_modules.metrics.goal`) and last, x axis trainer/global_step.
+    best by the metric's direction (`lightning_modules.metrics.goal`) and last, x axis trainer/global_step;
+    the per-length keys (`val/acc_len_<n>`, about 36 of them) hidden from the automatic panels, since
+    `log_by_length` draws them against length (they stay in the history and summary for `compare --wandb`).
     Exact names, not globs: in wandb 0.31 a glob such as "val/acc*" races with WandbLogger's own "*" glob
     (which one applies to a metric is random), while an exact definition always wins."""
 
@@ -124,7 +126,8 @@ class DirectedWandbLogger(WandbLogger):
     @rank_zero_only
     def log_metrics(self, metrics: dict, step: int | None = None) -> None:
         for key in sorted(k for k in metrics if STAGE_METRIC.match(k) and k not in self._declared):
-            self.experiment.define_metric(key, step_metric=STEP, summary=f"{goal(key)},last")
+            per_length = key.startswith(tuple(BY_LENGTH))  # one panel per length: hidden, drawn vs `length`
+            self.experiment.define_metric(key, step_metric=STEP, summary=f"{goal(key)},last", hidden=per_length)
             self._declared.add(key)
         super().log_metrics(metrics, step)
 
