@@ -156,7 +156,15 @@ def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url, s
     study = optuna.load_study(study_name=name, storage=url)
     found = counts(study, POINTS)
     storage = "postgresql" if storage_url else "sqlite"
-    report = {"storage": storage, "processes": PROCESSES, "workers": WORKERS, "rounds": round_ + 1, **kills, **found}
+    report = {
+        "storage": storage,
+        "start": start_path,
+        "processes": PROCESSES,
+        "workers": WORKERS,
+        "rounds": round_ + 1,
+        **kills,
+        **found,
+    }
     print("fault counts:", json.dumps(report))
     with open(ROOT / "tests" / ".fault_counts.jsonl", "a") as log:  # for the issue note; git-ignored
         log.write(json.dumps(report) + "\n")
