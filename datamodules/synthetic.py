@@ -189,6 +189,8 @@ class SyntheticDataModule(SplitDataModule):
         self.vocab_size = vocab_size(num_symbols, train_max_len)
         # sequence lengths grow with n, so the longest input over all splits is at eval_max_len
         self.max_seq_len = sequence_length(task, eval_max_len, num_symbols, train_max_len, causal, task_options)
+        # the longest training input: positions past it are never trained (saved in checkpoints for the probe)
+        self.train_seq_len = sequence_length(task, train_max_len, num_symbols, train_max_len, causal, task_options)
         self.train_set = self.val_set = self.test_set = None
 
     def _examples(self, lengths: list[int], rng: np.random.Generator, train: bool) -> ListDataset:

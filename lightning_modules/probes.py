@@ -251,19 +251,14 @@ def saved_table(opts: ProbeOptions) -> tuple[np.ndarray, str, list[str]]:
 
 
 def trained_rows(path: str, transformer: Transformer) -> int | None:
-    """How many positions a checkpoint's training inputs reached: its longest training input (from the data
-    module's saved hyperparameters), or the whole sampled range when the encoding randomised positions
-    (Ruoss et al. 2023). Rows past it were never trained: a learned table keeps its initialisation there.
-    None when the checkpoint does not record its data module."""
-    from datamodules.synthetic import sequence_length
-
+    """How many positions a checkpoint's training inputs reached: the whole sampled range when the encoding
+    randomised positions (Ruoss et al. 2023), else the longest training input, which SyntheticTaskModel saves
+    in its checkpoints (`trained_positions`). Rows past it were never trained: a learned table keeps its
+    initialisation there. None for a checkpoint that does not record it (saved before it did)."""
     if getattr(transformer.encoding, "randomize_positions", None):
         return int(transformer.encoding.randomize_positions)
-    data = torch.load(path, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters") or {}
-    if "train_max_len" not in data:
-        return None
-    args = (data.get("task", "copy"), data["train_max_len"], data.get("num_symbols", 10), data["train_max_len"])
-    return sequence_length(*args, data.get("causal", True), data.get("task_options"))
+    trained = torch.load(path, map_location="cpu", weights_only=True).get("trained_positions")
+    return int(trained) if trained is not None else None
 
 
 def resolve(opts: ProbeOptions) -> tuple[Transformer, int, list[str]]:

@@ -64,6 +64,12 @@ class SyntheticTaskModel(TaskModule):
         self.log(M.TRAIN_LOSS, loss, prog_bar=True)
         return loss
 
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Record how many positions the training inputs reached (`probe --ckpt` marks the rest untrained)."""
+        trained = getattr(self.trainer.datamodule, "train_seq_len", None)
+        if trained is not None:
+            checkpoint["trained_positions"] = int(trained)
+
     def _eval_step(self, batch: dict, stage: str) -> None:
         logits = self(batch)
         inside = batch["length"] <= self.train_max_len
