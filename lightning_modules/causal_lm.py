@@ -96,6 +96,12 @@ class CausalLMModel(TaskModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
         return getattr(datamodule, "block_size", None)
 
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Record how many positions training reached, the block size (`probe --ckpt` marks the rest)."""
+        trained = getattr(getattr(self.trainer, "datamodule", None), "block_size", None)
+        if trained is not None:
+            checkpoint["trained_positions"] = int(trained)
+
     def forward(self, tokens: Tensor) -> Tensor:
         return self.head(self.transformer(tokens))  # (B, L, V)
 

@@ -55,7 +55,7 @@ class ProbeOptions:
     CHOICES: ClassVar[dict] = {"encoding": tuple(ENCODINGS)}
 
     encoding: str | None = None  # registry name: probe a freshly built (untrained) encoding
-    ckpt: str | None = None  # SyntheticTaskModel checkpoint: probe its trained encoding
+    ckpt: str | None = None  # a synthetic, causal LM, masked LM or classifier checkpoint: its trained encoding
     hf_model: str | None = None  # Hugging Face GPT-2 / BERT / RoBERTa folder (or hub name): its position table
     table: str | None = None  # a (positions, width) table in a .npy or .pt file
     max_length: int | None = None  # positions probed; default 512, the checkpoint's max_length, or all rows
@@ -204,14 +204,22 @@ def bare_notes(transformer: Transformer, hidden: bool, seed: int) -> list[str]:
 
 
 def load_checkpoint(path: str) -> Transformer:
-    """The trained Transformer of a SyntheticTaskModel checkpoint, on the CPU."""
-    from lightning_modules.synthetic_model import SyntheticTaskModel
+    """The trained Transformer of a task module's checkpoint on the CPU: the module class its hyperparameters
+    name (`_class_path`: synthetic, causal LM, masked LM or classifier), SyntheticTaskModel if unnamed."""
+    from lightning_modules.task_modules import TASK_MODULES
 
+    named = {f"{m.__module__}.{m.__qualname__}": m for m in TASK_MODULES}
     try:
-        return SyntheticTaskModel.load_from_checkpoint(path, map_location="cpu").transformer
-    except Exception as error:  # a file that is no SyntheticTaskModel checkpoint
+        hparams = torch.load(path, map_location="cpu", weights_only=True).get("hyper_parameters") or {}
+        module = named.get(hparams.get("_class_path"), named["lightning_modules.synthetic_model.SyntheticTaskModel"])
+        model = module.load_from_checkpoint(path, map_location="cpu")
+    except Exception as error:  # a file that is no checkpoint of ours
         reason = type(error).__name__ + ": " + (str(error).strip().splitlines() or [""])[0]
-        raise ConfigError(f"cannot load {path!r} as a SyntheticTaskModel checkpoint: {reason}") from error
+        raise ConfigError(f"cannot load {path!r} as a task module checkpoint: {reason}") from error
+    if not isinstance(getattr(model, "transformer", None), Transformer):
+        raise ConfigError(f"{path!r} is a {module.__name__} checkpoint, which has no single Transformer to probe "
+                          "(probe its encoder's table with --table)")  # fmt: skip
+    return model.transformer
 
 
 def check_length(length: int) -> None:
@@ -252,9 +260,9 @@ def saved_table(opts: ProbeOptions) -> tuple[np.ndarray, str, list[str]]:
 
 def trained_rows(path: str, transformer: Transformer) -> int | None:
     """How many positions a checkpoint's training inputs reached: the whole sampled range when the encoding
-    randomised positions (Ruoss et al. 2023), else the longest training input, which SyntheticTaskModel saves
-    in its checkpoints (`trained_positions`). Rows past it were never trained: a learned table keeps its
-    initialisation there. None for a checkpoint that does not record it (saved before it did)."""
+    randomised positions (Ruoss et al. 2023), else the longest training input, which the synthetic and causal
+    LM modules save in their checkpoints (`trained_positions`). Rows past it were never trained: a learned
+    table keeps its initialisation there. None for a checkpoint that does not record it (saved before)."""
     if getattr(transformer.encoding, "randomize_positions", None):
         return int(transformer.encoding.randomize_positions)
     trained = torch.load(path, map_location="cpu", weights_only=True).get("trained_positions")

@@ -170,6 +170,12 @@ def test_few_step_fit_logs_perplexity_per_context(config, encoding, tmp_path, mo
     for name in ["val/ppl", "val/loss", "val/ppl_ctx_16", "val/ppl_ctx_32", "val/ppl_ctx_64", *sliding]:
         assert torch.isfinite(torch.tensor(final[name])), name
     assert final["val/ppl"] == pytest.approx(final["val/ppl_ctx_16"])
+    if encoding == "learned":  # `probe --ckpt` reads a causal LM's table; rows past the block never trained
+        from lightning_modules.probes import TABLE, probe_main
+
+        ckpt = record.parent / "checkpoints" / "last.ckpt"
+        result = probe_main(["--ckpt", str(ckpt), "--pairs", "64", "--seeds", "1"])
+        assert result.source == TABLE and result.positions == 64 and result.trained_positions == 16
 
 
 def test_token_ids_are_cached_for_the_next_run(monkeypatch):
