@@ -138,7 +138,7 @@ def test_trained_learned_checkpoint(tiny_fit_args, tmp_path, capsys):
     assert result.positions == max_length and math.isfinite(result.absolute_mae)
     out = one_line(capsys.readouterr().out)
     assert "trained checkpoint" in out
-    # TINY trains copy on lengths <= 4: the longest causal input is 4 + separator + 4 - 1 = 8 tokens of 17
+    # TINY trains copy on lengths <= 4: the longest causal input is 4 + separator + 4 - 1 = 8 tokens of 16
     assert result.trained_positions == 8 < max_length and f"positions 8-{max_length - 1} were never reached" in out
     report = tmp_path / "r"
     assert json.loads((report / "probe.json").read_text())["trained_positions"] == 8
