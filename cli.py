@@ -39,6 +39,7 @@ from layout import DEFAULT_OUT_DIR, OUT_DIR_ENV, OUT_ROOT_ENV, SWEEP_ENV, new_ru
 from lightning_modules.arg_checks import check_model_args, check_not_linked, check_trainer_args  # noqa: E402
 from lightning_modules.encodings import check_encoding  # noqa: E402
 from lightning_modules.task_module import TaskModule  # noqa: E402
+from lightning_modules.task_modules import CLASS_PATHS  # noqa: E402
 from tracking.records import RunRecord, check_name, find_checkpoint  # noqa: E402
 from tracking.wandb_setup import (  # noqa: E402
     LogLearningRate,
@@ -54,10 +55,7 @@ from tracking.warm_start import PREBUILT  # noqa: E402
 # short class names accepted wherever a model or data class path is (`--model=SyntheticTaskModel`,
 # `--model.help SyntheticTaskModel`)
 CLASSES = {
-    "model": {c.rsplit(".", 1)[-1]: c for c in (
-        "lightning_modules.synthetic_model.SyntheticTaskModel", "lightning_modules.causal_lm.CausalLMModel",
-        "lightning_modules.masked_lm.MaskedLMModel", "lightning_modules.classifier.SequenceClassifier",
-        "lightning_modules.translation.TranslationModel")},
+    "model": {path.rsplit(".", 1)[-1]: path for path in CLASS_PATHS},
     "data": {c.rsplit(".", 1)[-1]: c for c in (
         "datamodules.synthetic.SyntheticDataModule", "datamodules.text.TextDataModule",
         "datamodules.masked_lm.MaskedLMDataModule", "datamodules.glue.GLUEDataModule",

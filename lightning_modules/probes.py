@@ -203,23 +203,28 @@ def bare_notes(transformer: Transformer, hidden: bool, seed: int) -> list[str]:
     return notes
 
 
-def load_checkpoint(path: str) -> Transformer:
-    """The trained Transformer of a task module's checkpoint on the CPU: the module class its hyperparameters
-    name (`_class_path`: synthetic, causal LM, masked LM or classifier), SyntheticTaskModel if unnamed."""
-    from lightning_modules.task_modules import TASK_MODULES
+def load_checkpoint(path: str) -> tuple[Transformer, int | None]:
+    """The trained Transformer of a task module's checkpoint on the CPU (the module class its hyperparameters
+    name, `_class_path`: synthetic, causal LM, masked LM or classifier; SyntheticTaskModel if unnamed) and
+    how many positions its training reached (`trained_rows`)."""
+    from lightning_modules.checkpoint_io import load_checkpoint as read_checkpoint
+    from lightning_modules.synthetic_model import SyntheticTaskModel
+    from lightning_modules.task_modules import CLASS_PATHS
 
-    named = {f"{m.__module__}.{m.__qualname__}": m for m in TASK_MODULES}
     try:
-        hparams = torch.load(path, map_location="cpu", weights_only=True).get("hyper_parameters") or {}
-        module = named.get(hparams.get("_class_path"), named["lightning_modules.synthetic_model.SyntheticTaskModel"])
+        checkpoint = read_checkpoint(path, "--ckpt")
+    except ConfigError as error:
+        raise ConfigError(f"cannot load: {error}") from None
+    module = CLASS_PATHS.get((checkpoint.get("hyper_parameters") or {}).get("_class_path"), SyntheticTaskModel)
+    try:
         model = module.load_from_checkpoint(path, map_location="cpu")
-    except Exception as error:  # a file that is no checkpoint of ours
+    except Exception as error:  # a checkpoint of another model or version
         reason = type(error).__name__ + ": " + (str(error).strip().splitlines() or [""])[0]
-        raise ConfigError(f"cannot load {path!r} as a task module checkpoint: {reason}") from error
+        raise ConfigError(f"cannot load {path!r} as a {module.__name__} checkpoint: {reason}") from error
     if not isinstance(getattr(model, "transformer", None), Transformer):
         raise ConfigError(f"{path!r} is a {module.__name__} checkpoint, which has no single Transformer to probe "
                           "(probe its encoder's table with --table)")  # fmt: skip
-    return model.transformer
+    return model.transformer, trained_rows(checkpoint, model.transformer)
 
 
 def check_length(length: int) -> None:
@@ -258,28 +263,29 @@ def saved_table(opts: ProbeOptions) -> tuple[np.ndarray, str, list[str]]:
     return table[:length].double().numpy(), name, notes
 
 
-def trained_rows(path: str, transformer: Transformer) -> int | None:
+def trained_rows(checkpoint: dict, transformer: Transformer) -> int | None:
     """How many positions a checkpoint's training inputs reached: the whole sampled range when the encoding
     randomised positions (Ruoss et al. 2023), else the longest training input, which the synthetic and causal
     LM modules save in their checkpoints (`trained_positions`). Rows past it were never trained: a learned
     table keeps its initialisation there. None for a checkpoint that does not record it (saved before)."""
     if getattr(transformer.encoding, "randomize_positions", None):
         return int(transformer.encoding.randomize_positions)
-    trained = torch.load(path, map_location="cpu", weights_only=True).get("trained_positions")
+    trained = checkpoint.get("trained_positions")
     return int(trained) if trained is not None else None
 
 
-def resolve(opts: ProbeOptions) -> tuple[Transformer, int, list[str]]:
-    """The transformer to probe, the number of positions and notes on what its scores mean."""
+def resolve(opts: ProbeOptions) -> tuple[Transformer, int, list[str], int | None]:
+    """The transformer to probe, the number of positions, notes on what its scores mean and, for a
+    checkpoint, how many positions training reached."""
     check_options(opts)
     if opts.ckpt is None:
         length = opts.max_length or 512
         transformer = build_bare(opts, length)
-        return transformer, length, bare_notes(transformer, opts.hidden, opts.seed)
-    transformer = load_checkpoint(opts.ckpt)
+        return transformer, length, bare_notes(transformer, opts.hidden, opts.seed), None
+    transformer, trained = load_checkpoint(opts.ckpt)
     length = opts.max_length or transformer.encoding.max_length
     check_length(length)
-    return transformer, length, [f"trained checkpoint {opts.ckpt}"]
+    return transformer, length, [f"trained checkpoint {opts.ckpt}"], trained
 
 
 # ---- figures --------------------------------------------------------------------------------------
@@ -449,15 +455,14 @@ def run_probe(opts: ProbeOptions) -> ProbeResult:
     """Both PE-Study probes (Wang & Chen 2020) on a bare encoding or a checkpoint, plus the report."""
     check_options(opts)
     if opts.hf_model is not None or opts.table is not None:
-        transformer = None
+        transformer, trained = None, None
         E, name, notes = saved_table(opts)
         source, length = TABLE, len(E)
     else:
-        transformer, length, notes = resolve(opts)
+        transformer, length, notes, trained = resolve(opts)
         name = transformer.encoding.name
         E, source = position_vectors(transformer, length, opts.token, opts.hidden)
     E, identical = collapse_rounding_noise(E)
-    trained = trained_rows(opts.ckpt, transformer) if opts.ckpt else None
     if trained is not None and trained < len(E):
         notes.append(
             f"positions {trained}-{len(E) - 1} were never reached in training (longest training input: {trained} "

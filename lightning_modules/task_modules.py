@@ -16,10 +16,12 @@ def encoding_parameters() -> set[str]:
     return {f"model.{p}" for p in paths} | {f"model.init_args.{p}" for p in paths}
 
 
+CLASS_PATHS = {f"{m.__module__}.{m.__qualname__}": m for m in TASK_MODULES}  # dotted class path -> class
+
+
 def run_encoding_of(config: dict) -> str | None:
     """A run's encoding read from its resolved config (`model.class_path` and `init_args`), as its task
     module declares it; None for a model class that is not one of ours."""
     model = config.get("model") or {}
-    named = {f"{m.__module__}.{m.__qualname__}": m for m in TASK_MODULES}
-    module = named.get(model.get("class_path"))
+    module = CLASS_PATHS.get(model.get("class_path"))
     return module.encoding_of(model.get("init_args") or {}) if module else None

@@ -284,7 +284,9 @@ def preload() -> None:
             importlib.import_module(name)
         except ImportError as error:  # an optional extra (e.g. transformers) that is not installed
             print(f"warm start: not preloaded: {name}: {error}", flush=True)
-    sys.modules["cli"].prebuild_parser()  # a trial's LightningCLI parser, built once (cli.py: PECLI.setup_parser)
+    # a trial's LightningCLI parser, built once (cli.py: PECLI.setup_parser); cli is in PRELOAD, and looked up
+    # rather than imported here, since cli imports this module (no import cycle)
+    sys.modules["cli"].prebuild_parser()
 
 
 def receive(connection: socket.socket) -> tuple[dict, list[int]]:
