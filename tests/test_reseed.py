@@ -90,6 +90,13 @@ def test_groups_fix_each_per_value():
         }
 
 
+def test_group_study_names_are_folder_names():
+    assert reseed.group_study_name("s", {"model.arch.encoding": "rope", "model.lr": 0.001}) == "s-rope-0.001"
+    ruoss = {"model.arch.encoding": "rope", "model.arch.encoding_options": "{randomize_positions: 256}"}
+    assert reseed.group_study_name("s", ruoss) == "s-rope-randomize_positions_256"
+    assert reseed.group_study_name("s", {**ruoss, "model.arch.encoding_options": "{}"}) == "s-rope-none"
+
+
 def test_reseed_study_is_a_plain_grid_of_the_choices_and_fresh_seeds():
     choices = [reseed.Choice({"model.arch.encoding": e}, {"data.task": "copy"}, {"model.lr": lr}, 0.5, 2, 2)
                for e, lr in (("rope", 0.01), ("alibi", 0.001))]  # fmt: skip

@@ -27,6 +27,7 @@ from tracking import sweep_file as sf
 from tracking.records import check_name
 from tracking.sweep import Sweep, SweepOptions, apply_overrides, base_name, check_options, latest_record, storage_url
 from tracking.sweep_display import LiveStatus, short_params, trial_table
+from tracking.wandb_setup import short_value
 
 SEED = "seed_everything"
 TASK_KEYS = ("data.task", "data.init_args.task")  # compared side by side, never tuned across
@@ -74,6 +75,12 @@ def group_sweeps(sweep: dict, keys: list[str]) -> list[tuple[dict, dict]]:
         fixed["parameters"].update({k: {"value": v} for k, v in group.items()})
         out.append((group, fixed))
     return out
+
+
+def group_study_name(base: str, group: dict) -> str:
+    """`<study>-<value>[-<value>]`, each value as a run name shows it, so a dict-valued --per key such as
+    `model.arch.encoding_options: "{randomize_positions: 256}"` still names one folder."""
+    return "-".join([base, *map(short_value, group.values())])
 
 
 def run_study(sweep: dict, opts: SweepOptions, name: str, console: Console) -> optuna.Study:
@@ -168,7 +175,7 @@ def run_reseed(opts: SweepOptions) -> optuna.Study:
     console = Console()
     studies, choices = [], []
     for group, group_sweep in group_sweeps(sweep, keys):
-        name = "-".join([base, *map(str, group.values())])
+        name = group_study_name(base, group)
         console.print(f"stage 1, {short_params(group)}: study {name}")
         study = run_study(group_sweep, opts, name, console)
         studies.append(study)

@@ -86,7 +86,7 @@ def in_name(key: str) -> bool:
 def short_value(value) -> str:
     """A parameter value as it appears in a run name: floats to 3 significant digits, no folder separators."""
     text = f"{value:.3g}" if isinstance(value, float) else str(value)
-    return re.sub(r"[^A-Za-z0-9_.+@-]+", "_", text).strip("_")
+    return re.sub(r"[^A-Za-z0-9_.+@-]+", "_", text).strip("_") or "none"  # "none" for {} or ""
 
 
 def run_name(task: str, encoding: str, seed: int, varied: dict | None = None) -> str:
