@@ -36,7 +36,7 @@ def check_model_args(model_args) -> None:
             continue
         if key in AT_LEAST_ONE and (not isinstance(value, int) or value < 1):
             raise ConfigError(f"--{option} must be an integer >= 1, got {value!r}")
-        if key == "lr" and _number(option, value) <= 0:
+        if key in ("lr", "token_init_std") and _number(option, value) <= 0:
             raise ConfigError(f"--{option} must be a finite number > 0, got {value!r}")
         if key in NOT_NEGATIVE and _number(option, value) < 0:
             raise ConfigError(f"--{option} must be >= 0, got {value!r}")

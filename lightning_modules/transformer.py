@@ -130,8 +130,11 @@ class Transformer(nn.Module):
         )
         self.norm = nn.LayerNorm(dim)  # final norm (pre-LN) or embedding norm (post-LN, as BERT)
         self.post_norm = post_norm
-        for module in [self.token_emb, *self.blocks]:
-            module.apply(init_weights)
+        # the tokens' scale against an added position table matters: a sinusoid (entries of size 1) over
+        # N(0, 0.02) tokens drowns them; PE-Study's classifier keeps nn.Embedding's N(0, 1)
+        nn.init.normal_(self.token_emb.weight, std=arch.token_init_std)  # the draws init_weights made
+        for block in self.blocks:
+            block.apply(init_weights)
 
     def forward(self, tokens: Tensor, positions: Tensor | None = None, padding_mask: Tensor | None = None) -> Tensor:
         """tokens (B, L); positions (L,) or (B, L), default 0..L-1; padding_mask (B, L), True = real."""

@@ -286,6 +286,7 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
         "max_steps=0": ([*fit, "--trainer.max_steps=0"], {}, "--trainer.max_steps must be >= 1"),
         "lr nan": ([*fit, "--model.lr=.nan"], {}, "--model.lr must be a finite number"),
         "lr negative": ([*fit, "--model.lr=-0.1"], {}, "--model.lr must be a finite number > 0"),
+        "token_init_std=0": ([*fit, "--model.arch.token_init_std=0"], {}, "token_init_std must be a finite number > 0"),
         "option type": ([*fit, "--model.arch.encoding_options={base: abc}"], {}, "option 'base' must be a number"),
         "negative base": ([*fit, "--model.arch.encoding_options={base: -2}"], {}, "option 'base' must be > 1"),
         "max_length linked": (

@@ -443,3 +443,19 @@ def test_benchmark_reports_the_sdpa_backend():
                       vocab_size=VOCAB, max_length=MAX_LEN)  # fmt: skip
     values = Transformer(arch)
     assert throughput.sdpa_backends(values, x, "cpu") == "-"
+
+
+def test_token_init_std_scales_only_the_token_embeddings():
+    """`token_init_std` (PE-Study's classifier: nn.Embedding's N(0, 1)) rescales the token table's draws and
+    leaves every other weight as the default N(0, 0.02) initialisation makes it."""
+    arch = ArchConfig(encoding="learned", dim=64, depth=2, num_heads=4, vocab_size=500, max_length=32)
+    torch.manual_seed(0)
+    default = Transformer(arch)
+    torch.manual_seed(0)
+    wide = Transformer(ArchConfig(**(arch.as_dict() | {"token_init_std": 1.0})))
+    assert default.token_emb.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert wide.token_emb.weight.std().item() == pytest.approx(1.0, rel=0.05)
+    torch.testing.assert_close(wide.token_emb.weight * 0.02, default.token_emb.weight)  # the same draws, scaled
+    others = lambda m: {k: v for k, v in m.state_dict().items() if not k.startswith("token_emb")}  # noqa: E731
+    for (key, a), b in zip(others(default).items(), others(wide).values()):
+        torch.testing.assert_close(a, b, msg=key)
