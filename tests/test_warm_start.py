@@ -19,12 +19,14 @@ from tracking.sweep import SweepOptions, check_options
 from tracking.warm_start import CLI, TrialStarter, WarmChild, warm_program
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBE = """import json, os, sys, threading, time
+PROBE = """import gc, json, os, sys, threading, time
 if sys.argv[1] == "sleep":
     time.sleep(60)
 print(json.dumps({"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(), "path0": sys.path[0],
                   "session_leader": os.getsid(0) == os.getpid() == os.getpgid(0), "name": __name__,
-                  "stdin": os.path.realpath(f"/proc/self/fd/0"), "threads": threading.active_count()}))
+                  "stdin": os.path.realpath(f"/proc/self/fd/0"), "threads": threading.active_count(),
+                  "preloaded": [m for m in ("requests", "wandb.apis.public", "wandb.sdk.launch") if m in sys.modules],
+                  "frozen": gc.get_freeze_count()}))
 raise SystemExit(int(sys.argv[1]))
 """
 
@@ -131,6 +133,10 @@ def test_a_forked_trial_sees_what_a_cold_one_sees(tmp_path, capfd):
     for key in ("cwd", "path0", "name", "stdin", "session_leader", "threads"):
         assert warm[key] == cold[key], key
     assert warm["session_leader"] and warm["name"] == "__main__" and warm["threads"] == 1
+    # what a trial imports before its first step is already there, and the server's objects are out of the
+    # collector's reach (gc.freeze: a child's collections do not copy the server's pages)
+    assert warm["preloaded"] == ["requests", "wandb.apis.public", "wandb.sdk.launch"] and cold["preloaded"] == []
+    assert warm["frozen"] > 100_000 and cold["frozen"] == 0
 
 
 @pytest.mark.slow
