@@ -217,7 +217,8 @@ def test_every_sweep_command_parses_with_cli(path, tmp_path, capsys, monkeypatch
         node = config
         for part in key.split("."):
             node = node[part] if part in node else node["init_args"][part]
-        assert node == value, key
+        parsed = yaml.safe_load(value) if isinstance(value, str) else value  # "{}": a mapping, as the CLI reads it
+        assert node == parsed, key
 
 
 def test_bad_sweep_file_is_one_line(tmp_path, capsys, monkeypatch):
