@@ -31,7 +31,7 @@ from optuna.distributions import CategoricalDistribution
 from errors import ConfigError
 from tracking import reseed
 from tracking import sweep_file as sf
-from tracking.sweep import SweepOptions
+from tracking.sweep import SweepOptions, apply_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = {
@@ -95,6 +95,10 @@ def test_group_study_names_are_folder_names():
     ruoss = {"model.arch.encoding": "rope", "model.arch.encoding_options": "{randomize_positions: 256}"}
     assert reseed.group_study_name("s", ruoss) == "s-rope-randomize_positions_256"
     assert reseed.group_study_name("s", {**ruoss, "model.arch.encoding_options": "{}"}) == "s-rope-none"
+    sweep = {"parameters": {"model.arch.encoding_options": {"values": ["{}"]}}}
+    fixed, suffix = apply_overrides(sweep, ["model.arch.encoding_options={randomize_positions: 256}"])
+    assert suffix == "randomize_positions_256"  # --set names its study the same way
+    assert fixed["parameters"]["model.arch.encoding_options"] == {"value": {"randomize_positions": 256}}
 
 
 def test_reseed_study_is_a_plain_grid_of_the_choices_and_fresh_seeds():

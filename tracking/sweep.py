@@ -61,7 +61,7 @@ from tracking.records import RECORD_FILE, check_name, read_record
 from tracking.search import Search, build_search
 from tracking.study_lock import StudyLock
 from tracking.sweep_display import redact_url
-from tracking.wandb_setup import SWEEP_PARAMS_ENV
+from tracking.wandb_setup import SWEEP_PARAMS_ENV, short_value
 from tracking.warm_start import TrialStarter, WarmChild
 
 QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)
@@ -203,7 +203,7 @@ def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
             known = ", ".join(sweep["parameters"])
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE with KEY one of the sweep's parameters: {known}")
         sweep["parameters"][key] = {"value": yaml.safe_load(value)}
-        suffix.append(value)
+        suffix.append(short_value(value))  # as a run name shows it: `--set KEY={a: 1}` still names one folder
     return sweep, "-".join(suffix)
 
 
