@@ -33,6 +33,7 @@ import yaml  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar  # noqa: E402
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI  # noqa: E402
 
+from cli_errors import OneLineErrors  # noqa: E402
 from cli_options import dashes_to_underscores, parse_options  # noqa: E402
 from errors import ConfigError, DivergedError  # noqa: E402
 from layout import DEFAULT_OUT_DIR, OUT_DIR_ENV, OUT_ROOT_ENV, SWEEP_ENV, new_run_dir, parent_run_dir  # noqa: E402
@@ -95,10 +96,11 @@ class ParserBuilt(Exception):
     """Stops `prebuild_parser`'s LightningCLI once its parser is built: nothing is parsed or run."""
 
 
-class CheckedOnceParser(LightningArgumentParser):
+class CheckedOnceParser(OneLineErrors, LightningArgumentParser):
     """LightningCLI's parser, whose dumps do not validate the config again: every config this CLI dumps (the
     run record's, the module's hyperparameters, config.yaml) is the one validated when it was parsed, and the
-    three re-checks cost about 0.1 s of a trial's start-up. `--print_config` passes its own setting."""
+    three re-checks cost about 0.1 s of a trial's start-up. `--print_config` passes its own setting. A parse
+    error is one line (cli_errors.py)."""
 
     def dump(self, cfg, *args, skip_validation: bool = True, **kwargs) -> str:
         return super().dump(cfg, *args, skip_validation=skip_validation, **kwargs)
@@ -156,6 +158,7 @@ class PECLI(LightningCLI):
         check_trainer_args(config.get("trainer") or {})
         model_class = locate(config.get("model.class_path") or "")
         if isinstance(model_class, type) and issubclass(model_class, TaskModule):
+            restore_option_nulls(config, model_class)
             for name, options in model_class.declared_encodings(model_args).values():  # as the module declares them
                 check_encoding(name, options)
         if model_args.get("init_from"):  # `run:NAME` -> that run's checkpoint, for the model and its data
@@ -220,6 +223,17 @@ class PECLI(LightningCLI):
             from tracking.summary import print_fit_summary
 
             print_fit_summary(self.run_record.record, self.run_record.path)
+
+
+def restore_option_nulls(config, model_class: type[TaskModule]) -> None:
+    """jsonargparse hands a `--model.*` value on to the model's own parser as Python text (`{base: null}`
+    arrives as "{'base': None}"), so a null inside encoding options would come back as the string 'None'.
+    No option takes that string: it is null again here, before anything is checked, logged or saved."""
+    for _, options_path in model_class.ENCODING_ARGS.values():
+        key = f"model.init_args.{options_path}"
+        options = config.get(key)
+        if isinstance(options, dict) and "None" in options.values():
+            config[key] = {k: None if v == "None" else v for k, v in options.items()}
 
 
 def sweep_main(args: list[str]):
@@ -318,6 +332,8 @@ def cli_main(args: list[str] | None = None):
     try:
         if argv and argv[0] in EXTRA_COMMANDS:
             return EXTRA_COMMANDS[argv[0]](argv[1:])
+        if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+            raise ConfigError(f"unknown command {argv[0]!r}; choose one of: {', '.join(SUBCOMMANDS)}")
         check_optimisation_args(argv)
         if args is None:  # LightningCLI warns when given both `args` and a command line
             sys.argv[1:] = expand_class_names(argv)

@@ -8,6 +8,8 @@ import re
 
 from jsonargparse import ActionConfigFile, ArgumentParser
 
+from cli_errors import OneLineErrorParser
+
 FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s*(.*))?$")  # `name: type = default  # help`
 COMMENT = re.compile(r"^\s+#\s?(.*)$")  # a comment line: continues a field's help, or precedes its field
 
@@ -49,7 +51,7 @@ def options_parser(options_class: type, prog: str | None = None) -> ArgumentPars
     """A parser of `options_class` (required fields positional) with help texts and choices."""
     doc = inspect.getdoc(options_class) or ""
     prog = prog or next(iter(re.findall(r"`(cli\.py \w+)`", doc)), None)  # "Options of `cli.py sweep`"
-    parser = ArgumentParser(prog=prog, description=doc)
+    parser = OneLineErrorParser(prog=prog, description=doc)
     parser.add_argument("--config", action=ActionConfigFile, help="a YAML file of these options")
     parser.add_class_arguments(options_class, as_positional=True, sub_configs=True)
     helps = field_help(options_class)

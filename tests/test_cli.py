@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import TINY
+from helpers import cli_in_process
 
 from cli import cli_main
 from datamodules.synthetic import TASKS
@@ -135,6 +137,29 @@ def test_bad_names_are_one_line(tmp_path, args, expected):
     assert expected in result.stderr
 
 
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["fit", *TINY, "--model.arch.dim=abc"], "--model.arch.dim: expected an integer, got 'abc'"),
+        (["fit", *TINY, "--model.lr=fast"], "--model.lr: expected a number, got 'fast'"),
+        (["fit", *TINY, "--data.batch_size=1.5"], "--data.batch_size: expected an integer, got '1.5'"),
+        (["fit", *TINY, "--trainer.max_steps=abc"], "--trainer.max_steps: expected an integer, got 'abc'"),
+        (["fit", *TINY, "--run.wandb=maybe"], "--run.wandb: expected true or false, got 'maybe'"),
+        (["fit", *TINY, "--model.arch.encoding_options=[1"], "--model.arch.encoding_options: expected a mapping"),
+        (["fit", *TINY, "--model.arch.bogus=1"], "unrecognized arguments: --model.arch.bogus=1"),
+        (["fit", "--config=configs/nope.yaml"], "--config: File does not exist"),
+        (["fitt"], "unknown command 'fitt'; choose one of: fit, validate, test, predict, sweep, compare, probe"),
+        (["sweep", "sweeps/quickstart.yaml", "--workers=abc"], "--workers: expected an integer or 'auto', got 'abc'"),
+        (["compare", "--bogus"], "unrecognized arguments: --bogus (options: cli.py compare --help)"),
+    ],
+)
+def test_parse_errors_are_one_line_naming_the_key(args, expected, capsys, monkeypatch):
+    """jsonargparse's own report (the usage text, then a nested report of the model's class) is condensed."""
+    code, _, err = cli_in_process(args, capsys, monkeypatch, ROOT)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ") and expected in err, err
+
+
 def test_learned_table_too_short_is_clear(tiny_fit_args):
     from errors import ConfigError
     from lightning_modules.arch import ArchConfig
@@ -151,13 +176,16 @@ def test_learned_table_too_short_is_clear(tiny_fit_args):
 def test_config_saved_with_record(tiny_fit_args):
     from datamodules.synthetic import SyntheticDataModule
 
-    record = fit(tiny_fit_args)
+    # a null inside encoding options stays null (jsonargparse alone turns it into the string 'None')
+    record = fit([*tiny_fit_args, "--model.arch.encoding=rope", "--model.arch.encoding_options={rotary_dim: null}"])
     run_dir = Path(record["run_dir"])
     saved = json.loads((run_dir / "record.json").read_text())
     assert saved["config"]["seed_everything"] == 0
+    assert saved["config"]["model"]["init_args"]["arch"]["encoding_options"] == {"rotary_dim": None}
     assert re.fullmatch(rf"{re.escape(record['name'])}-\d{{8}}-\d{{6}}-\d+", run_dir.name)  # <name>-<time>-<pid>
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert resolved["model"]["init_args"]["arch"]["encoding_options"] == {"rotary_dim": None}
     assert resolved["model"]["init_args"]["arch"]["dim"] == 32 and resolved["data"]["init_args"]["train_max_len"] == 4
     data = SyntheticDataModule(**saved["config"]["data"]["init_args"])  # the data's sizes, linked into the model
     model = saved["config"]["model"]["init_args"]["arch"]

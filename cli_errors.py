@@ -1,0 +1,63 @@
+"""jsonargparse's parse errors as one line.
+
+jsonargparse reports a bad command-line value inside `--model` or `--data` as the nested report of a
+Union of classes (20-30 lines, types written as `<class 'int'>`), after the whole usage text. `cli.py`
+prints instead the full key, what it expects and what it got, e.g.
+`error: --model.arch.dim: expected an integer, got 'abc' (options: cli.py fit --help)`.
+"""
+
+import os
+import re
+import sys
+
+from jsonargparse import ArgumentParser
+
+TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+              "dict": "a mapping such as {key: value}", "list": "a list such as [a, b]"}  # fmt: skip
+NOISE = re.compile(
+    r"^(Does not validate against any of the Union subtypes|Subtypes: |Errors:|Given value type: |"
+    r"- Problem with given class_path |- Expected a <class 'NoneType'>$|Given value: NestedArg\()"
+)
+
+EXPECTED = re.compile(r"(?:- )?Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])(?:\. Got value: (.*))?$")
+
+
+def type_name(match: re.Match) -> str:
+    return TYPE_NAMES.get(match.group(1), match.group(1))
+
+
+def one_line(message: str) -> str:
+    """The parse error `message` as one line: `--KEY: reason` where the report names a key."""
+    keys = re.findall(r'Parser key "([^"]+)":', message)
+    key = ".".join(keys)
+    after = message.split(f'Parser key "{keys[-1]}":', 1)[-1] if keys else message
+    lines = [line.strip() for line in after.splitlines() if line.strip() and not NOISE.match(line.strip())]
+    expected = [m.group(1) or m.group(2) for line in lines if (m := EXPECTED.match(line))]
+    given = next(
+        (m[1] for line in lines if (m := re.match(r"(?:Given value|Expected .*\. Got value): (.*)$", line))), None
+    )
+    if expected and given is not None:
+        reason = f"expected {' or '.join(TYPE_NAMES.get(t, t) for t in expected)}, got {given!r}"
+    else:
+        reason = " ".join(lines)
+        reason = re.sub(r"<class '(\w+)'>", type_name, reason)
+    if key and reason.startswith("unrecognized arguments: --"):  # inside a class: name the full key
+        return reason.replace("--", f"--{key}.")
+    return f"--{key}: {reason}" if key else reason
+
+
+class OneLineErrors:
+    """Mixin for a jsonargparse parser: a parse error is one line (`one_line`) and exit 2, without the usage
+    text. Parsers that do not exit on error (jsonargparse's inner ones) and JSONARGPARSE_DEBUG keep the
+    library's behaviour."""
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
+            return super().error(message, ex)
+        prog = (getattr(ex, "subcommand_parser", None) or self).prog.replace(" [options]", "")
+        sys.stderr.write(f"error: {one_line(message)} (options: {prog} --help)\n")
+        self.exit(2)
+
+
+class OneLineErrorParser(OneLineErrors, ArgumentParser):
+    """jsonargparse's ArgumentParser with one-line parse errors (the sweep, compare and probe options)."""
