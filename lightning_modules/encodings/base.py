@@ -27,8 +27,9 @@ class PositionalEncoding(nn.Module):
       encoding that needs the attention weights themselves (Shaw's relative values).
     Capabilities are class attributes, checked when the model is built.
     `randomize_positions` (Ruoss et al. 2023, every encoding): at training time the Transformer feeds
-    sorted distinct positions sampled from [0, randomize_positions) instead of 0..L-1; encodings with a
-    table size it by `num_positions = max(max_length, randomize_positions)`.
+    sorted distinct positions sampled from [0, randomize_positions) instead of 0..L-1, one draw per example;
+    evaluation uses 0..L-1, as the paper's Figure 1 (the official JAX code draws one set per batch and samples
+    at evaluation too). Encodings with a table size it by `num_positions = max(max_length, randomize_positions)`.
     `cls_first`: set by the model (not an option) when position 0 always holds [CLS] (masked-LM and
     classification); TUPE's [CLS] untying is on by default only then.
     Initialisation: every trainable tensor starts as the method's reference code does, stated with its
