@@ -27,6 +27,8 @@ README claims covered here:
   test_best_over_keeps_the_best_aggregate_per_cell_and_names_it
 - "A KEY that takes a single value among the selected runs is one line naming the keys that do vary":
   test_best_over_a_key_that_does_not_vary_is_one_line_exit_2
+- "with --sweep the default rows are the parameters the sweep varies, less the --best-over key":
+  test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding
 - "Runs that did not finish, lack the metric or were trained with a different config than the rest of their cell are
   excluded and listed with the reason": test_unusable_runs_are_excluded_and_reported,
   test_mixed_configs_keep_the_majority_or_exclude_the_cell
@@ -364,6 +366,8 @@ def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():
     assert default_rows(spec) == "encoding"
     spec = {"parameters": {"model.arch.encoding": {"values": ["a"]}, "model.lr": {"values": [1, 2]}}}
     assert default_rows(spec) == "encoding,model.lr"
+    # the --best-over key is chosen within each cell, so it is not a row (either spelling of its path)
+    assert default_rows(spec, best_over="model.init_args.lr") == "encoding" == default_rows(spec, best_over="model.lr")
 
 
 def test_holm_matches_the_hand_computed_step_down():

@@ -519,17 +519,25 @@ def sweep_spec(out_dir: str, sweep: str | None) -> dict:
     return {}
 
 
-def default_rows(spec: dict) -> str:
-    """encoding, plus the parameters a sweep varies (seed, encoding and task aside): one row per setting;
-    for a reseed study, its groups (each cell then holds that group's chosen setting)."""
+def default_rows(spec: dict, best_over: str | None = None) -> str:
+    """encoding, plus the parameters a sweep varies (seed, encoding and task aside, and the --best-over key,
+    which is chosen within each cell): one row per setting; for a reseed study, its groups (each cell then
+    holds that group's chosen setting)."""
     if spec.get("compare_rows"):
         return spec["compare_rows"]
     from lightning_modules.task_modules import encoding_parameters
 
     # a run's `encoding` holds every parameter a task module declares as an encoding
     fixed = {"seed_everything", "data.task", "data.init_args.task"} | encoding_parameters()
-    varied = [k for k, v in (spec.get("parameters") or {}).items() if k not in fixed and "value" not in dict(v)]
+    chosen = config_path(best_over) if best_over else None
+    varied = [k for k, v in (spec.get("parameters") or {}).items()
+              if k not in fixed and "value" not in dict(v) and config_path(k) != chosen]  # fmt: skip
     return ",".join(["encoding", *varied])
+
+
+def config_path(key: str) -> str:
+    """`model.init_args.lr` and `model.lr` name the same setting (LightningCLI accepts both)."""
+    return ".".join(part for part in key.split(".") if part != "init_args")
 
 
 def output(comps, fmt_name: str, console: Console | None = None) -> None:
@@ -562,7 +570,8 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
     spec = sweep_spec(opts.out_dir, opts.sweep)
     metrics = objectives(spec, opts.metric)
     comps = compare_metrics(
-        records, [m for m, _ in metrics], value=opts.value, rows=opts.rows or default_rows(spec), cols=opts.cols,
+        records, [m for m, _ in metrics], value=opts.value, rows=opts.rows or default_rows(spec, opts.best_over),
+        cols=opts.cols,
         aggregate=opts.aggregate, best_over=opts.best_over, goals=[d for _, d in metrics],
     )  # fmt: skip
     output(comps, opts.format)
