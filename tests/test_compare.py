@@ -180,6 +180,9 @@ def test_mixed_configs_keep_the_majority_or_exclude_the_cell():
     assert all(e.reason.startswith("mixed configs, no majority: model.init_args.lr=") for e in tie.excluded)
     split = C.compare([rec(seed=0), rec(seed=1, lr=0.01)], "val/acc", rows="encoding,model.lr")
     assert set(split.cells) == {("rope, 0.001", "copy"), ("rope, 0.01", "copy")} and not split.excluded
+    shown = [rec(seed=s) for s in range(3)]  # display options are not the config: one cell, nothing excluded
+    shown[0]["config"]["trainer"] |= {"enable_progress_bar": True, "enable_model_summary": False}
+    assert C.compare(shown, "val/acc").cells["rope", "copy"].n == 3
 
 
 def test_machine_formats_parse():

@@ -62,7 +62,9 @@ from tracking.comparison import (
 from tracking.records import RECORD_FILE, load_records
 from tracking.wandb_records import read_wandb
 
-IGNORED = ("seed_everything", "run", "trainer.logger", "ckpt_path", "sweep", "_wandb")  # not "the config"
+# not "the config": seeds, naming, logging and display options (a progress bar never changes a result)
+IGNORED = ("seed_everything", "run", "trainer.logger", "ckpt_path", "sweep", "_wandb", "trainer.enable_progress_bar",
+           "trainer.enable_model_summary")  # fmt: skip
 FORMATS = ("table", "csv", "json", "markdown", "latex")
 VALUES = ("final", "best")
 AGGREGATES = ("mean", "median")
