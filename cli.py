@@ -226,9 +226,10 @@ class PECLI(LightningCLI):
 
 
 def restore_option_nulls(config, model_class: type[TaskModule]) -> None:
-    """jsonargparse hands a `--model.*` value on to the model's own parser as Python text (`{base: null}`
-    arrives as "{'base': None}"), so a null inside encoding options would come back as the string 'None'.
-    No option takes that string: it is null again here, before anything is checked, logged or saved."""
+    """jsonargparse hands a `--model.arch.*` value (a dataclass inside the model's class) on as Python text
+    (`{rotary_dim: null}` arrives as "{'rotary_dim': None}"), so a null inside encoding options would come back
+    as the string 'None'. No option takes that string: it is null again here, before anything is checked,
+    logged or saved (a config file's null, and `--data.*` values, arrive intact)."""
     for _, options_path in model_class.ENCODING_ARGS.values():
         key = f"model.init_args.{options_path}"
         options = config.get(key)

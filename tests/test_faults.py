@@ -289,6 +289,17 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
         "token_init_std=0": ([*fit, "--model.arch.token_init_std=0"], {}, "token_init_std must be a finite number > 0"),
         "option type": ([*fit, "--model.arch.encoding_options={base: abc}"], {}, "option 'base' must be a number"),
         "negative base": ([*fit, "--model.arch.encoding_options={base: -2}"], {}, "option 'base' must be > 1"),
+        "option null": ([*fit, "--model.arch.encoding_options={base: null}"], {}, "'base' must be a number, got None"),
+        "task option null": (
+            [*fit, "--data.task=modular_arithmetic", "--data.task_options={modulus: null}"],
+            {},
+            "task 'modular_arithmetic' option 'modulus' must be an integer, got None",
+        ),
+        "task option type": (
+            [*fit, "--data.task=flip_flop", "--data.task_options={p_ignore: abc}"],
+            {},
+            "task 'flip_flop' option 'p_ignore' must be a number, got 'abc'",
+        ),
         "max_length linked": (
             [*fit, "--model.arch.max_length=3"],
             {},

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from datamodules.tasks import basic, chomsky_context_free, chomsky_context_sensitive, chomsky_regular, flip_flop
-from errors import ConfigError
+from errors import ConfigError, wrong_type
 
 
 class Task(NamedTuple):
@@ -75,12 +75,18 @@ def task_options(name: str) -> list[str]:
 
 
 def check_task(name: str, options: dict | None = None) -> None:
-    """One-line ConfigError for an unknown task or option (values are checked by the generator itself)."""
+    """One-line ConfigError for an unknown task or option, or an option value of the wrong type (ranges are
+    checked by the generator itself)."""
     get_task(name)
     unknown = sorted(set(options or {}) - set(task_options(name)))
     if unknown:
         valid = ", ".join(task_options(name)) or "none"
         raise ConfigError(f"task {name!r} has no option {unknown[0]!r}; its options: {valid}")
+    params = inspect.signature(get_task(name).generate).parameters
+    for key, value in (options or {}).items():
+        problem = wrong_type(value, params[key].annotation)
+        if problem:
+            raise ConfigError(f"task {name!r} option {key!r} {problem}, got {value!r}")
 
 
 def split_options(name: str, options: dict | None, train: bool) -> dict:

@@ -8,10 +8,8 @@ option. Every test in tests/test_encodings.py runs over this registry.
 
 import inspect
 import math
-import types
-import typing
 
-from errors import ConfigError
+from errors import ConfigError, wrong_type
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.bert_r import BertR
@@ -87,21 +85,10 @@ def option_parameters(name: str) -> dict[str, inspect.Parameter]:
     return {k: found[k] for k in encoding_options(name)}
 
 
-def _accepted(annotation) -> tuple[type, ...]:
-    kinds = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
-    kinds = tuple(k for k in kinds if isinstance(k, type))
-    return kinds + ((int,) if float in kinds else ())  # 500 is a fine float
-
-
 def check_option_value(name: str, key: str, value, param: inspect.Parameter) -> None:
-    kinds = _accepted(param.annotation)
-    ok = value is None if value is None else isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
-    if kinds and not ok:
-        names = {type(None): "null", float: "a number", int: "an integer", bool: "true or false", str: "a string"}
-        wanted = " or ".join(
-            dict.fromkeys(names.get(k, k.__name__) for k in kinds if not (k is int and float in kinds))
-        )
-        raise ConfigError(f"encoding {name!r} option {key!r} must be {wanted}, got {value!r}")
+    problem = wrong_type(value, param.annotation)
+    if problem:
+        raise ConfigError(f"encoding {name!r} option {key!r} {problem}, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"encoding {name!r} option {key!r} must be finite, got {value!r}")
     if key == "base" and value is not None and value <= 1:
