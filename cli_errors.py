@@ -12,18 +12,20 @@ import sys
 
 from jsonargparse import ArgumentParser
 
-TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
-              "dict": "a mapping such as {key: value}", "list": "a list such as [a, b]"}  # fmt: skip
+from errors import TYPE_WORDS
+
+TYPE_NAMES = {kind.__name__: words for kind, words in TYPE_WORDS.items()} | {
+    "dict": "a mapping such as {key: value}", "list": "a list such as [a, b]"}  # fmt: skip
 NOISE = re.compile(
     r"^(Does not validate against any of the Union subtypes|Subtypes: |Errors:|Given value type: |"
     r"- Problem with given class_path |- Expected a <class 'NoneType'>$|Given value: NestedArg\()"
 )
+EXPECTED = re.compile(r"(?:- )?Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])")
+GIVEN = re.compile(r"(?:Given value|Expected .*\. Got value): (.*)$")
 
-EXPECTED = re.compile(r"(?:- )?Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])(?:\. Got value: (.*))?$")
 
-
-def type_name(match: re.Match) -> str:
-    return TYPE_NAMES.get(match.group(1), match.group(1))
+def type_name(name: str) -> str:
+    return TYPE_NAMES.get(name, name)
 
 
 def one_line(message: str) -> str:
@@ -33,14 +35,12 @@ def one_line(message: str) -> str:
     after = message.split(f'Parser key "{keys[-1]}":', 1)[-1] if keys else message
     lines = [line.strip() for line in after.splitlines() if line.strip() and not NOISE.match(line.strip())]
     expected = [m.group(1) or m.group(2) for line in lines if (m := EXPECTED.match(line))]
-    given = next(
-        (m[1] for line in lines if (m := re.match(r"(?:Given value|Expected .*\. Got value): (.*)$", line))), None
-    )
+    given = next((m[1] for line in lines if (m := GIVEN.match(line))), None)
     if expected and given is not None:
-        reason = f"expected {' or '.join(TYPE_NAMES.get(t, t) for t in expected)}, got {given!r}"
+        reason = f"expected {' or '.join(map(type_name, expected))}, got {given!r}"
     else:
         reason = " ".join(lines)
-        reason = re.sub(r"<class '(\w+)'>", type_name, reason)
+        reason = re.sub(r"<class '(\w+)'>", lambda m: type_name(m[1]), reason)
     if key and reason.startswith("unrecognized arguments: --"):  # inside a class: name the full key
         return reason.replace("--", f"--{key}.")
     return f"--{key}: {reason}" if key else reason

@@ -573,8 +573,7 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
     metrics = objectives(spec, opts.metric)
     comps = compare_metrics(
         records, [m for m, _ in metrics], value=opts.value, rows=opts.rows or default_rows(spec, opts.best_over),
-        cols=opts.cols,
-        aggregate=opts.aggregate, best_over=opts.best_over, goals=[d for _, d in metrics],
+        cols=opts.cols, aggregate=opts.aggregate, best_over=opts.best_over, goals=[d for _, d in metrics],
     )  # fmt: skip
     output(comps, opts.format)
     if opts.format == "table":
