@@ -174,3 +174,73 @@ def test_each_warm_trial_stages_wandb_media_in_its_own_folder():
     shared = _private.MEDIA_TMP.name
     own_media_dir()
     assert _private.MEDIA_TMP.name != shared and os.path.isdir(_private.MEDIA_TMP.name) and os.path.isdir(shared)
+
+
+ATTACKER = """import json, socket, struct, sys
+path, request = sys.argv[1], sys.argv[2].encode()
+connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    connection.connect(path)
+except PermissionError:
+    print("no access"); raise SystemExit(0)
+try:
+    socket.send_fds(connection, [struct.pack("!I", len(request))], [1, 0])
+    connection.sendall(request)
+    reply = connection.recv(4096).decode()
+except (BrokenPipeError, ConnectionResetError):
+    reply = ""
+print("reply:", reply or "closed")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(), reason="needs root to run as nobody")
+def test_another_user_cannot_make_the_fork_server_run_code(tmp_path):
+    """The server's socket is a file in a 0700 folder (not an abstract socket any user could reach): user
+    nobody cannot connect; and if the folder is opened up, the peer's uid (SO_PEERCRED) is refused in one
+    logged line and the program it sent never runs."""
+    marker = tmp_path / "ran"
+    program = tmp_path / "evil.py"
+    program.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    starter = TrialStarter(tmp_path / "study", any_python=True)
+    try:
+        server = starter._server({**os.environ, "OMP_NUM_THREADS": "1"})
+        assert server.wait_ready(), server.failure
+        folder = Path(server.name).parent
+        assert folder.stat().st_mode & 0o777 == 0o700 and Path(server.name).stat().st_mode & 0o077 == 0
+        assert "@pe-warm" not in Path("/proc/net/unix").read_text()  # no abstract socket left
+        request = json.dumps({"argv": [sys.executable, str(program)], "env": {}, "cwd": "/"})
+        as_nobody = ["/usr/bin/python3", "-c", ATTACKER, server.name, request]
+        run = {"user": 65534, "group": 65534, "capture_output": True, "text": True, "timeout": 60, "cwd": "/"}
+        assert subprocess.run(as_nobody, **run).stdout.strip() == "no access"
+        folder.chmod(0o711)  # a folder opened up by mistake: the uid check still refuses
+        Path(server.name).chmod(0o777)
+        attack = subprocess.run(as_nobody, **run)
+        assert attack.stdout.strip() == "reply: closed", attack.stderr
+        time.sleep(1.0)
+        assert not marker.exists()
+        refused = [line for line in server.log.read_text().splitlines() if "refused" in line]
+        assert len(refused) == 1 and "uid 65534" in refused[0] and "only uid 0 may start trials" in refused[0]
+        with open(tmp_path / "own.log", "wb") as log:  # the sweep's own user is still served
+            child = starter.launch(["/usr/bin/env", sys.executable, str(program)], os.environ.copy(), log)
+            assert isinstance(child, WarmChild) and child.wait(timeout=60) == 0 and marker.exists()
+    finally:
+        starter.close()
+    assert not folder.exists()  # the socket and its folder go with the server
+
+
+def test_a_storage_password_stays_off_the_command_line(monkeypatch, capsys):
+    """A password in --storage is visible in `ps`: one warning line pointing to $PE_SWEEP_STORAGE, which is
+    read as the default and never passed on to a trial."""
+    from tracking.sweep import child_env
+
+    check_options(SweepOptions(file="s.yaml", storage="postgresql://u:s3cret@127.0.0.1/db"))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "visible to every local user in `ps`" in err and "s3cret" not in err
+    check_options(SweepOptions(file="s.yaml", storage="postgresql://u@127.0.0.1/db"))
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("PE_SWEEP_STORAGE", "postgresql://u:s3cret@127.0.0.1/db")
+    opts = SweepOptions(file="s.yaml")
+    check_options(opts)
+    assert opts.storage == "postgresql://u:s3cret@127.0.0.1/db" and capsys.readouterr().err == ""
+    assert "PE_SWEEP_STORAGE" not in child_env("s", Path("/t"), 0, opts)

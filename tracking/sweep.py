@@ -80,7 +80,9 @@ class SweepOptions:
 
     file: str  # a W&B sweep file (sweeps/*.yaml)
     study_name: str | None = None  # default: the file's `name:`, else its file name (plus the --set values)
-    storage: str | None = None  # default: sqlite:///<out_dir>/sweeps/<name>/optuna.db, one per sweep file
+    storage: str | None = (
+        None  # default: $PE_SWEEP_STORAGE, else sqlite:///<out_dir>/sweeps/<name>/optuna.db, one per sweep file
+    )
     # (its `name:` or file name), shared by the studies --set and --reseed make; per --study_name when given
     workers: int | Literal["auto"] = 1  # trials run in parallel by this process; auto: see `resolve_workers`
     devices_per_trial: int = 0  # GPUs given to each trial (CUDA_VISIBLE_DEVICES); 0 = CPU threads
@@ -116,6 +118,11 @@ def check_options(opts: SweepOptions) -> None:
         raise ConfigError(f"--workers must be an integer >= 1 or auto, got {opts.workers!r}")
     if opts.study_name is not None:
         check_name("--study_name", opts.study_name)
+    if opts.storage is not None and url_password(opts.storage):
+        print(f"warning: the --storage URL's password is visible to every local user in `ps`; put the URL in "
+              f"${layout.STORAGE_ENV} or the password in PGPASSWORD or ~/.pgpass instead", file=sys.stderr)  # fmt: skip
+    if opts.storage is None and os.environ.get(layout.STORAGE_ENV):
+        opts.storage = os.environ[layout.STORAGE_ENV]
 
 
 def cpu_cores() -> int:
@@ -152,6 +159,13 @@ def quote_password(url: str) -> str:
     userinfo, host = parts.netloc.rsplit("@", 1)
     user, password = userinfo.split(":", 1)
     return urlunsplit(parts._replace(netloc=f"{user}:{quote(unquote(password), safe='')}@{host}"))
+
+
+def url_password(url: str) -> str:
+    """The password written in a storage URL ('' when there is none)."""
+    userinfo = urlsplit(url).netloc.rsplit("@", 1)[0] if "@" in urlsplit(url).netloc else ""
+    given = [v for k, v in parse_qsl(urlsplit(url).query) if "password" in k.lower()]
+    return userinfo.split(":", 1)[1] if ":" in userinfo else (given or [""])[0]
 
 
 def hide_secrets(text: str, url: str) -> str:
@@ -326,7 +340,8 @@ def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
 
 def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -> dict:
     # out root: where `--model.init_from=run:NAME` looks, so trials find runs of earlier sweeps
-    env = {**os.environ, **trial_env(trial_dir, opts.out_dir, study_name)}
+    env = {k: v for k, v in os.environ.items() if k != layout.STORAGE_ENV}  # a trial never needs the study's URL
+    env.update(trial_env(trial_dir, opts.out_dir, study_name))
     if opts.devices_per_trial:  # --trials_per_device consecutive slots share one group of GPUs
         first = slot // opts.trials_per_device * opts.devices_per_trial
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(opts.devices_per_trial))

@@ -21,6 +21,12 @@ the sweep's stdin). The server forks; the child
 - runs the program as `__main__` with `runpy.run_path` and leaves through the interpreter's normal exit:
   an exception prints its traceback and exits 1, `SystemExit` keeps its code, atexit handlers run.
 
+Only the sweep's own user can reach the server: its socket is a file in a directory of its own made with
+mode 0700 (`tempfile.mkdtemp`; an abstract socket would have no permissions, and any local user could make it
+run a program as the researcher), and `accept` checks the peer's uid with SO_PEERCRED before reading a request,
+refusing any other uid with one line in the server's log. The server removes the socket and its directory
+when it exits.
+
 The server reaps its children and writes each one's status on that trial's connection; the sweep side
 (`WarmChild`) exposes it as `subprocess.Popen` does (`pid`, `poll`, `wait`, `returncode`, negative for a
 signal), so `TrialRun.follow`, `stop_child`, heartbeats and re-queueing are the cold path's code.
@@ -42,11 +48,13 @@ import gc
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -57,6 +65,8 @@ from tracking.children import launch_child
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ROOT / "cli.py"
 HEADER = struct.Struct("!I")  # request length, sent with the two file descriptors
+PEER = struct.Struct("3i")  # SO_PEERCRED's struct ucred: pid, uid, gid
+SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes, the last a NUL
 # imported by the server: cli.py's own imports, then every model and data module a config names, and W&B
 PRELOAD = (
     "cli", "wandb", "pytorch_lightning.loggers.wandb", "pandas",  # pandas: W&B's per-length table imports it
@@ -141,7 +151,8 @@ class ForkServer:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.name = f"pe-warm-{os.getpid()}-{time.time_ns()}"  # an abstract socket: no file to leave behind
+        self.socket_dir = private_socket_dir()
+        self.name = str(self.socket_dir / "fork.sock")
         self.ready_pipe: int | None = None
         self.log = folder / "warm_start.log"
         self.lock = threading.Lock()
@@ -181,7 +192,7 @@ class ForkServer:
         request = json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode()
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            connection.connect("\0" + self.name)
+            connection.connect(self.name)
             socket.send_fds(connection, [HEADER.pack(len(request))], [log.fileno(), 0])
             connection.sendall(request)
             reply = b""
@@ -212,6 +223,21 @@ class ForkServer:
                 self.process.wait()
         if self.ready is None and self.ready_pipe is not None:
             os.close(self.ready_pipe)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+def private_socket_dir() -> Path:
+    """A new directory only this user can enter (mode 0700), for the server's socket: under $XDG_RUNTIME_DIR
+    (itself 0700) when set, else the temporary folder, else /tmp when that path would be too long for a
+    socket address."""
+    for parent in (os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"):
+        if (
+            parent
+            and os.path.isdir(parent)
+            and len(os.path.join(parent, "pe-warm-xxxxxxxx", "fork.sock")) <= SOCKET_PATH_MAX
+        ):
+            return Path(tempfile.mkdtemp(prefix="pe-warm-", dir=parent))
+    raise OSError("no folder with a short enough path for the fork server's socket")
 
 
 class TrialStarter:
@@ -328,7 +354,11 @@ def serve(address: str, sweep_pid: int, ready_fd: int) -> dict | None:
             ready.write(problem + "\n")
             return None
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind("\0" + address)
+        old_mask = os.umask(0o177)  # the socket file is born 0600 (its 0700 folder already keeps others out)
+        try:
+            listener.bind(address)
+        finally:
+            os.umask(old_mask)
         listener.listen(64)
         print(f"warm start: {len(sys.modules)} modules imported in {time.monotonic() - started:.1f} s", flush=True)
         ready.write("ready\n")
@@ -383,6 +413,9 @@ def reap(children: dict[int, socket.socket]) -> None:
 def accept(listener: socket.socket, children: dict[int, socket.socket]) -> dict | None:
     """Take one request and fork its child; returns the request in the child, None in the server."""
     connection, _ = listener.accept()
+    if not own_user(connection):
+        connection.close()
+        return None
     fds: list[int] = []
     try:
         request, fds = receive(connection)
@@ -414,6 +447,16 @@ def accept(listener: socket.socket, children: dict[int, socket.socket]) -> dict 
     children[pid] = connection
     connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
     return None
+
+
+def own_user(connection: socket.socket) -> bool:
+    """Whether the peer runs as this server's user (SO_PEERCRED); any other is refused in one logged line."""
+    pid, uid, _ = PEER.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEER.size))
+    if uid == os.getuid():
+        return True
+    print(f"warm start: refused a connection from uid {uid} (pid {pid}): only uid {os.getuid()} may start trials",
+          flush=True)  # fmt: skip
+    return False
 
 
 def become_trial(request: dict) -> str:
@@ -462,7 +505,8 @@ def main() -> None:
     address, sweep_pid, ready_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's to handle (it stops us)
     request = serve(address, sweep_pid, ready_fd)
-    if request is None:
+    if request is None:  # the server is leaving: its socket and folder go with it (a killed sweep made them)
+        shutil.rmtree(Path(address).parent, ignore_errors=True)
         return
     run_program(become_trial(request))
 
