@@ -509,7 +509,7 @@ def test_disk_full_during_fit_ends_the_run_failed_in_one_line(tiny_fit_args, tmp
 
 
 def test_passwords_never_printed():
-    from tracking.sweep import hide_secrets, quote_password, redact_url
+    from tracking.storage import hide_secrets, quote_password, redact_url
 
     url = quote_password("postgresql://user:pa@ss@db.example:5432/optuna?sslmode=require&password=s3cret")
     assert redact_url(url) == "postgresql://user:***@db.example:5432/optuna?sslmode=require&password=***"

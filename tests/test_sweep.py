@@ -37,7 +37,8 @@ from helpers import cli_in_process, fresh_postgres_database, kill_once_started
 from optuna.trial import TrialState
 
 from tracking import sweep_file as sf
-from tracking.sweep import build_command, grace_period
+from tracking.storage import grace_period
+from tracking.sweep import build_command
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

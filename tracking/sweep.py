@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
-from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 import optuna
 import sqlalchemy
@@ -59,14 +58,13 @@ from tracking import sweep_file as sf
 from tracking.children import stop_child
 from tracking.records import RECORD_FILE, check_name, read_record
 from tracking.search import Search, build_search
+from tracking.storage import grace_period, open_storage, quote_password, storage_error, url_password
 from tracking.study_lock import StudyLock
-from tracking.sweep_display import redact_url
 from tracking.wandb_setup import SWEEP_PARAMS_ENV, short_value
 from tracking.warm_start import TrialStarter, WarmChild
 
 QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)
 CRASHES = "pe_crashes"  # system attr: how many predecessors of this retry had their child die or crash
-SQLITE_TIMEOUT_S = 20  # SQLite busy timeout; the heartbeat grace period is longer (see `grace_period`)
 TOKEN = uuid.uuid4().hex  # this sweep process, unlike a pid, is never reused
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -144,42 +142,6 @@ def resolve_workers(opts: SweepOptions) -> int:
     return visible // opts.devices_per_trial * opts.trials_per_device
 
 
-def grace_period(heartbeat: int) -> int:
-    """Seconds without a heartbeat before a trial counts as dead: longer than a heartbeat that waited the
-    whole SQLite busy timeout for the database."""
-    return 3 * heartbeat + SQLITE_TIMEOUT_S
-
-
-def quote_password(url: str) -> str:
-    """`user:pa@ss@host` -> `user:pa%40ss@host`: SQLAlchemy splits userinfo at the first '@', so a raw '@'
-    in a password would turn its tail into the host name (and print it in the error)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc or ":" not in parts.netloc.rsplit("@", 1)[0]:
-        return url
-    userinfo, host = parts.netloc.rsplit("@", 1)
-    user, password = userinfo.split(":", 1)
-    return urlunsplit(parts._replace(netloc=f"{user}:{quote(unquote(password), safe='')}@{host}"))
-
-
-def url_password(url: str) -> str:
-    """The password written in a storage URL ('' when there is none)."""
-    userinfo = urlsplit(url).netloc.rsplit("@", 1)[0] if "@" in urlsplit(url).netloc else ""
-    given = [v for k, v in parse_qsl(urlsplit(url).query) if "password" in k.lower()]
-    return userinfo.split(":", 1)[1] if ":" in userinfo else (given or [""])[0]
-
-
-def hide_secrets(text: str, url: str) -> str:
-    """`text` (an error message) with every password in `url` replaced, as written and URL-decoded."""
-    parts = urlsplit(url)
-    userinfo = parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else ""
-    secrets = [userinfo.split(":", 1)[1]] if ":" in userinfo else []
-    secrets += [v for k, v in parse_qsl(parts.query) if "password" in k.lower()]
-    text = text.replace(url, redact_url(url))
-    for secret in sorted(filter(None, {*secrets, *map(unquote, secrets)}), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
 def retrying(action, *args, attempts: int = 8, what: str = "storage"):
     """Run `action(*args)`, retrying database errors (a locked SQLite file, a dropped connection)."""
     for attempt in range(attempts):
@@ -233,39 +195,6 @@ def storage_url(opts: SweepOptions, storage_name: str) -> str:
     path = study_db(opts.out_dir, storage_name)
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path.resolve()}"
-
-
-def open_storage(opts: SweepOptions, url: str) -> optuna.storages.RDBStorage:
-    engine = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    failure: BaseException | None = None
-    for attempt in range(5):
-        try:
-            return optuna.storages.RDBStorage(
-                url, engine_kwargs=engine, heartbeat_interval=opts.heartbeat, grace_period=grace_period(opts.heartbeat),
-                heartbeat_stale_trial_callback=lambda study, trial: requeue(study, trial, "no heartbeat from its sweep "
-                                                                           "process", opts.max_retries),
-            )  # fmt: skip
-        except (
-            sqlalchemy.exc.IntegrityError,
-            sqlalchemy.exc.ProgrammingError,
-            sqlalchemy.exc.OperationalError,
-        ) as error:
-            # Two processes starting on an empty database both create Optuna's tables; the loser of that race
-            # gets a duplicate-key or "already exists" error and only has to open the tables the winner made.
-            failure = error
-            if isinstance(error, sqlalchemy.exc.OperationalError) and "already exists" not in str(error):
-                break
-            time.sleep(0.5 + attempt)
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
-            failure = error
-            break
-    raise storage_error(url, failure) from None
-
-
-def storage_error(url: str, error: BaseException | None) -> ConfigError:
-    """The one line for a storage that cannot be opened or locked, its password hidden."""
-    reason = hide_secrets(str(error).strip().splitlines()[0][:200], url)
-    return ConfigError(f"cannot open sweep storage {redact_url(url)}: {reason}")
 
 
 def open_study(
@@ -653,9 +582,11 @@ class Sweep:
         try:
             self.lock = StudyLock(url, self.study_name)
             with self.lock:  # creating the tables and queueing the grid happen once
-                self.storage = open_storage(opts, url)
+                self.storage = open_storage(url, opts.heartbeat)
                 locked = self.lock.process is not None
                 self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
+        except ConfigError:  # already one line (a storage that cannot be opened, a study of another sweep file)
+            raise
         except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:  # the lock's own connection
             raise storage_error(url, error) from None
         self.errors: list[str] = []

@@ -1,0 +1,138 @@
+"""The sweep's storage: opening it from a URL, its heartbeats and stale trials, and its errors as one line.
+
+Every call the sweep makes on a storage beyond Optuna's public `Study` API goes through this module, so a
+storage kind is added here alone:
+- `open_storage(url, heartbeat)`: SQLAlchemy URLs (SQLite, PostgreSQL) open Optuna's RDBStorage;
+- `record_heartbeat(storage, trial_id)`: the trial's sweep process is alive;
+- `stale_trial_ids(storage, study_id)`: RUNNING trials whose last heartbeat is older than the grace period,
+  judged on one clock (RDBStorage: the database's `now()` against heartbeats the database stamped);
+- `check_clock(url)`: refuses in one line when this host's clock and the storage's differ by more than a
+  quarter of the grace period (SQLite stamps heartbeats with each writer's own clock).
+"""
+
+import os
+import time
+from pathlib import Path
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
+
+import optuna
+import sqlalchemy
+
+from errors import ConfigError
+from tracking.sweep_display import redact_url
+
+SQLITE_TIMEOUT_S = 20  # SQLite busy timeout; the heartbeat grace period is longer (see `grace_period`)
+
+
+def grace_period(heartbeat: int) -> int:
+    """Seconds without a heartbeat before a trial counts as dead: longer than a heartbeat that waited the
+    whole SQLite busy timeout for the database."""
+    return 3 * heartbeat + SQLITE_TIMEOUT_S
+
+
+def quote_password(url: str) -> str:
+    """`user:pa@ss@host` -> `user:pa%40ss@host`: SQLAlchemy splits userinfo at the first '@', so a raw '@'
+    in a password would turn its tail into the host name (and print it in the error)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc or ":" not in parts.netloc.rsplit("@", 1)[0]:
+        return url
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, password = userinfo.split(":", 1)
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(unquote(password), safe='')}@{host}"))
+
+
+def url_password(url: str) -> str:
+    """The password written in a storage URL ('' when there is none)."""
+    userinfo = urlsplit(url).netloc.rsplit("@", 1)[0] if "@" in urlsplit(url).netloc else ""
+    given = [v for k, v in parse_qsl(urlsplit(url).query) if "password" in k.lower()]
+    return userinfo.split(":", 1)[1] if ":" in userinfo else (given or [""])[0]
+
+
+def hide_secrets(text: str, url: str) -> str:
+    """`text` (an error message) with every password in `url` replaced, as written and URL-decoded."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else ""
+    secrets = [userinfo.split(":", 1)[1]] if ":" in userinfo else []
+    secrets += [v for k, v in parse_qsl(parts.query) if "password" in k.lower()]
+    text = text.replace(url, redact_url(url))
+    for secret in sorted(filter(None, {*secrets, *map(unquote, secrets)}), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def open_storage(url: str, heartbeat: int) -> optuna.storages.BaseStorage:
+    """The study's storage for `url`, with heartbeats every `heartbeat` s (stale after `grace_period`)."""
+    engine = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    failure: BaseException | None = None
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=engine, heartbeat_interval=heartbeat, grace_period=grace_period(heartbeat),
+            )  # fmt: skip
+        except (
+            sqlalchemy.exc.IntegrityError,
+            sqlalchemy.exc.ProgrammingError,
+            sqlalchemy.exc.OperationalError,
+        ) as error:
+            # Two processes starting on an empty database both create Optuna's tables; the loser of that race
+            # gets a duplicate-key or "already exists" error and only has to open the tables the winner made.
+            failure = error
+            if isinstance(error, sqlalchemy.exc.OperationalError) and "already exists" not in str(error):
+                break
+            time.sleep(0.5 + attempt)
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
+            failure = error
+            break
+    raise storage_error(url, failure) from None
+
+
+def storage_error(url: str, error: BaseException | None) -> ConfigError:
+    """The one line for a storage that cannot be opened or locked, its password hidden."""
+    reason = hide_secrets(str(error).strip().splitlines()[0][:200], url)
+    return ConfigError(f"cannot open sweep storage {redact_url(url)}: {reason}")
+
+
+def record_heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> None:
+    """Stamp the trial's heartbeat (the storage's clock)."""
+    storage.record_heartbeat(trial_id)
+
+
+def stale_trial_ids(storage: optuna.storages.BaseStorage, study_id: int) -> list[int]:
+    """RUNNING trials of the study whose last heartbeat is older than the storage's grace period."""
+    return storage._get_stale_trial_ids(study_id)
+
+
+def sqlite_file(url: str) -> Path | None:
+    backend = sqlalchemy.engine.make_url(url)
+    if backend.get_backend_name() != "sqlite" or not backend.database or backend.database == ":memory:":
+        return None
+    return Path(backend.database)
+
+
+def clock_skew(folder: Path) -> float:
+    """Seconds this host's clock is ahead of the clock that stamps files in `folder` (a file server's on a
+    network filesystem; 0 on a local disk, up to the file system's timestamp resolution)."""
+    probe = folder / f".clock-{os.getpid()}"
+    try:
+        before = time.time()
+        probe.write_bytes(b"")
+        after = time.time()
+        stamped = probe.stat().st_mtime
+    finally:
+        probe.unlink(missing_ok=True)
+    return (before + after) / 2 - stamped
+
+
+def check_clock(url: str, heartbeat: int) -> None:
+    """One line (ConfigError) when heartbeats would be stamped by clocks too far apart to judge staleness:
+    an SQLite study's writers each stamp with their own clock, so this host must agree with the file's."""
+    path = sqlite_file(url)
+    if path is None or not path.parent.is_dir():
+        return
+    skew, limit = clock_skew(path.parent), grace_period(heartbeat) / 4
+    if abs(skew) > limit:
+        raise ConfigError(
+            f"this host's clock is {skew:+.1f} s off the clock of {path.parent} (more than {limit:.0f} s): sweeps "
+            "on several hosts sharing an SQLite study would judge each other's heartbeats stale; sync the clocks "
+            "(NTP) or use a PostgreSQL --storage"
+        )
