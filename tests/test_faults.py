@@ -230,6 +230,89 @@ def test_killed_child_crash_and_signals(tmp_path, start_path):
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
 
 
+# ------------------------------------------- kills aimed at the windows between two writes (failpoints)
+
+
+def finished_runs(out: Path, name: str) -> dict[int, int]:
+    """How many times each point's fake run finished (a point trained twice counts 2)."""
+    done: dict[int, int] = {}
+    for path in (out / "sweeps" / name).glob("trial-*/runs/fake-*/record.json"):
+        record = json.loads(path.read_text())
+        if record["status"] == "finished":
+            done[int(record["args"]["x"])] = done.get(int(record["args"]["x"]), 0) + 1
+    return done
+
+
+def promised_but_missing(study: optuna.Study) -> list[int]:
+    """Failed trials whose reason says they were re-queued, with no retry in the study."""
+    retried = {n for t in study.trials for n in t.system_attrs.get("retry_history", [])}
+    return [
+        t.number
+        for t in study.trials
+        if t.state == TrialState.FAIL
+        and t.user_attrs.get("reason", "").endswith("re-queued")
+        and "not re-queued" not in t.user_attrs["reason"]
+        and t.number not in retried
+    ]
+
+
+WINDOWS = 4  # failpoints aimed at per storage: child:exited, retry:started, recover:requeued, finish:requeued
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "storage_url, start_path",
+    [("sqlite", "cold"), ("sqlite", "warm"), ("postgresql", "cold")],
+    indirect=["storage_url"],
+)
+def test_kills_aimed_at_every_window_lose_nothing_and_train_nothing_twice(tmp_path, storage_url, start_path):
+    """A sweep killed (tracking/failpoints.py) right after its child finished, then its first retry killed
+    before it starts: the second retry adopts the finished run (trained once). A dead trial's recovery
+    killed between queueing the retry and failing the trial, and a crash's retry killed between queueing and
+    telling: the next sweep finds each retry queued once. Every point completes once, every failed trial
+    has a reason, none promises a retry it lacks, and the last sweep exits 0."""
+    extra = ["--workers=1", "--max_retries=3", *START[start_path]]
+    extra += [f"--storage={storage_url}"] if storage_url else []
+
+    def sweep(name: str, fault: str = "", **env_extra) -> subprocess.Popen:
+        args = [*extra, f"--study_name={name}"]
+        return start(sweep_cmd(fake_sweep(tmp_path, 3, name), tmp_path, *args), PE_FAULT_AT=fault, **env_extra)
+
+    def killed_at(name: str, fault: str, **env_extra) -> None:
+        process = sweep(name, fault, **env_extra)
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == -signal.SIGKILL, (fault, process.returncode, err[-2000:])
+
+    def study_of(name: str) -> optuna.Study:
+        url = storage_url or f"sqlite:///{tmp_path / 'sweeps' / name / 'optuna.db'}"
+        return optuna.load_study(study_name=name, storage=url)
+
+    # a: the sweep dies as its child's run has finished, then again as that trial's first retry starts
+    killed_at("a", "child:exited", FAKE_SLEEP="0.2")
+    killed_at("a", "retry:started", FAKE_SLEEP="0.2")
+    # b: a sweep SIGKILLed mid-trial; the next dies inside the recovery, the next inside a crash's re-queue
+    first = sweep("b", FAKE_SLEEP="3")
+    child_of_point(tmp_path, "b", 1, time.time() + 120)
+    first.kill()
+    first.wait()
+    killed_at("b", "recover:requeued", FAKE_SLEEP="0.2")
+    states = [t.state for t in study_of("b").trials]
+    assert states.count(TrialState.RUNNING) == 1 and states.count(TrialState.WAITING) == 3, states
+    killed_at("b", "finish:requeued", FAKE_SLEEP="0.2", FAKE_CRASH_X="2")
+    for name in ("a", "b"):
+        last = sweep(name, FAKE_SLEEP="0.2")
+        _, err = last.communicate(timeout=300)
+        assert last.returncode == 0 and "Traceback" not in err, err[-2000:]
+        study = study_of(name)
+        assert counts(study, 3) == {"points": 3, "duplicates": 0, "lost": 0}, name
+        assert finished_runs(tmp_path, name) == {1: 1, 2: 1, 3: 1}, name  # nothing trained twice
+        assert promised_but_missing(study) == [], name
+        assert all(t.user_attrs.get("reason") for t in study.trials if t.state == TrialState.FAIL)
+        assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    adopted = [t.user_attrs.get("reason", "") for t in study_of("a").trials if t.state == TrialState.COMPLETE]
+    assert any("result adopted" in r for r in adopted), adopted
+
+
 # ---------------------------------------------------------------- every bad input: one line, exit 2
 
 RUNNER = """

@@ -144,7 +144,7 @@ def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path, 
     dead = [t for t in ts if t.state == TrialState.FAIL]
     assert [t.number for t in dead] == [0] and "died" in dead[0].user_attrs["reason"]
     (retry,) = [t for t in ts if t.state == TrialState.COMPLETE and t.params == dead[0].params]
-    assert retry.user_attrs["reason"] == "retry of trial 0: sweep process died"
+    assert retry.user_attrs["reason"].startswith("retry of trial 0: sweep process died (host ")
     assert retry.user_attrs["resumed_from"] == str(checkpoint)
     (record,) = Path(retry.user_attrs["trial_dir"]).glob("runs/*/record.json")
     resumed = json.loads(record.read_text())

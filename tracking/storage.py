@@ -98,7 +98,10 @@ def record_heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Non
 
 
 def stale_trial_ids(storage: optuna.storages.BaseStorage, study_id: int) -> list[int]:
-    """RUNNING trials of the study whose last heartbeat is older than the storage's grace period."""
+    """RUNNING trials of the study whose last heartbeat is older than the storage's grace period (none for a
+    storage without heartbeats, e.g. in memory)."""
+    if getattr(storage, "get_heartbeat_interval", lambda: None)() is None:
+        return []
     return storage._get_stale_trial_ids(study_id)
 
 

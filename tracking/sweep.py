@@ -40,7 +40,6 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -54,8 +53,10 @@ from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_com
 import layout
 from errors import ConfigError
 from layout import study_db, trial_env
+from tracking import storage
 from tracking import sweep_file as sf
 from tracking.children import stop_child
+from tracking.failpoints import failpoint
 from tracking.records import RECORD_FILE, check_name, read_record
 from tracking.search import Search, build_search
 from tracking.storage import grace_period, open_storage, quote_password, storage_error, url_password
@@ -92,6 +93,7 @@ class SweepOptions:
     seed: int = 0  # sampler seed
     heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this (+ 20 s) is dead
     max_retries: int = 2  # times a trial whose child was killed or crashed is re-queued
+    max_failures_in_a_row: int = 10  # stop the sweep after this many trials failed with the same reason; 0: never
     set: str | None = None  # KEY=VALUE[,KEY=VALUE]: fix parameters (one study per value, e.g. per encoding)
     reseed: int = 0  # with --per: tune per group, then run each group's best config x N fresh seeds (reseed.py)
     per: str | None = None  # KEY[,KEY]: the parameters whose values are tuned separately (with --reseed)
@@ -99,8 +101,8 @@ class SweepOptions:
 
 def check_options(opts: SweepOptions) -> None:
     """One line per bad option, before any file or database is touched; resolves `--workers auto`."""
-    for option, minimum in (("heartbeat", 1), ("max_retries", 0), ("devices_per_trial", 0),
-                            ("threads_per_trial", 0), ("trials_per_device", 1)):  # fmt: skip
+    for option, minimum in (("heartbeat", 1), ("max_retries", 0), ("max_failures_in_a_row", 0),
+                            ("devices_per_trial", 0), ("threads_per_trial", 0), ("trials_per_device", 1)):  # fmt: skip
         value = getattr(opts, option)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ConfigError(f"--{option} must be an integer >= {minimum}, got {value!r}")
@@ -289,6 +291,15 @@ def latest_record(trial_dir: Path) -> dict | None:
     return read_record(path, warn=False) if path else None  # None also while caught mid-write
 
 
+def finished_record(trial_dir: Path, metrics: list[str]) -> dict | None:
+    """A record under `trial_dir` of a run that finished with every objective logged, if any."""
+    for path in sorted(trial_dir.glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True):
+        record = read_record(path, warn=False)
+        if record and record.get("status") == "finished" and finite(record.get("final", {}), metrics):
+            return record
+    return None
+
+
 def note_run(trial: optuna.Trial, trial_dir: Path) -> bool:
     """Put the trial's record path and W&B run (id, path, offline folder) into its user attributes, for
     optuna-dashboard; True once the W&B run (or a record without one, after fit start) is noted."""
@@ -304,18 +315,24 @@ def note_run(trial: optuna.Trial, trial_dir: Path) -> bool:
     return bool(where) or "started_at" in record
 
 
-def predecessor(study: optuna.Study, trial_id: int) -> FrozenTrial | None:
-    """The trial this one retries (the last of its retry history), if any."""
+def predecessors(study: optuna.Study, trial_id: int) -> list[FrozenTrial]:
+    """The trials this one retries (its retry history), the latest first."""
     history = study._storage.get_trial(trial_id).system_attrs.get("retry_history") or []
-    return study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
-        study._study_id, history[-1])) if history else None  # fmt: skip
+    ids = [study._storage.get_trial_id_from_study_id_trial_number(study._study_id, n) for n in reversed(history)]
+    return [study._storage.get_trial(i) for i in ids]
 
 
-def resume_checkpoint(dead: FrozenTrial | None) -> Path | None:
-    """The last checkpoint of the dead trial this one retries, if any."""
-    dead_dir = dead.user_attrs.get("trial_dir") if dead else None
-    checkpoints = sorted(Path(dead_dir).glob("runs/*/checkpoints/last.ckpt")) if dead_dir else []
-    return checkpoints[-1] if checkpoints and readable(checkpoints[-1]) else None
+def resume_checkpoint(dead: list[FrozenTrial]) -> tuple[Path, FrozenTrial] | None:
+    """The newest readable last checkpoint of the trials this one retries (a retry killed before its first
+    checkpoint leaves its predecessor's as the one to resume), with the trial that wrote it."""
+    found = []
+    for trial in dead:
+        folder = trial.user_attrs.get("trial_dir")
+        found += [(p, trial) for p in Path(folder).glob("runs/*/checkpoints/last.ckpt")] if folder else []
+    for path, trial in sorted(found, key=lambda item: item[0].stat().st_mtime, reverse=True):
+        if readable(path):
+            return path, trial
+    return None
 
 
 def readable(checkpoint: Path) -> bool:
@@ -400,14 +417,16 @@ class TrialRun:
         trial_dir.mkdir(parents=True, exist_ok=True)
         trial.set_user_attr("trial_dir", str(trial_dir))
         argv = build_command(self.sweep, params, trial_dir)
-        dead = predecessor(self.study, trial._trial_id)
-        if dead is not None and self.adopt_finished(trial, dead):  # its reason says whose retry it is
+        dead = predecessors(self.study, trial._trial_id)
+        failpoint("retry:started" if dead else "trial:started")
+        if self.adopt_finished(trial, dead):  # its reason says whose retry it is
             return
-        checkpoint = resume_checkpoint(dead)
-        if checkpoint:
+        resumed = resume_checkpoint(dead)
+        if resumed:
+            checkpoint, writer = resumed
             argv.append(f"--ckpt_path={checkpoint}")
             trial.set_user_attr("resumed_from", str(checkpoint))
-            for step, value in sorted(dead.intermediate_values.items()):  # the pruner sees one history
+            for step, value in sorted(writer.intermediate_values.items()):  # the pruner sees one history
                 trial.report(value, step)
         trial.set_user_attr("command", " ".join(argv))
         trial.set_user_attr("log", str(trial_dir / "output.log"))
@@ -417,23 +436,27 @@ class TrialRun:
             child = self.runner.starter.launch(argv, env, log)  # forked warm, or a new interpreter
             self.runner.quietly(trial.set_user_attr, "start", "warm" if isinstance(child, WarmChild) else "cold")
             outcome = self.follow(trial, child, trial_dir)
+        failpoint("child:exited")
         self.tell(trial, child.returncode, outcome, latest_record(trial_dir), trial_dir)
 
-    def adopt_finished(self, trial: optuna.Trial, dead: FrozenTrial) -> bool:
-        """If the dead trial's child finished its run after the sweep died, take its result: no rerun."""
-        dead_dir = dead.user_attrs.get("trial_dir")
-        record = latest_record(Path(dead_dir)) if dead_dir else None
-        if not record or record.get("status") != "finished" or not finite(record.get("final", {}), self.search.metrics):
-            return False
-        trial.set_user_attr("reason", f"trial {dead.number}'s run finished after its sweep died; result adopted")
-        trial.set_user_attr("trial_dir", dead_dir)
-        self.tell(trial, 0, None, record, Path(dead_dir))
-        return True
+    def adopt_finished(self, trial: optuna.Trial, dead: list[FrozenTrial]) -> bool:
+        """If a run of any trial this one retries finished (its child ended after its sweep died, perhaps
+        several retries back), take its result: the point is never trained twice."""
+        for earlier in dead:
+            folder = earlier.user_attrs.get("trial_dir")
+            record = finished_record(Path(folder), self.search.metrics) if folder else None
+            if record is not None:
+                reason = f"trial {earlier.number}'s run finished after its sweep died; result adopted"
+                trial.set_user_attr("reason", reason)
+                trial.set_user_attr("trial_dir", folder)
+                self.tell(trial, 0, None, record, Path(folder))
+                return True
+        return False
 
     def follow(self, trial: optuna.Trial, child: subprocess.Popen, trial_dir: Path) -> str | None:
         """Wait for the child; heartbeat; report each new value of the metric (the last ones too, once it
         has exited). Returns "pruned" or "interrupted" when it stopped the child, None when it ended."""
-        reported, beat, noted = 0, time.monotonic(), False
+        reported, noted = 0, False
         try:
             while child.poll() is None:
                 if not noted:
@@ -441,9 +464,6 @@ class TrialRun:
                 if self.runner.stop.is_set():
                     stop_child(child)
                     return "interrupted"
-                if time.monotonic() - beat > self.opts.heartbeat:
-                    self.runner.quietly(self.study._storage.record_heartbeat, trial._trial_id)
-                    beat = time.monotonic()
                 if self.catch_up(trial, trial_dir, reported) > reported:
                     reported = self.catch_up(trial, trial_dir, reported, report=True)
                     if self.runner.quietly(trial.should_prune):
@@ -504,28 +524,63 @@ def finite(final: dict, metrics: list[str]) -> bool:
     return all(m in final and final[m] == final[m] for m in metrics)
 
 
-DIED = "sweep process died; re-queued"
-
-
-def recover_dead_trials(study: optuna.Study, max_retries: int, heartbeat: int) -> None:
+def recover_dead_trials(
+    study: optuna.Study, max_retries: int, heartbeat: int, first_seen: dict[int, float] | None = None
+) -> None:
     """Fail and re-queue RUNNING trials whose sweep process is gone: at once on this host and pid namespace
-    (its pid is gone, or is now another process), and on any host once their heartbeat is stale (Optuna's
-    own check; also for a trial whose process died between `ask` and its first heartbeat)."""
-    too_old = datetime.now() - timedelta(seconds=grace_period(heartbeat))
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+    (its pid is gone, or is now another process), on any host once their heartbeat is stale (judged on the
+    storage's clock, tracking/storage.py), and a trial that never got its sweep's name and first heartbeat
+    after a grace period on this process's own clock (`first_seen`: when this process first saw it so).
+    Then re-queue the retry of any failed trial that promised one and has none (`repair_promised_retries`)."""
+    grace, first_seen = grace_period(heartbeat), {} if first_seen is None else first_seen
+    stale = set(storage.stale_trial_ids(study._storage, study._study_id))
+    trials = study.get_trials(deepcopy=False)
+    for trial in (t for t in trials if t.state == TrialState.RUNNING):
         attrs = trial.user_attrs
         same_host = attrs.get("host_id") == HOST_ID and attrs.get("token") != TOKEN
-        gone = same_host and (attrs.get("pid") == os.getpid() or not _alive(attrs.get("pid", -1)))
-        never_started = "token" not in attrs and trial.datetime_start and trial.datetime_start < too_old
-        if not (gone or never_started):
+        where = f"host {attrs.get('host', '?')}, pid {attrs.get('pid', '?')}"
+        if same_host and (attrs.get("pid") == os.getpid() or not _alive(attrs.get("pid", -1))):
+            why = f"sweep process died ({where})"
+        elif trial._trial_id in stale:
+            why = f"no heartbeat for {grace} s from its sweep process ({where})"
+        elif (
+            "token" not in attrs and time.monotonic() - first_seen.setdefault(trial._trial_id, time.monotonic()) > grace
+        ):
+            why = "sweep process died before the trial's first heartbeat"
+        else:
             continue
-        try:
-            study._storage.set_trial_user_attr(trial._trial_id, "reason", DIED)
-            if study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
-                requeue(study, study._storage.get_trial(trial._trial_id), "sweep process died", max_retries)
-        except optuna.exceptions.UpdateFinishedTrialError:  # another process was first
-            pass
-    optuna.storages.fail_stale_trials(study)
+        fail_and_requeue(study, trial, why, max_retries)
+    repair_promised_retries(study, study.get_trials(deepcopy=False), max_retries)
+
+
+def fail_and_requeue(study: optuna.Study, trial: FrozenTrial, why: str, max_retries: int) -> None:
+    """Mark a dead trial failed with its reason and queue its retry. The retry is queued first: a kill
+    between the two leaves the trial RUNNING with its retry queued, and the next recovery fails it without
+    queueing a second one (`requeue` finds the first)."""
+    again = retries_left(trial, max_retries, crashed=False)
+    reason = f"{why}; re-queued" if again else f"{why}; not re-queued: --max_retries {max_retries} reached"
+    try:
+        study._storage.set_trial_user_attr(trial._trial_id, "reason", reason[:300])
+        if again:
+            requeue(study, trial, why, max_retries)
+            failpoint("recover:requeued")
+        study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:  # another process was first
+        pass
+
+
+def repair_promised_retries(study: optuna.Study, trials: list[FrozenTrial], max_retries: int) -> int:
+    """Queue the missing retry of every failed trial whose reason says it was re-queued (a study written by
+    an older version, which failed the trial before queueing its retry, or a kill between the two).
+    Returns how many were queued."""
+    retried = {n for t in trials for n in t.system_attrs.get("retry_history", [])}
+    queued = 0
+    for trial in trials:
+        reason = trial.user_attrs.get("reason", "")
+        if trial.state == TrialState.FAIL and reason.endswith("re-queued") and "not re-queued" not in reason:
+            if trial.number not in retried:
+                queued += requeue(study, trial, f"{reason.removesuffix('; re-queued')} (retry restored)", max_retries)
+    return queued
 
 
 def _alive(pid: int) -> bool:
@@ -570,6 +625,74 @@ def unfinished_points(study: optuna.Study, sweep: dict) -> list[dict]:
     ]
 
 
+def nothing_succeeded(study: optuna.Study) -> str | None:
+    """The one error line of a study in which trials ran and none completed (every method), else None."""
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == TrialState.COMPLETE for t in trials) or not any(t.state.is_finished() for t in trials):
+        return None
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    first = failed[0].user_attrs.get("reason", "no reason") if failed else "every trial was pruned"
+    return f"error: sweep {study.study_name}: no trial succeeded ({len(failed)} failed; the first: {first[:200]})"
+
+
+class Heartbeats:
+    """A thread that beats, every `interval` seconds, for each trial this sweep process holds: from the moment
+    `ask` gives it until its result is told, so a live trial is never declared dead while its sweep waits
+    for the study lock, the fork server or the storage."""
+
+    def __init__(self, storage_, interval: int, quietly):
+        self.storage, self.interval, self.quietly = storage_, interval, quietly
+        self.held: set[int] = set()
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.beat, daemon=True, name="heartbeats")
+
+    def hold(self, trial_id: int) -> None:
+        with self.lock:
+            self.held.add(trial_id)
+
+    def release(self, trial_id: int) -> None:
+        with self.lock:
+            self.held.discard(trial_id)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def beat(self) -> None:
+        while not self.done.wait(self.interval):
+            with self.lock:
+                held = sorted(self.held)
+            for trial_id in held:
+                self.quietly(storage.record_heartbeat, self.storage, trial_id)
+
+    def close(self) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=30)
+
+
+class FailureStreak:
+    """Trials told failed in a row with the same reason (numbers and paths aside); `stopped()` says why the
+    sweep should stop once there are `limit` of them (0: never), e.g. a parameter every trial rejects."""
+
+    def __init__(self, limit: int):
+        self.limit, self.key, self.count, self.reason = limit, None, 0, ""
+
+    def add(self, state: TrialState, reason: str | None) -> None:
+        if state != TrialState.FAIL:
+            self.key, self.count = None, 0
+            return
+        key = re.sub(r"\d+|/\S+", "#", reason or "")[:120]
+        self.count = self.count + 1 if key == self.key else 1
+        self.key, self.reason = key, reason or "no reason"
+
+    def stopped(self) -> str | None:
+        if self.limit and self.count >= self.limit:
+            return (f"stopped after {self.count} trials in a row failed with the same reason "
+                    f"(--max_failures_in_a_row {self.limit}): {self.reason[:200]}")  # fmt: skip
+        return None
+
+
 class Sweep:
     """Workers that ask the study for trials and run them until the budget is spent or a signal stops them."""
 
@@ -582,6 +705,7 @@ class Sweep:
         try:
             self.lock = StudyLock(url, self.study_name)
             with self.lock:  # creating the tables and queueing the grid happen once
+                storage.check_clock(url, opts.heartbeat)  # staleness needs one clock
                 self.storage = open_storage(url, opts.heartbeat)
                 locked = self.lock.process is not None
                 self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
@@ -590,6 +714,9 @@ class Sweep:
         except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:  # the lock's own connection
             raise storage_error(url, error) from None
         self.errors: list[str] = []
+        self.first_seen: dict[int, float] = {}  # trials seen RUNNING without a sweep's name (recover_dead_trials)
+        self.heartbeats = Heartbeats(self.storage, opts.heartbeat, self.quietly)
+        self.streak = FailureStreak(opts.max_failures_in_a_row)
         self.starter = TrialStarter(layout.study_dir(opts.out_dir, self.study_name), opts.cold_start, opts.warm_any)
         self.stop = threading.Event()
         self.stop_signal: int | None = None
@@ -613,14 +740,16 @@ class Sweep:
         with self.lock:
             if self.stop.is_set():
                 return None
-            recover_dead_trials(study, self.opts.max_retries, self.opts.heartbeat)
+            recover_dead_trials(study, self.opts.max_retries, self.opts.heartbeat, self.first_seen)
             if not budget_left(study, self.sweep):
                 return None
             if self.search.terminator and self.search.terminator(study):  # the optimizer factory's stop rule
                 return None
             trial = study.ask()
-            # before anything else: who runs it, and a first heartbeat, so it is never stranded
-            study._storage.record_heartbeat(trial._trial_id)
+            # before anything else: a first heartbeat and who runs it, so it is never stranded; from now until
+            # its result is told, this process's heartbeat thread beats for it (waits for the lock included)
+            storage.record_heartbeat(study._storage, trial._trial_id)
+            self.heartbeats.hold(trial._trial_id)
             for key, value in {"host": socket.gethostname(), "host_id": HOST_ID, "pid": os.getpid(),
                                "token": TOKEN}.items():  # fmt: skip
                 trial.set_user_attr(key, value)
@@ -628,6 +757,7 @@ class Sweep:
             if self.sweep["method"] == "grid" and not queued:
                 trial.set_user_attr("reason", "grid already covered by other workers")
                 study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)  # lost a race for the last point
+                self.heartbeats.release(trial._trial_id)
                 return None
             return trial
 
@@ -656,12 +786,19 @@ class Sweep:
                     trial.set_user_attr("reason", note[:300])
                 if again:  # first: killed before the tell, the trial stays RUNNING and recovery finds its retry
                     requeue(study, current, requeue_as[0], self.opts.max_retries, crashed=requeue_as[1])
+                    failpoint("finish:requeued")
                 try:
                     study.tell(trial, value, state=state)
                 except optuna.exceptions.UpdateFinishedTrialError:
-                    return  # another host's Optuna heartbeat check failed it meanwhile
+                    return  # another host's recovery failed it meanwhile
+                if not (requeue_as and not requeue_as[1]):  # a stop signal's re-queue is not the trial's failure
+                    self.streak.add(state, note)
 
         retrying(tell, what=f"trial {trial.number}")
+        self.heartbeats.release(trial._trial_id)
+        if self.streak.stopped() and not self.stop.is_set():
+            self.errors.append(self.streak.stopped())
+            self.stop.set()
 
     def worker(self, slot: int) -> None:
         try:
@@ -678,11 +815,14 @@ class Sweep:
                 except Exception as error:  # a bug or a storage failure: the trial is failed, not stranded
                     reason = f"sweep runner error: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
                     self.finish(study, trial, TrialState.FAIL, reason=reason)
+                finally:
+                    self.heartbeats.release(trial._trial_id)
         except Exception as error:  # reported by the main thread; a trial left RUNNING is recovered later
             self.errors.append(f"worker {slot} stopped: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
 
     def run(self, on_tick=None) -> None:
         threads = [threading.Thread(target=self.worker, args=(slot,), daemon=True) for slot in range(self.opts.workers)]
+        self.heartbeats.start()
         try:
             for thread in threads:
                 thread.start()
@@ -692,6 +832,7 @@ class Sweep:
                     self.quietly(on_tick, self.study)
                 time.sleep(0.5)
         finally:
+            self.heartbeats.close()
             self.starter.close()
             self.lock.close()
         if on_tick:
@@ -747,11 +888,15 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
         console.print(line, highlight=False, soft_wrap=True)
     for error in runner.errors:
         print(f"error: {error}", file=sys.stderr)
+    with runner.lock:  # a failed trial that promised a retry it lacks is unfinished, not failed for good
+        retrying(lambda: repair_promised_retries(study, study.get_trials(deepcopy=False), opts.max_retries))
     left = unfinished_points(study, sweep) if sweep["method"] == "grid" else []
     if left:
         shown = "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in left[:10])
         print(f"error: sweep {study.study_name}: {len(left)} grid point(s) neither finished nor failed for good "
               f"({shown}); run the same command again to finish them", file=sys.stderr)  # fmt: skip
-    if left or runner.errors:
+    if nothing_succeeded(study):
+        print(nothing_succeeded(study), file=sys.stderr)
+    if left or runner.errors or nothing_succeeded(study):
         raise SystemExit(1)
     return study

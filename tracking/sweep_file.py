@@ -42,6 +42,61 @@ MACROS = (
     "args_json", "args_json_file", "args_append_hydra", "args_override_hydra",
 )  # fmt: skip
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
+ARGS_MACROS = tuple(m for m in MACROS if m.startswith("args"))  # the macros that hand a trial its parameters
+# Limits checked before anything is written: a sweep file is a few kB; a grid of 10^9 points or a YAML alias
+# bomb (a few lines that expand to billions of values) would exhaust memory and leave a study behind.
+MAX_FILE_BYTES = 1_000_000
+MAX_VALUES = 100_000  # values in the file once its YAML aliases are expanded
+MAX_GRID_POINTS = 100_000
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True) if key_node.tag != "tag:yaml.org,2002:merge" else "<<"
+            if key != "<<" and isinstance(key, str | int | float | bool) and key in seen:
+                raise ConfigError(f"key {key!r} appears twice in one mapping (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: Path):
+    """The file's YAML, within MAX_FILE_BYTES and MAX_VALUES, with unique keys; ConfigError otherwise."""
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ConfigError(f"sweep file {path} is {size:,} bytes; a sweep file is at most {MAX_FILE_BYTES:,}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"sweep file {path} is not UTF-8 text (byte {error.start}): is it a YAML file?") from None
+    try:
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506  (a SafeLoader subclass)
+    except ConfigError as error:
+        raise ConfigError(f"sweep file {path}: {error}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"sweep file {path} is not valid YAML: {str(error).splitlines()[0]}") from None
+    if count_values(data, MAX_VALUES) > MAX_VALUES:
+        raise ConfigError(
+            f"sweep file {path} expands to more than {MAX_VALUES:,} values (YAML aliases repeated?); "
+            "a sweep file lists its values"
+        )
+    return data
+
+
+def count_values(data, budget: int) -> int:
+    """How many values `data` holds with shared (aliased) parts counted each time, stopping past `budget`."""
+    count, stack = 0, [data]
+    while stack and count <= budget:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+    return count
 
 
 def load_sweep(path: str | Path) -> dict:
@@ -49,10 +104,7 @@ def load_sweep(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"sweep file {str(path)!r} not found")
-    try:
-        sweep = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ConfigError(f"sweep file {path} is not valid YAML: {str(error).splitlines()[0]}") from None
+    sweep = read_yaml(path)
     if not isinstance(sweep, dict):
         raise ConfigError(f"sweep file {path} must be a mapping with keys program, method, metric, parameters")
     unknown = sorted(set(sweep) - TOP_KEYS)
@@ -74,11 +126,24 @@ def load_sweep(path: str | Path) -> dict:
         if engine == "optuna" and "search_space" not in sweep["scheduler"]:
             wandb_distribution(name, spec)  # W&B's Optuna engine refuses what it cannot translate (log_uniform)
     check_command(sweep, path)
+    check_grid_size(sweep, path)
     cap = sweep.get("run_cap")
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
         raise ConfigError(f"sweep file {path}: run_cap must be a positive integer, got {cap!r}")
     pruner(sweep)
     return sweep
+
+
+def check_grid_size(sweep: dict, path: Path) -> None:
+    """A grid's size is counted before its points are: at most MAX_GRID_POINTS."""
+    if sweep["method"] != "grid" or "points" in sweep:
+        return
+    size = math.prod(len(s["values"]) for s in sweep["parameters"].values() if "values" in s)
+    if size > MAX_GRID_POINTS:
+        raise ConfigError(
+            f"sweep file {path}: the grid has {size:,} points; at most {MAX_GRID_POINTS:,} (split it with --set, "
+            "or use method random with run_cap)"
+        )
 
 
 def check_scheduler(sweep: dict, path: Path) -> str:
@@ -125,6 +190,7 @@ def check_metric(metric, path: Path) -> None:
         )
     if (
         not isinstance(metric, dict)
+        or not isinstance(metric.get("name"), str)
         or not metric.get("name")
         or metric.get("goal", "minimize") not in ("minimize", "maximize")
     ):
@@ -164,6 +230,12 @@ def check_command(sweep: dict, path: Path) -> None:
         if chunk.startswith("${") and chunk.endswith("}") and chunk[2:-1] not in MACROS:
             if not chunk.startswith("${envvar:"):
                 raise ConfigError(f"sweep file {path}: unknown macro {chunk!r} in command; known: {', '.join(MACROS)}")
+    if not {f"${{{m}}}" for m in ARGS_MACROS} & set(map(str, command)):
+        raise ConfigError(
+            f"sweep file {path}: command passes no parameters (none of "
+            f"{', '.join('${' + m + '}' for m in ARGS_MACROS[:2])}, ...): every trial would run the same command; "
+            f"e.g. {example}"
+        )
 
 
 def distribution(name: str, spec: dict, method: str) -> str:
@@ -189,11 +261,31 @@ def distribution(name: str, spec: dict, method: str) -> str:
         )
     if method == "grid" and kind not in ("constant", "categorical"):
         raise ConfigError(f"parameter {name!r}: a grid sweep needs `values` (or `value`), got distribution {kind!r}")
-    if kind == "categorical" and not spec.get("values"):
-        raise ConfigError(f"parameter {name!r}: categorical needs a non-empty `values` list")
-    if kind not in ("constant", "categorical") and not ("min" in spec and "max" in spec):
-        raise ConfigError(f"parameter {name!r}: distribution {kind!r} needs min and max")
+    if kind == "categorical" and (not isinstance(spec.get("values"), list) or not spec["values"]):
+        raise ConfigError(
+            f"parameter {name!r}: categorical needs a non-empty `values` list, got {spec.get('values')!r}"
+        )
+    if kind not in ("constant", "categorical"):
+        check_range(name, spec, kind)
     return kind
+
+
+def check_range(name: str, spec: dict, kind: str) -> None:
+    """min <= max, numbers (integers for int_uniform), q > 0, and min > 0 on a log scale of values."""
+    if not ("min" in spec and "max" in spec):
+        raise ConfigError(f"parameter {name!r}: distribution {kind!r} needs min and max")
+    low, high, q = spec["min"], spec["max"], spec.get("q", 1)
+    number = (int,) if kind == "int_uniform" else (int, float)
+    for key, value in (("min", low), ("max", high), ("q", q)):
+        if not isinstance(value, number) or isinstance(value, bool) or value != value:
+            what = "an integer" if number == (int,) else "a number"
+            raise ConfigError(f"parameter {name!r}: {key} of {kind} must be {what}, got {value!r}")
+    if low > high:
+        raise ConfigError(f"parameter {name!r}: min {low} is larger than max {high}")
+    if q <= 0:
+        raise ConfigError(f"parameter {name!r}: q must be > 0, got {q}")
+    if kind in ("log_uniform_values", "q_log_uniform_values") and low <= 0:
+        raise ConfigError(f"parameter {name!r}: {kind} needs min > 0 (a log scale of values), got {low}")
 
 
 def wandb_distribution(name: str, spec: dict) -> BaseDistribution:

@@ -1,0 +1,13 @@
+"""Named points where the fault tests kill a sweep process (tests/test_faults.py): the windows between two
+writes that must look atomic to the next process. `PE_FAULT_AT=NAME` (layout.FAULT_ENV) SIGKILLs this
+process the first time it reaches `failpoint(NAME)`; unset, a failpoint costs one dictionary lookup."""
+
+import os
+import signal
+
+from layout import FAULT_ENV
+
+
+def failpoint(name: str) -> None:
+    if os.environ.get(FAULT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
