@@ -2,8 +2,11 @@
 failed for good is left alone, and a sweep killed between queueing a retry and telling the failure loses
 nothing. The study lock is checked on both storages (PostgreSQL: PE_TEST_POSTGRES)."""
 
+import os
 import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import optuna
@@ -13,11 +16,15 @@ from helpers import fresh_postgres_database
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from errors import ConfigError
+from tracking import sweep as sweep_module
 from tracking import sweep_file as sf
+from tracking.storage import check_clock
 from tracking.study_lock import AdvisoryLock, StudyLock
-from tracking.sweep import QUEUED, Sweep, SweepOptions, recover_dead_trials, requeue
+from tracking.sweep import QUEUED, FailureStreak, Heartbeats, Sweep, SweepOptions, recover_dead_trials, requeue
 
 FAKE = Path(__file__).resolve().parent / "fake_fit.py"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def grid_study(state: TrialState, reason: str) -> optuna.Study:
@@ -120,3 +127,89 @@ def test_study_lock_excludes_another_process_and_dies_with_its_holder(storage):
     assert got.wait(10.0)
     waiter.join()
     second.close()
+
+
+def test_a_failure_that_promised_a_retry_it_lacks_is_re_queued_once():
+    """A study written before recovery queued the retry first (or killed between the two writes) holds a
+    FAIL whose reason says re-queued and no retry: recovery queues it, once; 'not re-queued' stays failed."""
+    study = grid_study(TrialState.FAIL, "sweep process died; re-queued")
+    recover_dead_trials(study, max_retries=2, heartbeat=30)
+    recover_dead_trials(study, max_retries=2, heartbeat=30)
+    (retry,) = waiting(study)
+    assert retry.system_attrs["retry_history"] == [0] and "(retry restored)" in retry.user_attrs["reason"]
+    study = grid_study(TrialState.FAIL, "exit code 1: boom; not re-queued: --max_retries 2 reached")
+    recover_dead_trials(study, max_retries=2, heartbeat=30)
+    assert waiting(study) == []
+
+
+def test_a_dead_trial_gets_its_reason_and_one_retry(monkeypatch):
+    study = grid_study(TrialState.RUNNING, "")
+    (trial,) = study.get_trials()
+    for key, value in {"pid": dead_pid(), "token": "gone", "host_id": sweep_module.HOST_ID, "host": "h"}.items():
+        study._storage.set_trial_user_attr(trial._trial_id, key, value)
+    recover_dead_trials(study, max_retries=2, heartbeat=30)
+    dead, retry = study.get_trials()
+    assert dead.state == TrialState.FAIL and dead.user_attrs["reason"].startswith("sweep process died (host h, pid")
+    assert dead.user_attrs["reason"].endswith("; re-queued") and retry.state == TrialState.WAITING
+
+
+def test_heartbeats_cover_every_held_trial_until_released():
+    """Beats come from one thread for every trial the process holds (asked, not yet told), whatever its
+    worker is waiting for: the study lock, the fork server, the storage."""
+    beats = []
+
+    class Storage:
+        def record_heartbeat(self, trial_id):
+            beats.append(trial_id)
+
+    heartbeats = Heartbeats(Storage(), 0.05, lambda action, *args: action(*args))
+    heartbeats.hold(1)
+    heartbeats.hold(2)
+    heartbeats.start()
+    time.sleep(0.3)
+    heartbeats.release(1)
+    before = len(beats)
+    time.sleep(0.3)
+    heartbeats.close()
+    assert beats[:before].count(1) >= 2 and beats[:before].count(2) >= 2
+    assert 1 not in beats[before + 1 :] and beats[before:].count(2) >= 2
+
+
+def test_failure_streak_stops_on_the_same_reason_only():
+    streak = FailureStreak(3)
+    for reason in ("exit code 2: bad --x=1", "exit code 2: bad --x=2", "exit code 1: other", "exit code 2: bad --x=3"):
+        streak.add(TrialState.FAIL, reason)
+    assert streak.stopped() is None
+    streak.add(TrialState.FAIL, "exit code 2: bad --x=4")
+    streak.add(TrialState.FAIL, "exit code 2: bad --x=5")
+    assert "3 trials in a row failed with the same reason" in streak.stopped()
+    streak.add(TrialState.COMPLETE, None)
+    assert streak.stopped() is None and FailureStreak(0).stopped() is None
+
+
+def test_a_host_whose_clock_is_off_the_studys_is_refused(tmp_path, monkeypatch):
+    """SQLite stamps heartbeats with each writer's clock: a 2-minute skew made points run three times."""
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    check_clock(url, 10)  # a local disk: no skew
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 120)
+    with pytest.raises(ConfigError, match=r"this host's clock is \+12\d\.\d s off the clock of .*more than 12 s"):
+        check_clock(url, 10)
+
+
+def test_a_sweep_whose_trials_all_fail_stops_and_exits_1(tmp_path):
+    """A missing program: every trial fails the same way. The sweep (random, no run_cap) stops after
+    --max_failures_in_a_row of them with one line, and exits 1 because no trial succeeded."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "program": str(tmp_path / "missing.py"), "method": "random", "metric": {"name": "val/acc", "goal": "maximize"},
+        "parameters": {"x": {"distribution": "uniform", "min": 0, "max": 1}},
+        "command": ["${env}", "${interpreter}", "${program}", "${args}"],
+    }))  # fmt: skip
+    cli = [sys.executable, str(ROOT / "cli.py"), "sweep", str(path), f"--out_dir={tmp_path}", "--cold_start"]
+    done = subprocess.run([*cli, "--max_failures_in_a_row=3"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "WANDB_MODE": "disabled"})  # fmt: skip
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "stopped after 3 trials in a row failed with the same reason" in errors[0]
+    assert "no trial succeeded (3 failed; the first: exit code 2:" in errors[1] and "missing.py" in errors[1]

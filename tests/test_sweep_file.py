@@ -280,3 +280,61 @@ def test_hyperband_counts_validations_while_trials_report_global_steps(monkeypat
     pruner.prune(None, trial)
     assert seen[0].intermediate_values == {1: 0.2, 2: 0.5} and seen[0].last_step == 2
     assert trial.intermediate_values == {200: 0.5, 100: 0.2}  # the stored trial is untouched
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"parameters": {"x": {"values": 3}}}, "categorical needs a non-empty `values` list, got 3"),
+        ({"metric": {"name": 5}}, "metric needs a name and goal"),
+        ({"method": "random", "parameters": {"x": {"distribution": "int_uniform", "min": 5, "max": 1}}},
+         "min 5 is larger than max 1"),
+        ({"method": "random", "parameters": {"x": {"distribution": "q_uniform", "min": 0, "max": 1, "q": 0}}},
+         "q must be > 0, got 0"),
+        ({"method": "random", "parameters": {"x": {"distribution": "int_uniform", "min": 0.5, "max": 3}}},
+         "min of int_uniform must be an integer, got 0.5"),
+        ({"method": "random", "parameters": {"x": {"distribution": "uniform", "min": "a", "max": 3}}},
+         "min of uniform must be a number, got 'a'"),
+        ({"method": "random", "parameters": {"x": {"distribution": "log_uniform_values", "min": 0, "max": 1}}},
+         "log_uniform_values needs min > 0"),
+        ({"command": ["${env}", "${interpreter}", "${program}", "fit"]}, "command passes no parameters"),
+        ({"parameters": {f"p{i}": {"values": list(range(10))} for i in range(9)}},
+         "the grid has 1,000,000,000 points; at most 100,000"),
+    ],
+)  # fmt: skip
+def test_bad_distributions_and_sizes_are_refused_before_anything_is_written(tmp_path, change, message):
+    """Checked when the file is loaded: an invalid distribution made 320 failed trials a minute, and a 10^9-point
+    grid reached 7.3 GB before a MemoryError, both leaving a study behind."""
+    from tracking.sweep import SweepOptions, run_sweep
+
+    path = write(tmp_path, {**base(), **change})
+    with pytest.raises(ConfigError, match=message.replace("$", r"\$").replace("(", r"\(")):
+        sf.load_sweep(path)
+    with pytest.raises(ConfigError):
+        run_sweep(SweepOptions(file=str(path), out_dir=str(tmp_path / "out")))
+    assert not (tmp_path / "out").exists()
+
+
+ALIAS_BOMB = "\n".join(
+    ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]" for i in range(8)]
+    + ["method: grid", "metric: {name: val/acc}", "parameters: {x: {values: *i}}"]
+)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "is not UTF-8 text (byte 0): is it a YAML file?"),
+        (b"method: grid\nparameters: {x: {values: [1]}}\nparameters: {y: {values: [2]}}\n",
+         "key 'parameters' appears twice in one mapping (line 3)"),
+        (ALIAS_BOMB.encode(), "expands to more than 100,000 values"),
+        (b"# " + b"x" * 1_000_001, "is 1,000,003 bytes; a sweep file is at most 1,000,000"),
+    ],
+)  # fmt: skip
+def test_binary_duplicate_key_alias_bomb_and_huge_files_are_one_line(tmp_path, content, message):
+    path = tmp_path / "s.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
+        sf.load_sweep(path)
+    assert "\n" not in str(error.value)
