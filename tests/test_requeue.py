@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy
 import yaml
 from helpers import fresh_postgres_database
 from optuna.distributions import CategoricalDistribution
@@ -213,3 +214,19 @@ def test_a_sweep_whose_trials_all_fail_stops_and_exits_1(tmp_path):
     assert done.returncode == 1, done.stderr[-2000:]
     assert "stopped after 3 trials in a row failed with the same reason" in errors[0]
     assert "no trial succeeded (3 failed; the first: exit code 2:" in errors[1] and "missing.py" in errors[1]
+
+
+def test_a_full_disk_is_named_not_optunas_max_length_guess():
+    """Optuna wraps a failed commit in "... e.g. exceeding max length"; the sweep's line names the cause."""
+    from tracking.storage import error_line
+
+    try:
+        try:
+            raise sqlalchemy.exc.OperationalError("INSERT ...", {}, Exception("database or disk is full"))
+        except sqlalchemy.exc.OperationalError as cause:
+            raise optuna.exceptions.StorageInternalError("An exception is raised ... exceeding max length.") from cause
+    except optuna.exceptions.StorageInternalError as error:
+        line = error_line(error)
+    assert line.startswith("disk full: ") and "max length" not in line
+    assert error_line(OSError(28, "No space left on device")).startswith("disk full")
+    assert error_line(RuntimeError("boom")) == "RuntimeError: boom"

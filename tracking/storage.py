@@ -10,6 +10,7 @@ storage kind is added here alone:
   quarter of the grace period (SQLite stamps heartbeats with each writer's own clock).
 """
 
+import errno
 import os
 import time
 from pathlib import Path
@@ -90,6 +91,18 @@ def storage_error(url: str, error: BaseException | None) -> ConfigError:
     """The one line for a storage that cannot be opened or locked, its password hidden."""
     reason = hide_secrets(str(error).strip().splitlines()[0][:200], url)
     return ConfigError(f"cannot open sweep storage {redact_url(url)}: {reason}")
+
+
+def error_line(error: BaseException) -> str:
+    """One line for a failed storage call: its root cause (Optuna wraps every failed commit in a message about
+    "exceeding max length"), and "disk full" first when the disk is."""
+    root = error
+    while root.__cause__ is not None:
+        root = root.__cause__
+    text = (str(root).strip().splitlines() or [""])[0][:200]
+    if getattr(root, "errno", None) == errno.ENOSPC or "disk is full" in text or "No space left" in text:
+        return f"disk full: {text}"
+    return f"{type(root).__name__}: {text}" if text else type(root).__name__
 
 
 def record_heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> None:

@@ -813,12 +813,12 @@ class Sweep:
                 try:
                     TrialRun(self, study, slot).run(trial)
                 except Exception as error:  # a bug or a storage failure: the trial is failed, not stranded
-                    reason = f"sweep runner error: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                    reason = f"sweep runner error: {storage.error_line(error)}"
                     self.finish(study, trial, TrialState.FAIL, reason=reason)
                 finally:
                     self.heartbeats.release(trial._trial_id)
         except Exception as error:  # reported by the main thread; a trial left RUNNING is recovered later
-            self.errors.append(f"worker {slot} stopped: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
+            self.errors.append(f"worker {slot} stopped: {storage.error_line(error)}")
 
     def run(self, on_tick=None) -> None:
         threads = [threading.Thread(target=self.worker, args=(slot,), daemon=True) for slot in range(self.opts.workers)]
