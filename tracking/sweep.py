@@ -79,10 +79,9 @@ class SweepOptions:
 
     file: str  # a W&B sweep file (sweeps/*.yaml)
     study_name: str | None = None  # default: the file's `name:`, else its file name (plus the --set values)
-    storage: str | None = (
-        None  # default: $PE_SWEEP_STORAGE, else sqlite:///<out_dir>/sweeps/<name>/optuna.db, one per sweep file
-    )
-    # (its `name:` or file name), shared by the studies --set and --reseed make; per --study_name when given
+    storage: str | None = None  # default: $PE_SWEEP_STORAGE, else sqlite:///<out_dir>/sweeps/<name>/optuna.db,
+    # one per sweep file (its `name:` or file name), shared by the studies --set and --reseed make; per
+    # --study_name when given
     workers: int | Literal["auto"] = 1  # trials run in parallel by this process; auto: see `resolve_workers`
     devices_per_trial: int = 0  # GPUs given to each trial (CUDA_VISIBLE_DEVICES); 0 = CPU threads
     threads_per_trial: int = 0  # CPU trials' OMP_NUM_THREADS; 0 = the cores split evenly among the workers
