@@ -41,6 +41,29 @@ def fresh_postgres_database(prefix: str) -> Iterator[str]:
         connection.execute(f"DROP DATABASE {database} WITH (FORCE)")
 
 
+def fresh_redis_database() -> Iterator[str]:
+    """Yield the URL of an empty database on the test Redis server (scripts/start_redis.sh: 4096 of them),
+    flushed afterwards. Fails in CI without PE_TEST_REDIS, skips elsewhere."""
+    server = os.environ.get("PE_TEST_REDIS")
+    if not server and os.environ.get("CI"):
+        pytest.fail("CI must provide PE_TEST_REDIS (scripts/start_redis.sh)")
+    if not server:
+        pytest.skip("no Redis: run scripts/start_redis.sh and set PE_TEST_REDIS")
+    import random
+
+    import redis
+
+    rng = random.Random(f"{os.getpid()}-{time.time_ns()}")
+    for _ in range(100):
+        url = f"{server.rstrip('/')}/{rng.randrange(1, 4096)}"
+        client = redis.Redis.from_url(url)
+        if client.setnx("pe-test-claimed", 1):  # an empty database nobody else claimed
+            break
+    yield url
+    client.flushdb()
+    client.close()
+
+
 def kill_once_started(process, started, timeout: float, what: str) -> None:
     """SIGKILL `process` as soon as `started()` is true (fail if it exits first or `timeout` passes)."""
     import signal

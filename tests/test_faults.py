@@ -33,8 +33,10 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from helpers import fresh_postgres_database
+from helpers import fresh_postgres_database, fresh_redis_database
 from optuna.trial import TrialState
+
+from tracking.storage import open_storage
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "fake_fit.py"
@@ -90,11 +92,24 @@ def counts(study: optuna.Study, points: int) -> dict:
 
 @pytest.fixture
 def storage_url(request, tmp_path):
-    """SQLite under tmp_path (None: the sweep's default) or a new, empty PostgreSQL database."""
+    """SQLite under tmp_path (None: the sweep's default), a new, empty PostgreSQL database, a journal file
+    under tmp_path or an empty Redis database (Optuna's journal storages)."""
     if request.param == "sqlite":
         yield None
-        return
-    yield from fresh_postgres_database("pe_faults")
+    elif request.param == "journal":
+        yield str(tmp_path / "journal.log")
+    elif request.param == "redis":
+        yield from fresh_redis_database()
+    else:
+        yield from fresh_postgres_database("pe_faults")
+
+
+def load(name: str, url: str) -> optuna.Study:
+    """The study as the sweep opens it (journal storages need tracking/storage.py)."""
+    return optuna.load_study(study_name=name, storage=open_storage(url, heartbeat=1))
+
+
+STORAGES = [("sqlite", "cold"), ("sqlite", "warm"), ("postgresql", "cold"), ("journal", "cold"), ("redis", "cold")]
 
 
 PROCESSES, WORKERS, POINTS, KILL_ROUNDS = 3, 2, 12, 1
@@ -108,12 +123,9 @@ def started_as(study: optuna.Study) -> set[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "storage_url, start_path",
-    [("sqlite", "cold"), ("sqlite", "warm"), ("postgresql", "cold")],
-    indirect=["storage_url"],
-)  # the storage does not depend on the start path: PostgreSQL runs cold only
-def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url, start_path):
+@pytest.mark.parametrize("storage_url, start_path", STORAGES, indirect=["storage_url"])
+# the storage does not depend on the start path: PostgreSQL and the journals run cold only
+def test_random_kills_never_lose_or_repeat_a_grid_point(request, tmp_path, storage_url, start_path):
     """PROCESSES sweeps x WORKERS workers on one study; in the first KILL_ROUNDS rounds a random sweep
     process and random trial children are SIGKILLed; rounds are re-run until the sweeps exit 0."""
     rng = random.Random(12)
@@ -153,9 +165,9 @@ def test_random_kills_never_lose_or_repeat_a_grid_point(tmp_path, storage_url, s
         if round_ >= KILL_ROUNDS and all(code == 0 for code, _ in results):
             break
     url = storage_url or f"sqlite:///{tmp_path / 'sweeps' / name / 'optuna.db'}"
-    study = optuna.load_study(study_name=name, storage=url)
+    study = load(name, url)
     found = counts(study, POINTS)
-    storage = "postgresql" if storage_url else "sqlite"
+    storage = request.node.callspec.params["storage_url"]
     report = {
         "storage": storage,
         "start": start_path,
@@ -260,11 +272,7 @@ WINDOWS = 4  # failpoints aimed at per storage: child:exited, retry:started, rec
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "storage_url, start_path",
-    [("sqlite", "cold"), ("sqlite", "warm"), ("postgresql", "cold")],
-    indirect=["storage_url"],
-)
+@pytest.mark.parametrize("storage_url, start_path", STORAGES, indirect=["storage_url"])
 def test_kills_aimed_at_every_window_lose_nothing_and_train_nothing_twice(tmp_path, storage_url, start_path):
     """A sweep killed (tracking/failpoints.py) right after its child finished, then its first retry killed
     before it starts: the second retry adopts the finished run (trained once). A dead trial's recovery
@@ -285,7 +293,7 @@ def test_kills_aimed_at_every_window_lose_nothing_and_train_nothing_twice(tmp_pa
 
     def study_of(name: str) -> optuna.Study:
         url = storage_url or f"sqlite:///{tmp_path / 'sweeps' / name / 'optuna.db'}"
-        return optuna.load_study(study_name=name, storage=url)
+        return load(name, url)
 
     # a: the sweep dies as its child's run has finished, then again as that trial's first retry starts
     killed_at("a", "child:exited", FAKE_SLEEP="0.2")

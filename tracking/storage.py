@@ -2,10 +2,13 @@
 
 Every call the sweep makes on a storage beyond Optuna's public `Study` API goes through this module, so a
 storage kind is added here alone:
-- `open_storage(url, heartbeat)`: SQLAlchemy URLs (SQLite, PostgreSQL) open Optuna's RDBStorage;
+- `open_storage(url, heartbeat)`: SQLAlchemy URLs (SQLite, PostgreSQL) open Optuna's RDBStorage; a file path
+  opens a journal file and `redis://` a Redis journal (tracking/journal_storage.py: Optuna's JournalStorage
+  with heartbeats);
 - `record_heartbeat(storage, trial_id)`: the trial's sweep process is alive;
 - `stale_trial_ids(storage, study_id)`: RUNNING trials whose last heartbeat is older than the grace period,
-  judged on one clock (RDBStorage: the database's `now()` against heartbeats the database stamped);
+  judged on one clock (RDBStorage: the database's `now()` against heartbeats the database stamped; journals:
+  the file system's or the Redis server's);
 - `check_clock(url)`: refuses in one line when this host's clock and the storage's differ by more than a
   quarter of the grace period (SQLite stamps heartbeats with each writer's own clock).
 """
@@ -20,6 +23,7 @@ import optuna
 import sqlalchemy
 
 from errors import ConfigError
+from tracking import journal_storage as journal
 from tracking.sweep_display import redact_url
 
 SQLITE_TIMEOUT_S = 20  # SQLite busy timeout; the heartbeat grace period is longer (see `grace_period`)
@@ -61,8 +65,25 @@ def hide_secrets(text: str, url: str) -> str:
     return text
 
 
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors of a storage call worth retrying: a locked SQLite file, a dropped database or Redis connection."""
+    errors: tuple[type[BaseException], ...] = (sqlalchemy.exc.DBAPIError,)
+    try:
+        import redis
+
+        errors += (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.BusyLoadingError)
+    except ImportError:
+        pass
+    return errors
+
+
 def open_storage(url: str, heartbeat: int) -> optuna.storages.BaseStorage:
     """The study's storage for `url`, with heartbeats every `heartbeat` s (stale after `grace_period`)."""
+    if journal.is_redis(url) or journal.is_journal_file(url):
+        try:
+            return journal.open_journal(url, grace_period(heartbeat))
+        except (OSError, ImportError, ValueError, *transient_errors()) as error:
+            raise storage_error(url, error) from None
     engine = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     failure: BaseException | None = None
     for attempt in range(5):
@@ -113,12 +134,46 @@ def record_heartbeat(storage: optuna.storages.BaseStorage, trial_id: int) -> Non
 def stale_trial_ids(storage: optuna.storages.BaseStorage, study_id: int) -> list[int]:
     """RUNNING trials of the study whose last heartbeat is older than the storage's grace period (none for a
     storage without heartbeats, e.g. in memory)."""
+    if isinstance(storage, journal.HeartbeatJournalStorage):
+        return storage.stale_trial_ids(study_id)
     if getattr(storage, "get_heartbeat_interval", lambda: None)() is None:
         return []
     return storage._get_stale_trial_ids(study_id)
 
 
+NETWORK_FILESYSTEMS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "fuse.sshfs",
+                       "9p", "afs", "glusterfs", "fuse.glusterfs", "orangefs", "panfs"}  # fmt: skip
+
+
+def filesystem_type(path: Path, mount_table: Path = Path("/proc/self/mounts")) -> str:
+    """The type of the file system holding `path` (from the mount table; '' where it cannot be read)."""
+    try:
+        mounts = [line.split() for line in mount_table.read_text().splitlines()]
+    except OSError:
+        return ""
+    resolved, best = str(path.resolve()), ("", "")
+    for fields in mounts:
+        point = fields[1].replace("\\040", " ")
+        inside = resolved == point or resolved.startswith(point.rstrip("/") + "/")
+        if len(fields) > 2 and inside and len(point) >= len(best[0]):
+            best = (point, fields[2])
+    return best[1]
+
+
+def network_filesystem_warning(url: str) -> str | None:
+    """One warning line when an SQLite study lives on a network filesystem, where SQLite's locking is
+    unreliable (Optuna's FAQ): point to the journal file storage."""
+    path = sqlite_file(url)
+    kind = filesystem_type(path.parent) if path is not None and path.parent.is_dir() else ""
+    if kind not in NETWORK_FILESYSTEMS:
+        return None
+    return (f"warning: the SQLite study {path} is on a network filesystem ({kind}), where SQLite's locks are "
+            f"unreliable: use a journal file (--storage {path.with_suffix('.log')}) or PostgreSQL")  # fmt: skip
+
+
 def sqlite_file(url: str) -> Path | None:
+    if journal.is_redis(url) or journal.is_journal_file(url):
+        return None
     backend = sqlalchemy.engine.make_url(url)
     if backend.get_backend_name() != "sqlite" or not backend.database or backend.database == ":memory:":
         return None

@@ -6,17 +6,22 @@ pop, tell and re-queue, recovering dead trials, creating the study) holds a `Stu
 
 - always a thread lock, for the workers of one process;
 - on SQLite, an flock on `<database>.lock` beside the database (SQLite ignores `SELECT ... FOR UPDATE`);
-- on PostgreSQL, a session-level advisory lock keyed by the study name, on a connection of its own.
+- on PostgreSQL, a session-level advisory lock keyed by the study name, on a connection of its own;
+- on a journal file, an flock on `<journal>.study-lock`; on a Redis journal, a key renewed while held
+  (tracking/journal_storage.py `RedisLock`).
 
-Both cross-process locks are released by the kernel or the server when their holder dies, a SIGKILL
+Every cross-process lock is released by the kernel or the server when their holder dies, a SIGKILL
 included, so a killed sweep never leaves the study locked.
 """
 
 import hashlib
 import threading
+from pathlib import Path
 
 import sqlalchemy
 from filelock import FileLock
+
+from tracking import journal_storage as journal
 
 
 class AdvisoryLock:
@@ -55,6 +60,10 @@ class AdvisoryLock:
 def cross_process_lock(url: str, name: str):
     """The storage's own lock for steps across processes: a file lock for SQLite, an advisory lock for
     PostgreSQL, None for an in-memory database or another backend (its row locks are all there is)."""
+    if journal.is_redis(url):
+        return journal.RedisLock(url, name)
+    if journal.is_journal_file(url):
+        return FileLock(f"{Path(url).expanduser().resolve()}.study-lock")  # Optuna's own lock is <journal>.lock
     backend = sqlalchemy.engine.make_url(url)
     if backend.get_backend_name() == "sqlite":
         return FileLock(f"{backend.database}.lock") if backend.database and backend.database != ":memory:" else None

@@ -144,11 +144,11 @@ def resolve_workers(opts: SweepOptions) -> int:
 
 
 def retrying(action, *args, attempts: int = 8, what: str = "storage"):
-    """Run `action(*args)`, retrying database errors (a locked SQLite file, a dropped connection)."""
+    """Run `action(*args)`, retrying storage errors (a locked SQLite file, a dropped connection)."""
     for attempt in range(attempts):
         try:
             return action(*args)
-        except sqlalchemy.exc.DBAPIError as error:  # OperationalError, InterfaceError, ...
+        except storage.transient_errors() as error:  # OperationalError, InterfaceError, Redis' ConnectionError
             if attempt == attempts - 1:
                 raise
             print(f"warning: {what}: {str(error).splitlines()[0][:200]}; retrying", file=sys.stderr)
@@ -191,6 +191,8 @@ def base_name(opts: SweepOptions, sweep: dict) -> str:
 
 def storage_url(opts: SweepOptions, storage_name: str) -> str:
     """--storage, else the SQLite database `<out_dir>/sweeps/<storage_name>/optuna.db`."""
+    if opts.storage is not None and storage.journal.is_journal_file(opts.storage):
+        return str(Path(opts.storage).expanduser().resolve())  # children and --reseed stages run elsewhere
     if opts.storage is not None:
         return quote_password(opts.storage)
     path = study_db(opts.out_dir, storage_name)
@@ -705,12 +707,14 @@ class Sweep:
             self.lock = StudyLock(url, self.study_name)
             with self.lock:  # creating the tables and queueing the grid happen once
                 storage.check_clock(url, opts.heartbeat)  # staleness needs one clock
+                if warning := storage.network_filesystem_warning(url):
+                    print(warning, file=sys.stderr)
                 self.storage = open_storage(url, opts.heartbeat)
                 locked = self.lock.process is not None
                 self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
         except ConfigError:  # already one line (a storage that cannot be opened, a study of another sweep file)
             raise
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:  # the lock's own connection
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, *storage.transient_errors()) as error:
             raise storage_error(url, error) from None
         self.errors: list[str] = []
         self.first_seen: dict[int, float] = {}  # trials seen RUNNING without a sweep's name (recover_dead_trials)
@@ -731,7 +735,7 @@ class Sweep:
         """A storage call that may fail (heartbeat, report): warn and go on; the next loop tries again."""
         try:
             return action(*args)
-        except sqlalchemy.exc.DBAPIError as error:
+        except storage.transient_errors() as error:
             print(f"warning: storage: {str(error).splitlines()[0][:200]}", file=sys.stderr)
             return None
 
