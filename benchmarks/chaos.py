@@ -1,6 +1,6 @@
 """Chaos harness: does every grid point of a sweep run exactly once when sweep processes and trials are killed?
 
-To run: python benchmarks/chaos.py [--storages sqlite-cold,sqlite-warm,postgresql] [--runs 1] [--points 48]
+To run: python benchmarks/chaos.py [--storages sqlite-cold,sqlite-warm,postgresql,journal,redis] [--runs 1] [--points 48]
 [--processes 3] [--workers 3] [--crash-p 0.2] [--seed 0] [--json FILE] [--storage-url NAME=URL]
 
 Per storage and repetition: a grid sweep of `--points` fake trials (tests/fake_fit.py: about a second each, no
@@ -24,7 +24,8 @@ Optuna and per storage the table shows (summed over repetitions):
 
 Storages: `sqlite-cold` (the sweep's own SQLite file, `--cold_start`), `sqlite-warm` (`--warm_any`: trials
 forked from the warm-start server), `postgresql` (a fresh database per run on the server named by
-PE_TEST_POSTGRES, else the one scripts/start_postgres.sh starts), and any `--storage-url NAME=URL` (`{out}` in
+PE_TEST_POSTGRES, else the one scripts/start_postgres.sh starts), `journal` (a journal file in the run's folder),
+`redis` (an empty database on the server named by PE_TEST_REDIS, else scripts/start_redis.sh's), and any `--storage-url NAME=URL` (`{out}` in
 URL is the run's folder; NAME ending in -warm runs warm). The harness makes itself a child subreaper
 (Linux), so every process its sweeps leave behind is its descendant: at the end it SIGKILLs their process
 groups and removes its folders (`--keep` keeps them).
@@ -61,6 +62,7 @@ class Storage:
     url: str | None  # None: the sweep's own SQLite file; "{out}" is the run's folder
     warm: bool = False
     postgres: bool = False
+    redis: bool = False
 
 
 @dataclass
@@ -383,10 +385,26 @@ def drop_database(server: str, name: str) -> None:
         connection.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def redis_database() -> str:
+    """An empty database on the test Redis server (scripts/start_redis.sh makes 4096)."""
+    import redis
+
+    server = os.environ.get("PE_TEST_REDIS")
+    if not server:
+        script = ["bash", str(ROOT / "scripts" / "start_redis.sh")]
+        server = subprocess.run(script, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    for index in random.Random(time.time_ns()).sample(range(1, 4096), 200):
+        url = f"{server.rstrip('/')}/{index}"
+        if redis.Redis.from_url(url).setnx("pe-chaos-claimed", 1):
+            return url
+    raise SystemExit("error: no empty Redis database left")
+
+
 def repetition(storage: Storage, args: argparse.Namespace, rep: int, pg: str | None) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"{storage.name}-{rep}-", dir=args.out))
     (out / "logs").mkdir()
     database, url = fresh_database(pg) if storage.postgres else (None, (storage.url or "").replace("{out}", str(out)))
+    url = redis_database() if storage.redis else url
     run = Run(storage, out, url or None, random.Random(f"{args.seed}-{storage.name}-{rep}"), args)
     began, rounds, codes = time.time(), None, []
     try:
@@ -402,6 +420,10 @@ def repetition(storage: Storage, args: argparse.Namespace, rep: int, pg: str | N
         kill_everything()
         if database:
             drop_database(pg, database)
+        if storage.redis:
+            import redis
+
+            redis.Redis.from_url(url).flushdb()
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)
     return {"storage": storage.name, "rep": rep, "rounds": rounds, "exit_codes": codes, "wall_s": round(wall, 1),
@@ -414,8 +436,10 @@ def measure(url: str, out: Path, points: int) -> dict:
     import optuna
     from optuna.trial import TrialState
 
+    from tracking.storage import open_storage
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    trials = optuna.load_study(study_name=STUDY, storage=url).get_trials(deepcopy=False)
+    trials = optuna.load_study(study_name=STUDY, storage=open_storage(url, 1)).get_trials(deepcopy=False)
     complete = Counter(t.params.get("x") for t in trials if t.state == TrialState.COMPLETE)
     log = out / "finished.log"
     trained = Counter(int(x) for x in log.read_text().split()) if log.exists() else Counter()
@@ -483,6 +507,8 @@ def storages(args: argparse.Namespace) -> list[Storage]:
         "sqlite-cold": Storage("sqlite-cold", None),
         "sqlite-warm": Storage("sqlite-warm", None, warm=True),
         "postgresql": Storage("postgresql", None, postgres=True),
+        "journal": Storage("journal", "{out}/journal.log"),
+        "redis": Storage("redis", None, redis=True),
     }
     chosen = []
     for name in filter(None, args.storages.split(",")):
