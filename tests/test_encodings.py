@@ -241,9 +241,11 @@ README_DEFAULTS = {("t5_bias", "num_buckets"): 32, ("t5_bias", "max_distance"): 
 
 def test_the_readmes_options_and_defaults_are_the_encodings():
     """Every option the README's table and option list name is one `encoding_options` lists (the command the
-    README gives to list them), with the default the README states; every encoding takes randomize_positions."""
+    README gives to list them), with the default the README states; every encoding takes randomize_positions
+    and randomize_positions_eval (off)."""
     for name in NAMES:
-        assert "randomize_positions" in encoding_options(name), name
+        assert {"randomize_positions", "randomize_positions_eval"} <= set(encoding_options(name)), name
+        assert option_parameters(name)["randomize_positions_eval"].default is False  # 0..L-1 at evaluation
     for name, options in README_OPTIONS.items():
         assert options <= set(encoding_options(name)), (name, options - set(encoding_options(name)))
     for (name, option), default in README_DEFAULTS.items():
