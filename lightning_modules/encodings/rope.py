@@ -38,8 +38,8 @@ class RoPE(PositionalEncoding):
     logits do not depend on the padded length of its batch. transformers' `dynamic_rope_update` takes the
     largest position of the whole batch instead).
     `rope_fraction` p in (0, 1] (p-RoPE, Barbero et al. 2025, "Round and Round We Go"): only the highest-
-    frequency p fraction of the R/2 frequencies rotate, the rest get frequency 0 (unrotated, position-free
-    channels); applied after the options above.
+    frequency p fraction of the R/2 frequencies rotate (int(p R // 2) of them, as transformers' "proportional"
+    rope type), the rest get frequency 0 (unrotated, position-free channels); applied after the options above.
     Shapes: q, k (B, H, L, D); cos, sin (L, R) or (B, 1, L, R).
     """
 
@@ -74,8 +74,10 @@ class RoPE(PositionalEncoding):
         self.register_position_table("rotations", "cos_sin_table")  # (2, N, R)
 
     def truncate(self, inv_freq: Tensor) -> Tensor:
-        """p-RoPE: frequency 0 for all but the first (highest) round(p R/2) frequencies of the last dim."""
-        keep = round(self.rope_fraction * inv_freq.shape[-1])
+        """p-RoPE: frequency 0 for all but the first (highest) int(p R // 2) frequencies of the last dim, the
+        count transformers' "proportional" RoPE rotates (`_compute_proportional_rope_parameters`, R = head dim;
+        0 for p R < 2: nothing rotates)."""
+        keep = int(self.rope_fraction * self.rotary_dim // 2)
         return torch.cat(
             (inv_freq[..., :keep], inv_freq.new_zeros(*inv_freq.shape[:-1], inv_freq.shape[-1] - keep)), -1
         )
