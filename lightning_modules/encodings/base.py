@@ -135,6 +135,11 @@ class PositionalEncoding(nn.Module):
             q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale
         )  # fmt: skip
 
+    def untrained_note(self, train_length: int) -> str | None:
+        """One line naming the parameters that training on `train_length` positions never reaches (e.g. T5's
+        far buckets), or None."""
+        return None
+
     @torch.no_grad()
     def positional_logits(self, length: int) -> Tensor | None:
         """Exactly the content-independent term added to the logits at positions 0..length-1."""
