@@ -73,7 +73,7 @@ def untrained_note(enc: PositionalEncoding, train_length: int) -> str | None:
     return (
         f"encoding {enc.name!r}: relative buckets {names} (distances >= {train_length} up to "
         f"max_distance={enc.max_distance}) are never reached at the training length {train_length} and keep "
-        "their initial values; lower max_distance to bucket only trained distances"
+        "their initial values; lower max_distance (or num_buckets) so that training reaches every bucket"
     )
 
 
