@@ -357,6 +357,7 @@ class TextDataModule(pl.LightningDataModule):
         self.task, self.causal, self.seed, self.data_dir = task, causal, seed, data_dir
         self.tokenizer_kind = CORPORA[task][3] if tokenizer == "auto" else tokenizer
         self.block_size, self.eval_factors, self.batch_size = block_size, eval_factors, batch_size
+        self.train_seq_len = block_size  # training inputs: positions past it are never trained
         self.eval_contexts = [block_size * f for f in eval_factors]
         self.max_train_blocks, self.max_eval_tokens, self.num_workers = max_train_blocks, max_eval_tokens, num_workers
         self.max_seq_len = max(self.eval_contexts)

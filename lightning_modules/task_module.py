@@ -3,8 +3,10 @@
 import inspect
 
 import pytorch_lightning as pl
+from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_modules.arch import ArchConfig
+from lightning_modules.encodings import PositionalEncoding
 from lightning_modules.optim import adamw_with_schedule
 
 
@@ -61,6 +63,15 @@ class TaskModule(pl.LightningModule):
     @property
     def encoding(self):
         return self.transformer.encoding
+
+    def setup(self, stage: str) -> None:
+        """Before fitting on data whose training length is known (the datamodule's `train_seq_len`), warn in
+        one line about encoding parameters that length never trains (T5's buckets past it)."""
+        train_length = getattr(getattr(self.trainer, "datamodule", None), "train_seq_len", None)
+        if stage == "fit" and train_length:
+            for module in self.modules():
+                if isinstance(module, PositionalEncoding) and (note := module.untrained_note(int(train_length))):
+                    rank_zero_warn(note)
 
     def _eval_step(self, batch: dict, stage: str) -> None:
         raise NotImplementedError

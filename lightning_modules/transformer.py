@@ -50,13 +50,26 @@ def attention_masks(bias: Tensor | None, length: int, causal: bool, padding_mask
     return merge_mask(bias, allowed), allowed
 
 
-def sample_positions(batch: int, length: int, max_position: int, device=None) -> Tensor:
-    """(B, L) sorted distinct positions drawn uniformly from [0, max_position), one draw per row: the
-    randomized positions of Ruoss et al. 2023 (an ordered random subset of a longer range)."""
+def sample_positions(batch: int, length: int, max_position: int, device=None, lengths: Tensor | None = None) -> Tensor:
+    """(B, L) randomized positions, drawn per example (Ruoss et al. 2023): row b holds a sorted uniform sample
+    without replacement of `lengths[b]` positions from [0, max_position) in its first `lengths[b]` slots (all
+    L slots without `lengths`), padded slots 0. An example's draw thus depends on its own length only, never on
+    the padded length of its batch."""
     if length > max_position:
         raise ConfigError(f"randomize_positions={max_position} cannot hold {length} distinct positions; raise it")
-    scores = torch.rand(batch, max_position, device=device)  # (B, N)
-    return scores.topk(length, dim=-1, sorted=False).indices.sort(dim=-1).values  # (B, L)
+    # the indices of the L largest of N uniform scores, largest first: every prefix is a uniform random subset
+    order = torch.rand(batch, max_position, device=device).topk(length, dim=-1).indices  # (B, L)
+    if lengths is None:
+        return order.sort(dim=-1).values
+    real = torch.arange(length, device=device) < lengths[:, None]  # (B, L), right padding
+    return order.masked_fill(~real, max_position).sort(dim=-1).values.masked_fill(~real, 0)
+
+
+def example_positions(positions: Tensor, padding_mask: Tensor) -> Tensor:
+    """(L,) or (B, L) positions -> (B, L) with every padded slot at 0, so that each row's largest position is
+    its own example's (a `length_dependent` encoding, e.g. RoPE's dynamic NTK, then gives an example the same
+    logits whatever the padded length of its batch; padded slots are never attended by real tokens)."""
+    return positions.expand(padding_mask.shape).masked_fill(~padding_mask.bool(), 0)
 
 
 class Attention(nn.Module):
@@ -114,7 +127,8 @@ class Transformer(nn.Module):
     Causal (decoder-only) or bidirectional (encoder). The encoding's shared bias and the masks are
     computed once per forward and passed to every layer. Returns hidden states (B, L, C).
     Default positions are 0..L-1; in training mode with the encoding's `randomize_positions` N, sorted
-    distinct positions sampled from [0, N) per row instead (Ruoss et al. 2023); explicit positions win.
+    distinct positions sampled from [0, N) for each example's own length instead (Ruoss et al. 2023; at
+    evaluation too with `randomize_positions_eval`); explicit positions win.
     """
 
     def __init__(self, arch: ArchConfig, *, causal: bool = True, cls_first: bool = False):
@@ -140,9 +154,12 @@ class Transformer(nn.Module):
         """tokens (B, L); positions (L,) or (B, L), default 0..L-1; padding_mask (B, L), True = real."""
         B, L = tokens.shape
         if positions is None:
-            positions = self.default_positions(B, L, tokens.device)
+            lengths = None if padding_mask is None else padding_mask.sum(-1)  # (B,), right padding
+            positions = self.default_positions(B, L, tokens.device, lengths)
         else:
             self.encoding.check_positions(positions)
+        if padding_mask is not None and self.encoding.length_dependent:
+            positions = example_positions(positions, padding_mask)
         x = self.encoding.embed(self.token_emb(tokens), positions)  # (B, L, C)
         x = self.emb_drop(self.norm(x) if self.post_norm else x)
         mask, allowed = attention_masks(self.encoding.bias(positions), L, self.causal, padding_mask, tokens.device)
@@ -150,16 +167,19 @@ class Transformer(nn.Module):
             x = block(x, self.encoding, positions, mask, allowed, self.causal)
         return x if self.post_norm else self.norm(x)
 
-    def default_positions(self, batch: int, length: int, device) -> Tensor:
-        return default_positions(self.encoding, self.training, batch, length, device)
+    def default_positions(self, batch: int, length: int, device, lengths: Tensor | None = None) -> Tensor:
+        return default_positions(self.encoding, self.training, batch, length, device, lengths)
 
 
-def default_positions(encoding: PositionalEncoding, training: bool, batch: int, length: int, device) -> Tensor:
-    """(L,) 0..L-1, or (B, L) randomized positions at training time when the encoding asks for them (both
-    within the encoding's position tables, grown for a longer input)."""
+def default_positions(encoding: PositionalEncoding, training: bool, batch: int, length: int, device,
+                      lengths: Tensor | None = None) -> Tensor:  # fmt: skip
+    """(L,) 0..L-1, or (B, L) randomized positions drawn for each example's own length (`lengths` (B,), the
+    real tokens of each right-padded row; None: all L) at training time when the encoding asks for them, and at
+    evaluation too with `randomize_positions_eval` (both within the encoding's position tables, grown for a
+    longer input)."""
     max_position = encoding.randomize_positions
-    if training and max_position is not None:
-        return sample_positions(batch, length, max_position, device)
+    if max_position is not None and (training or encoding.randomize_positions_eval):
+        return sample_positions(batch, length, max_position, device, lengths)
     encoding.reserve(length)
     return torch.arange(length, device=device)
 

@@ -8,6 +8,9 @@ README claims covered here:
 - "t5_bias | bucketed relative bias (32 buckets, max distance 128)": test_t5_bucket_table_bidirectional,
   test_t5_bucket_table_causal, test_t5_bias_is_table_lookup_of_bucket, test_t5_bias_matches_x_transformers,
   test_the_readmes_options_and_defaults_are_the_encodings
+- "a max_distance beyond the training length leaves the far buckets untrained (one warning line)":
+  test_t5_untrained_buckets_are_those_the_training_length_never_reaches,
+  test_fitting_warns_once_about_untrained_t5_buckets
 - "alibi | linear bias -m_h abs(i-j), geometric slopes; symmetric when bidirectional": test_alibi_slopes_closed_form,
   test_alibi_bias_closed_form, test_alibi_matches_x_transformers
 - "rope | rotary q/k (interleaved pairs), option base": test_rope_matches_x_transformers,
@@ -59,7 +62,7 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding, encoding_options, option_parameters
 from lightning_modules.encodings.alibi import alibi_slopes
 from lightning_modules.encodings.sinusoidal import sinusoid_table
-from lightning_modules.encodings.t5_bias import t5_bucket
+from lightning_modules.encodings.t5_bias import t5_bucket, untrained_buckets
 from lightning_modules.encodings.tupe import TupeA
 from lightning_modules.transformer import Transformer
 
@@ -241,9 +244,11 @@ README_DEFAULTS = {("t5_bias", "num_buckets"): 32, ("t5_bias", "max_distance"): 
 
 def test_the_readmes_options_and_defaults_are_the_encodings():
     """Every option the README's table and option list name is one `encoding_options` lists (the command the
-    README gives to list them), with the default the README states; every encoding takes randomize_positions."""
+    README gives to list them), with the default the README states; every encoding takes randomize_positions
+    and randomize_positions_eval (off)."""
     for name in NAMES:
-        assert "randomize_positions" in encoding_options(name), name
+        assert {"randomize_positions", "randomize_positions_eval"} <= set(encoding_options(name)), name
+        assert option_parameters(name)["randomize_positions_eval"].default is False  # 0..L-1 at evaluation
     for name, options in README_OPTIONS.items():
         assert options <= set(encoding_options(name)), (name, options - set(encoding_options(name)))
     for (name, option), default in README_DEFAULTS.items():
@@ -391,6 +396,52 @@ def test_t5_bucket_table_causal():
     assert [got[-d] for d in range(1, 16)] == list(range(1, 16))  # 16 exact buckets on the one side
     assert got[-300] == 31 and set(got.values()) == set(range(32))
     assert all(got[r] == t5_bucket_closed_form(r, False) for r in got)
+
+
+@pytest.mark.parametrize("num_buckets, max_distance, train_length", [(32, 128, 64), (32, 64, 64), (32, 128, 20),
+                                                                     (32, 128, 200), (16, 50, 30)])  # fmt: skip
+@pytest.mark.parametrize("causal", CAUSAL)
+def test_t5_untrained_buckets_are_those_the_training_length_never_reaches(causal, num_buckets, max_distance,
+                                                                          train_length):  # fmt: skip
+    """Against the closed form: the buckets of distances up to max_distance less those of |j - i| < the
+    training length (ALiBi's reproduction, causal, 128 at a context of 64: buckets 27-31)."""
+    bucket = lambda rel: t5_bucket_closed_form(rel, not causal, num_buckets, max_distance)  # noqa: E731
+    reach = range(-max_distance - 1, max_distance + 2)
+    expected = {bucket(r) for r in reach} - {bucket(r) for r in range(1 - train_length, train_length)}
+    assert untrained_buckets(num_buckets, max_distance, not causal, train_length) == sorted(expected)
+    if causal and (num_buckets, max_distance, train_length) == (32, 128, 64):
+        assert sorted(expected) == [27, 28, 29, 30, 31]
+    for name in ("t5_bias", "tupe_r", "bert_r"):
+        enc = build_encoding(name, dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=causal,
+                             num_buckets=num_buckets, max_distance=max_distance)  # fmt: skip
+        note = enc.untrained_note(train_length)
+        assert (note is None) == (not expected), (name, note)
+        if note:
+            assert "\n" not in note and f"max_distance={max_distance}" in note and f"length {train_length}" in note
+    assert all(make(name, causal=True).untrained_note(4) is None for name in ("alibi", "rope", "learned"))
+
+
+def test_fitting_warns_once_about_untrained_t5_buckets():
+    """One warning line when the training length is known and buckets stay untrained; none otherwise."""
+    import warnings
+    from types import SimpleNamespace
+
+    from lightning_modules.synthetic_model import SyntheticTaskModel
+
+    def warnings_of(options: dict, datamodule) -> list[str]:
+        arch = ArchConfig("t5_bias", encoding_options=options, dim=DIM, depth=1, num_heads=HEADS, vocab_size=20,
+                          max_length=512)  # fmt: skip
+        model = SyntheticTaskModel(arch)
+        model._trainer = SimpleNamespace(datamodule=datamodule)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.setup("fit")
+        return [str(w.message) for w in caught if "t5_bias" in str(w.message)]
+
+    (line,) = warnings_of({}, SimpleNamespace(train_seq_len=64))
+    assert line.startswith("encoding 't5_bias': relative buckets 27-31 ") and "\n" not in line
+    assert warnings_of({"max_distance": 64}, SimpleNamespace(train_seq_len=64)) == []
+    assert warnings_of({}, SimpleNamespace()) == []  # training length unknown: nothing said
 
 
 @pytest.mark.parametrize("causal", CAUSAL)

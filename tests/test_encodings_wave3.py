@@ -16,7 +16,7 @@ README claims covered here:
 - "dynamic_ntk_factor (dynamic NTK: the base grows with the evaluated length)": test_dynamic_ntk_matches_transformers,
   test_dynamic_ntk_rotates_with_the_frequencies_of_each_evaluated_length
 - "rope_fraction (p-RoPE ...: only the highest-frequency fraction rotates)":
-  test_p_rope_rotates_only_the_highest_frequencies
+  test_p_rope_rotates_only_the_highest_frequencies, test_p_rope_matches_transformers_proportional_rope
 - "an encoding option of the wrong type or range" is one line: test_bad_options_are_one_line
 """
 
@@ -178,6 +178,22 @@ def test_p_rope_rotates_only_the_highest_frequencies():
     q, k = qk(L=9)
     rq, rk = partial.rotate(q, k, torch.arange(9))
     torch.testing.assert_close(rq[..., 4:], q[..., 4:])  # pairs 2, 3 (dims 4-7) unrotated
+
+
+P_ROPE_FRACTIONS = [0.1, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0]
+
+
+@pytest.mark.parametrize("head_dim", [8, 12, 16, 24, 32, 64, 128])
+def test_p_rope_matches_transformers_proportional_rope(head_dim):
+    """The inverse frequencies, hence how many rotate (int(p D // 2)), are transformers' "proportional" rope
+    type's for every fraction: a rounded count rotated one more in 15 of these 56 settings."""
+    for fraction in P_ROPE_FRACTIONS:
+        enc = build_encoding("rope", dim=2 * head_dim, num_heads=2, max_length=16, causal=True, rope_fraction=fraction)
+        rope = {"rope_type": "proportional", "rope_theta": 10000.0, "partial_rotary_factor": fraction}
+        config = LlamaConfig(hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim, rope_parameters=rope)
+        inv_freq, _ = ROPE_INIT_FUNCTIONS["proportional"](config, "cpu")
+        assert int((enc.inv_freq != 0).sum()) == int((inv_freq != 0).sum()), (head_dim, fraction)
+        torch.testing.assert_close(enc.inv_freq, inv_freq, msg=f"head dim {head_dim}, rope_fraction {fraction}")
 
 
 @pytest.mark.parametrize(

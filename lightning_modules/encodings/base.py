@@ -27,9 +27,11 @@ class PositionalEncoding(nn.Module):
       encoding that needs the attention weights themselves (Shaw's relative values).
     Capabilities are class attributes, checked when the model is built.
     `randomize_positions` (Ruoss et al. 2023, every encoding): at training time the Transformer feeds
-    sorted distinct positions sampled from [0, randomize_positions) instead of 0..L-1, one draw per example;
-    evaluation uses 0..L-1, as the paper's Figure 1 (the official JAX code draws one set per batch and samples
-    at evaluation too). Encodings with a table size it by `num_positions = max(max_length, randomize_positions)`.
+    sorted distinct positions sampled from [0, randomize_positions) instead of 0..L-1, one draw per example for
+    its own length (a padded batch's examples do not share the padded length's draw); evaluation uses 0..L-1,
+    as the paper's Figure 1, or samples too with `randomize_positions_eval` (the official JAX code samples at
+    evaluation, one set per batch of one length). Encodings with a table size it by
+    `num_positions = max(max_length, randomize_positions)`.
     `cls_first`: set by the model (not an option) when position 0 always holds [CLS] (masked-LM and
     classification); TUPE's [CLS] untying is on by default only then.
     Initialisation: every trainable tensor starts as the method's reference code does, stated with its
@@ -48,10 +50,13 @@ class PositionalEncoding(nn.Module):
     """
 
     causal_only: ClassVar[bool] = False  # refuses bidirectional use (e.g. xPos)
+    # the hooks depend on each example's length (its largest position + 1, per row of (B, L) positions), e.g.
+    # RoPE's dynamic NTK: given a padding mask, the Transformer passes (B, L) positions with padded slots at 0
+    length_dependent: bool = False
     shift_invariant: ClassVar[bool] = False  # logits unchanged when every position moves by a constant
 
     def __init__(self, *, dim: int, num_heads: int, max_length: int, causal: bool, cls_first: bool = False,
-                 randomize_positions: int | None = None):  # fmt: skip
+                 randomize_positions: int | None = None, randomize_positions_eval: bool = False):  # fmt: skip
         super().__init__()
         if dim % num_heads:
             raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
@@ -61,10 +66,12 @@ class PositionalEncoding(nn.Module):
             raise ConfigError(
                 f"randomize_positions={randomize_positions} must be >= the longest sequence (max_length={max_length})"
             )
+        if randomize_positions_eval and randomize_positions is None:
+            raise ConfigError("randomize_positions_eval needs randomize_positions (the range N to sample from)")
         self.dim, self.num_heads, self.max_length, self.causal = dim, num_heads, max_length, causal
         self.cls_first = cls_first  # position 0 holds [CLS] (set by the model, never by the user)
         self.head_dim = dim // num_heads
-        self.randomize_positions = randomize_positions
+        self.randomize_positions, self.randomize_positions_eval = randomize_positions, randomize_positions_eval
         self.num_positions = max(max_length, randomize_positions or 0)  # rows a position table needs
         self.table_length = self.num_positions  # rows of the position tables (grown by `reserve`)
         self.position_tables: dict[str, str] = {}  # buffer name -> the method that builds it
@@ -127,6 +134,11 @@ class PositionalEncoding(nn.Module):
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale
         )  # fmt: skip
+
+    def untrained_note(self, train_length: int) -> str | None:
+        """One line naming the parameters that training on `train_length` positions never reaches (e.g. T5's
+        far buckets), or None."""
+        return None
 
     @torch.no_grad()
     def positional_logits(self, length: int) -> Tensor | None:

@@ -26,6 +26,7 @@ class BertR(LearnedAbsolute):
         self.register_position_table("distance_buckets", "distance_buckets_table")
 
     distance_buckets_table = T5Bias.distance_buckets_table
+    untrained_note = T5Bias.untrained_note
     buckets = T5Bias.buckets
 
     def bias(self, positions: Tensor) -> Tensor:

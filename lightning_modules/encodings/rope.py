@@ -33,10 +33,13 @@ class RoPE(PositionalEncoding):
     by the attention temperature (0.1 ln s + 1)^2, i.e. q and k each by 0.1 ln s + 1, here on all head dims
     through `attention_scale` where transformers scales the rotated dims' cos / sin);
     `dynamic_ntk_factor` a >= 1 (dynamic NTK, emozilla 2023: at an evaluated length L > L0, the base is
-    base * (a L / L0 - (a - 1))^(R/(R-2)); L = the largest position + 1 of each forward).
+    base * (a L / L0 - (a - 1))^(R/(R-2)); L = the largest position + 1 of each example, i.e. of each row of
+    (B, L) positions: the Transformer gives padded slots position 0 (`length_dependent`), so an example's
+    logits do not depend on the padded length of its batch. transformers' `dynamic_rope_update` takes the
+    largest position of the whole batch instead).
     `rope_fraction` p in (0, 1] (p-RoPE, Barbero et al. 2025, "Round and Round We Go"): only the highest-
-    frequency p fraction of the R/2 frequencies rotate, the rest get frequency 0 (unrotated, position-free
-    channels); applied after the options above.
+    frequency p fraction of the R/2 frequencies rotate (int(p R // 2) of them, as transformers' "proportional"
+    rope type), the rest get frequency 0 (unrotated, position-free channels); applied after the options above.
     Shapes: q, k (B, H, L, D); cos, sin (L, R) or (B, 1, L, R).
     """
 
@@ -62,6 +65,7 @@ class RoPE(PositionalEncoding):
             base = base * ntk_base_rescale ** (R / (R - 2))
         self.interpolation_factor, self.base, self.rope_fraction = interpolation_factor, base, rope_fraction
         self.dynamic_ntk_factor, self.original_length = dynamic_ntk_factor, original_length
+        self.length_dependent = dynamic_ntk_factor is not None  # frequencies follow each example's length
         self.magnitude = 1.0  # YaRN's per-vector scale of q and k
         inv_freq = base ** (-torch.arange(0, R, 2).float() / R)
         if yarn_factor is not None:
@@ -70,33 +74,45 @@ class RoPE(PositionalEncoding):
         self.register_position_table("rotations", "cos_sin_table")  # (2, N, R)
 
     def truncate(self, inv_freq: Tensor) -> Tensor:
-        """p-RoPE: frequency 0 for all but the first (highest) round(p R/2) frequencies."""
-        keep = round(self.rope_fraction * len(inv_freq))
-        return torch.cat((inv_freq[:keep], inv_freq.new_zeros(len(inv_freq) - keep)))
+        """p-RoPE: frequency 0 for all but the first (highest) int(p R // 2) frequencies of the last dim, the
+        count transformers' "proportional" RoPE rotates (`_compute_proportional_rope_parameters`, R = head dim;
+        0 for p R < 2: nothing rotates)."""
+        keep = int(self.rope_fraction * self.rotary_dim // 2)
+        return torch.cat(
+            (inv_freq[..., :keep], inv_freq.new_zeros(*inv_freq.shape[:-1], inv_freq.shape[-1] - keep)), -1
+        )
 
-    def frequencies(self, length: int) -> Tensor:
-        """(R/2,) inverse frequencies at an evaluated length (largest position + 1): `inv_freq`, except for
-        dynamic NTK beyond `original_length`, whose base grows with the length."""
-        if self.dynamic_ntk_factor is None or length <= self.original_length:
+    def frequencies(self, length: int | Tensor) -> Tensor:
+        """Inverse frequencies at an evaluated length (largest position + 1): (R/2,) for an int or a 0-dim
+        length, (B, R/2) for (B,) lengths. `inv_freq`, except for dynamic NTK beyond `original_length`, whose
+        base grows with the length."""
+        if self.dynamic_ntk_factor is None:
             return self.inv_freq
-        R, a = self.rotary_dim, self.dynamic_ntk_factor
-        base = self.base * (a * length / self.original_length - (a - 1)) ** (R / (R - 2))
+        R, a, L0 = self.rotary_dim, self.dynamic_ntk_factor, self.original_length
+        length = torch.as_tensor(length, device=self.inv_freq.device)[..., None]  # (1,) or (B, 1)
+        base = self.base * (a * length.to(self.inv_freq.dtype) / L0 - (a - 1)) ** (R / (R - 2))
         exponents = torch.arange(0, R, 2, device=self.inv_freq.device, dtype=self.inv_freq.dtype) / R
-        return self.truncate(base**-exponents)
+        return torch.where(length > L0, self.truncate(base**-exponents), self.inv_freq)  # (R/2,) or (B, R/2)
 
     def attention_scale(self) -> float:
         return self.magnitude**2 * self.head_dim**-0.5
 
     def angles(self, positions: Tensor, inv_freq: Tensor) -> Tensor:
-        """(...,) positions and (R/2,) inverse frequencies -> (..., R/2) angles."""
+        """(...,) positions and (R/2,) inverse frequencies, or (B, L) positions and (B, R/2) frequencies of each
+        row -> (..., R/2) angles."""
+        if inv_freq.dim() == 2:
+            inv_freq = inv_freq[:, None]  # (B, 1, R/2)
         return positions.float()[..., None] * inv_freq / self.interpolation_factor
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """(L, R) or (B, 1, L, R) cos and signed sin of the angles of `positions`, each angle twice, as
         `rotate_pairs` takes them: rows of the `rotations` position table, or, for dynamic NTK beyond
-        `original_length` (frequencies that depend on the evaluated length), computed in this forward."""
-        if self.dynamic_ntk_factor is not None and (length := int(positions.max()) + 1) > self.original_length:
-            cos, sin = self.cos_sin_table(positions, self.frequencies(length))
+        `original_length` (frequencies that depend on the evaluated length of each row), computed in this
+        forward."""
+        dynamic = self.dynamic_ntk_factor is not None
+        lengths = positions.max(-1).values + 1 if dynamic else None  # () for (L,) positions, (B,) for (B, L)
+        if dynamic and bool((lengths > self.original_length).any()):
+            cos, sin = self.cos_sin_table(positions, self.frequencies(lengths))
         else:
             cos, sin = self.rotations[:, positions]  # each (L, R) or (B, L, R)
         return (cos, sin) if positions.dim() == 1 else (cos[:, None], sin[:, None])

@@ -48,6 +48,35 @@ def t5_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int =
     return ret + torch.where(is_small, n, large)
 
 
+def untrained_buckets(num_buckets: int, max_distance: int, bidirectional: bool, train_length: int) -> list[int]:
+    """The buckets some distance j - i reaches but none between positions 0..train_length-1 does: trained at
+    that length, they keep their initial values (e.g. 27-31 of T5's causal 32 buckets with max distance 128 at a
+    context of 64)."""
+    reachable = t5_bucket(distances(max(max_distance, train_length) + 1), bidirectional, num_buckets, max_distance)
+    trained = t5_bucket(distances(train_length), bidirectional, num_buckets, max_distance)
+    return sorted(set(reachable.tolist()) - set(trained.tolist()))
+
+
+def untrained_note(enc: PositionalEncoding, train_length: int) -> str | None:
+    """One line naming the T5 buckets of `enc` (num_buckets, max_distance) that training at `train_length`
+    positions never reaches, or None when it reaches them all."""
+    buckets = untrained_buckets(enc.num_buckets, enc.max_distance, not enc.causal, train_length)
+    if not buckets:
+        return None
+    runs = [[buckets[0], buckets[0]]]
+    for b in buckets[1:]:
+        if b == runs[-1][1] + 1:
+            runs[-1][1] = b
+        else:
+            runs.append([b, b])
+    names = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return (
+        f"encoding {enc.name!r}: relative buckets {names} (distances >= {train_length} up to "
+        f"max_distance={enc.max_distance}) are never reached at the training length {train_length} and keep "
+        "their initial values; lower max_distance (or num_buckets) so that training reaches every bucket"
+    )
+
+
 class T5Bias(PositionalEncoding):
     """T5 bucketed relative position bias: one learned scalar per (bucket, head), shared by all layers.
 
@@ -59,6 +88,8 @@ class T5Bias(PositionalEncoding):
     the table starts N(0, init_std^2); unset, C^-0.5 / scale, so the bias itself starts N(0, 1/C) as T5's
     `relative_attention_bias` (HF transformers' T5 port, `T5PreTrainedModel._init_weights`, factor 1: std
     d_model^-0.5); x-transformers' own default (N(0, 1) times sqrt(D)) is not T5's.
+    With `max_distance` beyond the training length, the far buckets are never trained: `untrained_note` says
+    which (a warning when a task module starts fitting on data of known training length).
     """
 
     name = "t5_bias"
@@ -72,6 +103,8 @@ class T5Bias(PositionalEncoding):
         self.table = nn.Embedding(num_buckets, self.num_heads)
         nn.init.normal_(self.table.weight, std=self.dim**-0.5 / self.scale if init_std is None else init_std)
         self.register_position_table("distance_buckets", "distance_buckets_table")
+
+    untrained_note = untrained_note
 
     def distance_buckets_table(self, positions: Tensor) -> Tensor:
         """(N,) positions 0..N-1 -> (2N - 1,) the bucket of every distance j - i between them."""

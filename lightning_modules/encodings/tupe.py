@@ -125,6 +125,7 @@ class TupeR(TupeA):
         self.register_position_table("distance_buckets", "distance_buckets_table")
 
     distance_buckets_table = T5Bias.distance_buckets_table
+    untrained_note = T5Bias.untrained_note
 
     def relative_buckets(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, L) bucket ids, with the [CLS] reset when untied."""
