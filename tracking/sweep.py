@@ -58,7 +58,7 @@ from tracking import sweep_file as sf
 from tracking.children import stop_child
 from tracking.failpoints import failpoint
 from tracking.records import RECORD_FILE, check_name, read_record
-from tracking.search import Search, build_search
+from tracking.search import SAMPLER_ATTR, Search, build_search, check_sampler
 from tracking.storage import grace_period, open_storage, quote_password, storage_error, url_password
 from tracking.study_lock import StudyLock
 from tracking.wandb_setup import SWEEP_PARAMS_ENV, short_value
@@ -220,9 +220,12 @@ def open_study(
                 f"study {study_name!r} was made from a different sweep file; pass --study_name to start a new one"
             ) from None
         if attrs.get("ready"):
+            check_sampler(study, attrs, search, locked)
             return study
     study.set_user_attr("sweep_digest", digest)
     study.set_user_attr("sweep", sweep)
+    if search.sampler_settings:  # pinned TPE settings (tracking/search.py): a resume with others is refused
+        study.set_user_attr(SAMPLER_ATTR, search.sampler_settings)
     if sweep["method"] == "grid":
         queue_grid(study, sweep)
     study.set_user_attr("ready", True)  # another process may now join
