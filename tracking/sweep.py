@@ -273,7 +273,7 @@ def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
 
 def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -> dict:
     # out root: where `--model.init_from=run:NAME` looks, so trials find runs of earlier sweeps
-    env = {k: v for k, v in os.environ.items() if k != layout.STORAGE_ENV}  # a trial never needs the study's URL
+    env = layout.trial_base_env(dict(os.environ))  # a trial is a job of its own, never the launcher's rank N
     env.update(trial_env(trial_dir, opts.out_dir, study_name))
     if opts.devices_per_trial:  # --trials_per_device consecutive slots share one group of GPUs
         first = slot // opts.trials_per_device * opts.devices_per_trial
