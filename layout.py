@@ -23,6 +23,7 @@ OUT_ROOT_ENV = "PE_OUT_ROOT"  # default of --run.out_root
 SWEEP_ENV = "PE_SWEEP"  # default of --run.sweep
 PARENT_ENV = "PE_PARENT_PID"  # a trial's supervising sweep process (tracking/children.py)
 STORAGE_ENV = "PE_SWEEP_STORAGE"  # default of `cli.py sweep --storage`: a URL with a password stays out of `ps`
+TRIAL_GPUS_ENV = "PE_TRIAL_GPUS"  # the GPUs a sweep gave its trial (--devices_per_trial): fewer visible is an error
 FAULT_ENV = "PE_FAULT_AT"  # tests only: the sweep kills itself at this named step (tracking/failpoints.py)
 TOKENIZER_CACHE_ENV = "PE_TOKENIZER_CACHE"  # overrides the tokenizer cache folder (datamodules/text.py)
 
