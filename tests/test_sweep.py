@@ -19,6 +19,8 @@ README claims covered here:
 - "hyperband ... HyperbandPruner with one resource unit per validation":
   test_hyperband_prunes_a_trial_that_is_worse_at_the_first_rung
 - "the same cli.py fit an agent would start": test_every_sweep_command_parses_with_cli
+- "Launchers: ... placement variables never reach them": test_trials_never_see_the_launchers_rank_variables,
+  test_a_sweep_launched_as_task_1_trains_its_trial_as_a_job_of_its_own, test_ddp_trial_in_a_sweep[sbatch-one-task]
 """
 
 import json
