@@ -18,7 +18,7 @@ import time
 
 PROCESS_START = time.time()  # before the heavy imports: start-up cost is recorded with each run
 
-from tracking.children import start_watchdog  # noqa: E402
+from tracking.children import check_given_gpus, start_watchdog  # noqa: E402
 
 start_watchdog()  # a sweep's trial exits with its sweep (tracking/children.py)
 
@@ -173,6 +173,7 @@ class PECLI(LightningCLI):
         check_args = getattr(locate(data_class), "check_args", None) if data_class else None
         if check_args:
             check_args(**vars(config.data.init_args))
+        check_given_gpus()  # a sweep's trial given GPUs never trains on the CPU instead
 
     @staticmethod
     def _run_dir(out_dir: str, name: str) -> Path:

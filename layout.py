@@ -9,6 +9,9 @@ Output layout under a run's `--run.out_dir` (default `out`):
 A sweep passes a trial its places through the environment of the child it starts, never its own:
 `PE_OUT_DIR` (the trial's out_dir), `PE_OUT_ROOT` (the sweep's out_dir, searched by `init_from=run:NAME`)
 and `PE_SWEEP` (the study); they are the defaults of `--run.out_dir`, `--run.out_root` and `--run.sweep`.
+The rest of a trial's environment is the sweep's, less its storage URL and the launcher's process-placement
+variables (`LAUNCHER_ENV`, `LAUNCHER_ENV_PREFIXES`): a sweep started as task 1 of `srun -n 2` or as a
+torchrun rank is one process of a job, and its trials are jobs of their own, never rank 1 of that job.
 """
 
 import os
@@ -20,8 +23,23 @@ OUT_ROOT_ENV = "PE_OUT_ROOT"  # default of --run.out_root
 SWEEP_ENV = "PE_SWEEP"  # default of --run.sweep
 PARENT_ENV = "PE_PARENT_PID"  # a trial's supervising sweep process (tracking/children.py)
 STORAGE_ENV = "PE_SWEEP_STORAGE"  # default of `cli.py sweep --storage`: a URL with a password stays out of `ps`
+TRIAL_GPUS_ENV = "PE_TRIAL_GPUS"  # the GPUs a sweep gave its trial (--devices_per_trial): fewer visible is an error
 FAULT_ENV = "PE_FAULT_AT"  # tests only: the sweep kills itself at this named step (tracking/failpoints.py)
 TOKENIZER_CACHE_ENV = "PE_TOKENIZER_CACHE"  # overrides the tokenizer cache folder (datamodules/text.py)
+
+# What a launcher (SLURM's srun / sbatch, torchrun, Lightning's own DDP launcher, LSF's jsrun, mpirun) sets to
+# place a process in its job, and Lightning reads to find its rank: SLURMEnvironment (SLURM_NTASKS,
+# SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_JOB_NAME, ...), TorchElasticEnvironment (RANK, GROUP_RANK,
+# LOCAL_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, TORCHELASTIC_RUN_ID), LightningEnvironment (LOCAL_RANK, NODE_RANK,
+# GROUP_RANK, MASTER_ADDR, MASTER_PORT), LSFEnvironment (JSM_NAMESPACE_*, LSB_DJOB_RANKFILE), rank_zero_only
+# (RANK, LOCAL_RANK, SLURM_PROCID, JSM_NAMESPACE_RANK) and seed_everything (PL_GLOBAL_SEED, PL_SEED_WORKERS,
+# which Lightning's launcher hands its DDP ranks). None of them reaches a trial (tracking/sweep.py `child_env`).
+LAUNCHER_ENV = (
+    "RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+    "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "LSB_DJOB_RANKFILE",
+    "PL_GLOBAL_SEED", "PL_SEED_WORKERS",
+)  # fmt: skip
+LAUNCHER_ENV_PREFIXES = ("SLURM_", "TORCHELASTIC_", "JSM_NAMESPACE_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_")
 
 DEFAULT_OUT_DIR = "out"
 RUNS, SWEEPS, STUDY_DB = "runs", "sweeps", "optuna.db"
@@ -53,6 +71,17 @@ def study_db(out_dir: str | Path, study: str) -> Path:
 
 def trial_dir(out_dir: str | Path, study: str, number: int) -> Path:
     return study_dir(Path(out_dir).resolve(), study) / f"trial-{number}"
+
+
+def launcher_variable(name: str) -> bool:
+    """Whether `name` places a process in its launcher's job (LAUNCHER_ENV, LAUNCHER_ENV_PREFIXES)."""
+    return name in LAUNCHER_ENV or name.startswith(LAUNCHER_ENV_PREFIXES)
+
+
+def trial_base_env(environ: dict[str, str]) -> dict[str, str]:
+    """A trial's environment before the sweep adds its own variables: `environ` (the sweep's) without the
+    launcher's placement variables and without the study's storage URL (a trial never needs it)."""
+    return {k: v for k, v in environ.items() if not launcher_variable(k) and k != STORAGE_ENV}
 
 
 def trial_env(trial_out_dir: str | Path, out_root: str | Path, study: str) -> dict[str, str]:

@@ -2,7 +2,8 @@
 record `cli.py fit` writes (`$PE_OUT_DIR/runs/<name>/record.json`: status, final, history), so the runner's
 sampling, budget and pruning are tested end to end without training a model.
 
-    fake_trial.py --mode=quadratic|first_wins|pareto [--steps=N] [--step_size=K] [--pause=SECONDS] [--x=...] [...]
+    fake_trial.py --mode=quadratic|first_wins|pareto [--steps=N] [--step_size=K] [--pause=SECONDS] [--dump_env=1]
+                  [--x=...] [...]
 
 $FAKE_STEPS, when set, overrides --steps (a re-run sweep can then finish quickly). Validation i is at global
 step i * step_size (default 1). The record names a W&B run (`wandb`: id fake-<trial>), as `cli.py fit`'s does.
@@ -10,6 +11,7 @@ step i * step_size (default 1). The record names a W&B run (`wandb`: id fake-<tr
 quadratic: val/score = -(x - 0.3)^2 at every validation. first_wins: val/score = 1 for trial 0 and 0 for
 every later trial (each trial's directory is `trial-<n>`), a metric a pruner must cut. pareto: quadratic's
 val/score and val/cost = x, two objectives whose Pareto front (score up, cost down) is x <= 0.3.
+--dump_env=1 writes the trial's environment to `$PE_OUT_DIR/env.json`.
 """
 
 import json
@@ -21,6 +23,9 @@ from pathlib import Path
 args = dict(arg[2:].split("=", 1) for arg in sys.argv[1:] if arg.startswith("--"))
 out = Path(os.environ["PE_OUT_DIR"])
 trial = int(out.name.rsplit("-", 1)[-1])
+if args.get("dump_env"):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "env.json").write_text(json.dumps(dict(os.environ)))
 metrics = {}
 if args["mode"] in ("quadratic", "pareto"):
     value = -((float(args["x"]) - 0.3) ** 2)

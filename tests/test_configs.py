@@ -58,10 +58,15 @@ def test_presets_pick_the_gpu_when_present(path):
     assert resolve(trainer, 2) == ("cuda", 2, "DDPStrategy")  # every visible GPU
 
 
-def test_devices_per_trial_and_one_agent_per_gpu_resolve():
+def test_devices_per_trial_and_one_agent_per_gpu_resolve(monkeypatch):
     """`cli.py sweep --devices-per-trial 2`: worker slot 1 gets GPUs 2,3 and its child trains on both; an agent
     started with CUDA_VISIBLE_DEVICES=0 trains on one GPU; no config is edited."""
+    import torch
+
     from tracking.sweep import SweepOptions, child_env
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # the sweep sees 4 GPUs
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
     trainer = yaml.safe_load((ROOT / "configs" / "synthetic.yaml").read_text())["trainer"]
     opts = SweepOptions(file="s.yaml", workers=2, devices_per_trial=2)

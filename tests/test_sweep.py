@@ -19,6 +19,8 @@ README claims covered here:
 - "hyperband ... HyperbandPruner with one resource unit per validation":
   test_hyperband_prunes_a_trial_that_is_worse_at_the_first_rung
 - "the same cli.py fit an agent would start": test_every_sweep_command_parses_with_cli
+- "Launchers: ... placement variables never reach them": test_trials_never_see_the_launchers_rank_variables,
+  test_a_sweep_launched_as_task_1_trains_its_trial_as_a_job_of_its_own, test_ddp_trial_in_a_sweep[sbatch-one-task]
 """
 
 import json
@@ -59,8 +61,8 @@ def sweep_cmd(path: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, str(ROOT / "cli.py"), "sweep", str(path), f"--out_dir={out}", *extra]
 
 
-def run_sweep(path, out, *extra, check=True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "disabled"}
+def run_sweep(path, out, *extra, check=True, env=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled", **(env or {})}
     result = subprocess.run(sweep_cmd(path, out, *extra), cwd=ROOT, env=env, capture_output=True, text=True)
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
@@ -290,11 +292,19 @@ def test_optuna_dashboard_lists_the_trials(tmp_path):
         dashboard.wait()
 
 
-def test_ddp_trial_in_a_sweep(tmp_path):
-    """A trial whose command uses 2 CPU processes (gloo DDP): one record, one result."""
+ONE_TASK_JOB = {
+    "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_ID": "7",
+    "SLURM_JOB_NAME": "sweep", "SLURM_NTASKS_PER_NODE": "1", "SLURM_NNODES": "1",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("launcher", [{}, ONE_TASK_JOB], ids=["shell", "sbatch-one-task"])
+def test_ddp_trial_in_a_sweep(tmp_path, launcher):
+    """A trial whose command uses 2 CPU processes (gloo DDP): one record, one result; also inside a one-task
+    `sbatch` job, where Lightning would have refused 2 devices with --ntasks-per-node=1."""
     path = tiny_sweep(tmp_path, {"model.arch.encoding": {"values": ["alibi"]}, "trainer.devices": {"value": 2},
                                  "trainer.strategy": {"value": "ddp"}})  # fmt: skip
-    run_sweep(path, tmp_path)
+    run_sweep(path, tmp_path, env=launcher)
     (trial,) = trials(tmp_path)
     assert trial.state == TrialState.COMPLETE and len(trial.intermediate_values) == 2
     assert len(list((tmp_path / "sweeps" / "s").glob("trial-0/runs/*/record.json"))) == 1
@@ -306,6 +316,25 @@ def test_trials_search_the_whole_sweep_root_for_run_references(tmp_path):
 
     env = child_env("s", tmp_path / "sweeps" / "s" / "trial-0", 0, SweepOptions(file="f.yaml", out_dir=str(tmp_path)))
     assert env["PE_OUT_ROOT"] == str(tmp_path) and env["PE_OUT_DIR"].endswith("trial-0")
+
+
+# what `srun -n 2 python cli.py sweep ...` hands its task 1, and torchrun / Lightning's launcher their ranks
+LAUNCHER = {
+    "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_NODEID": "0", "SLURM_JOB_ID": "77",
+    "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "1", "SLURM_JOB_NAME": "sweep", "SLURM_NODELIST": "node1",
+    "RANK": "1", "LOCAL_RANK": "1", "GLOBAL_RANK": "1", "NODE_RANK": "0", "GROUP_RANK": "0", "WORLD_SIZE": "2",
+    "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "r1",
+    "PL_GLOBAL_SEED": "5",
+}  # fmt: skip
+
+
+def test_a_sweep_launched_as_task_1_trains_its_trial_as_a_job_of_its_own(tmp_path):
+    """A real `cli.py fit` trial of a sweep started as SLURM task 1 of 2 (and a torchrun rank): Lightning
+    saw rank 1 and made the W&B logger a rank-zero dummy ('function' object has no attribute 'update')."""
+    path = tiny_sweep(tmp_path, {"model.arch.encoding": {"values": ["alibi"]}})
+    run_sweep(path, tmp_path, env=LAUNCHER)
+    (trial,) = trials(tmp_path)
+    assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("reason")
 
 
 # --- every method end to end on a fake program (tests/fake_trial.py: starts in well under a second) -----------
@@ -359,6 +388,17 @@ def test_random_and_bayes_sweeps_run_end_to_end(tmp_path, method):
     for t in ts:
         assert t.user_attrs["record"] in map(str, paths) and t.user_attrs["wandb_run_id"] == f"fake-{t.number}"
         assert t.user_attrs["wandb_run_path"] == f"p/fake-{t.number}" and t.user_attrs["log"].endswith("output.log")
+
+
+@pytest.mark.parametrize("start", ["cold", "warm"])
+def test_trials_never_see_the_launchers_rank_variables(tmp_path, start):
+    path = fake_sweep(tmp_path, "grid", {"x": {"values": [0.1]}}, "--mode=quadratic", "--dump_env=1")
+    run_sweep(path, tmp_path, "--cold_start" if start == "cold" else "--warm_any", env={**LAUNCHER, "KEEP": "me"})
+    (trial,) = trials(tmp_path)
+    assert trial.state == TrialState.COMPLETE and trial.user_attrs["start"] == start
+    seen = json.loads((tmp_path / "sweeps" / "s" / "trial-0" / "env.json").read_text())
+    assert seen["KEEP"] == "me" and seen["PE_SWEEP"] == "s"
+    assert sorted(set(LAUNCHER) & set(seen)) == []
 
 
 def test_hyperband_prunes_a_trial_that_is_worse_at_the_first_rung(tmp_path):

@@ -13,6 +13,7 @@ README claims covered here:
 """
 
 import math
+import warnings
 from pathlib import Path
 
 import optuna
@@ -338,3 +339,65 @@ def test_binary_duplicate_key_alias_bomb_and_huge_files_are_one_line(tmp_path, c
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
         sf.load_sweep(path)
     assert "\n" not in str(error.value)
+
+
+# Optuna 5's TPE settings written out (issue 25: 5.0 changed multivariate and constant_liar, so library defaults
+# drew other trials under 4.9 and 5.1); read back from the sampler, not from our own table
+PINNED_TPE = {"n_startup_trials": 10, "n_ei_candidates": 24, "group": False, "constant_liar": True,
+              "prior_weight": 1.0, "consider_magic_clip": True, "consider_endpoints": False}  # fmt: skip
+
+
+@pytest.mark.parametrize("metrics", [1, 2])
+def test_bayes_pins_every_tpe_setting(metrics):
+    sweep = base("bayes", x={"min": 0.0, "max": 1.0})
+    if metrics == 2:
+        sweep.pop("metric")
+        sweep["metrics"] = [{"name": "a", "goal": "maximize"}, {"name": "b", "goal": "minimize"}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the deprecated settings are passed without a FutureWarning
+        sampler = sf.sampler(sweep, seed=3)
+    parzen = sampler._parzen_estimator_parameters
+    seen = {
+        "n_startup_trials": sampler._n_startup_trials, "n_ei_candidates": sampler._n_ei_candidates,
+        "group": sampler._group, "constant_liar": sampler._constant_liar, "prior_weight": parzen.prior_weight,
+        "consider_magic_clip": parzen.consider_magic_clip, "consider_endpoints": parzen.consider_endpoints,
+    }  # fmt: skip
+    assert seen == PINNED_TPE
+    assert sampler._multivariate is (metrics == 1)  # stated, not left to Optuna's per-study default
+
+
+def test_the_study_records_its_tpe_settings_and_refuses_others_on_resume(capsys):
+    from tracking import search
+    from tracking.sweep import SweepOptions, open_study
+
+    sweep = base("bayes", x={"min": 0.0, "max": 1.0})
+    storage = optuna.storages.InMemoryStorage()
+    study = open_study(sweep, SweepOptions(file="s.yaml"), storage, "s", locked=True)
+    recorded = study.user_attrs["sampler"]
+    assert recorded["name"] == "TPESampler" and recorded["multivariate"] is True
+    assert {k: recorded[k] for k in PINNED_TPE} == PINNED_TPE and recorded["optuna"] == optuna.__version__
+    assert open_study(sweep, SweepOptions(file="s.yaml"), storage, "s", locked=True).study_name == "s"  # same: resumes
+    study.set_user_attr("sampler", {**recorded, "optuna": "5.0.0"})  # another 5.x: the same trials, resumed
+    open_study(sweep, SweepOptions(file="s.yaml"), storage, "s", locked=True)
+    study.set_user_attr("sampler", {**recorded, "constant_liar": False, "n_startup_trials": 20})
+    with pytest.raises(ConfigError) as error:
+        open_study(sweep, SweepOptions(file="s.yaml"), storage, "s", locked=True)
+    assert str(error.value) == (
+        "study 's' was sampled with constant_liar=False, n_startup_trials=20, this version samples with "
+        "constant_liar=True, n_startup_trials=10; resume it with the version that made it, or pass --study_name "
+        "to start a new one"
+    )
+    # a study made before the settings were pinned: one warning line, then recorded
+    storage._studies[study._study_id].user_attrs.pop("sampler")
+    capsys.readouterr()
+    open_study(sweep, SweepOptions(file="s.yaml"), storage, "s", locked=True)
+    assert capsys.readouterr().err.count("\n") == 1 and study.user_attrs["sampler"] == search.tpe_record(False)
+
+
+def test_random_and_grid_studies_record_no_sampler_settings():
+    from tracking.sweep import SweepOptions, open_study
+
+    for method, spec in (("random", {"min": 0.0, "max": 1.0}), ("grid", {"values": [1, 2]})):
+        study = open_study(base(method, x=spec), SweepOptions(file="s.yaml"), optuna.storages.InMemoryStorage(),
+                           "s", locked=True)  # fmt: skip
+        assert "sampler" not in study.user_attrs

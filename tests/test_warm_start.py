@@ -61,7 +61,7 @@ def test_only_this_projects_cli_run_by_this_interpreter_starts_warm(tmp_path):
     "options, message",
     [
         ({"trials_per_device": 0}, "--trials_per_device must be an integer >= 1, got 0"),
-        ({"workers": "auto", "devices_per_trial": 64}, "--devices_per_trial 64 is more than the"),
+        ({"workers": "auto", "devices_per_trial": 64}, "--devices_per_trial 64 is more than the"),  # no GPU here
         ({"workers": 0}, "--workers must be an integer >= 1 or auto, got 0"),
         ({"trials_per_device": 2}, "--trials_per_device 2 shares GPUs: it needs --devices_per_trial >= 1"),
         ({"cold_start": True, "warm_any": True}, "--cold_start and --warm_any contradict each other"),
@@ -80,12 +80,107 @@ def test_workers_auto_on_cpu_is_cores_over_threads_per_trial(monkeypatch):
         assert opts.workers == workers
 
 
-def test_trials_per_device_share_a_gpu_group():
+def gpus(monkeypatch, count: int, mask: str | None = None, cores: int = 8) -> None:
+    """Pretend this process sees `count` GPUs (torch.cuda.device_count) through CUDA_VISIBLE_DEVICES `mask`."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    if mask is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", mask)
+
+
+def placement(opts: SweepOptions) -> list[tuple[str, str]]:
+    """(CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS) of each worker slot's trials, after the sweep's own checks."""
     from tracking.sweep import child_env
 
+    check_options(opts)
+    envs = [child_env("s", Path("/t"), slot, opts) for slot in range(opts.workers)]
+    return [(env.get("CUDA_VISIBLE_DEVICES"), env["OMP_NUM_THREADS"]) for env in envs]
+
+
+def test_trials_per_device_share_a_gpu_group(monkeypatch):
+    gpus(monkeypatch, 4)
     opts = SweepOptions(file="s.yaml", workers=4, devices_per_trial=2, trials_per_device=2)
-    groups = [child_env("s", Path("/t"), slot, opts)["CUDA_VISIBLE_DEVICES"] for slot in range(4)]
-    assert groups == ["0,1", "0,1", "2,3", "2,3"]
+    # 8 cores over 4 running trials of 2 ranks each
+    assert placement(opts) == [("0,1", "1"), ("0,1", "1"), ("2,3", "1"), ("2,3", "1")]
+
+
+@pytest.mark.parametrize(
+    "mask, count, groups",
+    [
+        ("4,5,6,7", 4, ["4", "5", "6", "7"]),  # the sweep's own mask, not 0..3
+        ("GPU-abc,GPU-def", 2, ["GPU-abc", "GPU-def"]),  # UUIDs passed on verbatim
+        ("3, 1", 2, ["3", "1"]),
+        ("2,1,x,0", 2, ["2", "1"]),  # CUDA stops at the first entry it cannot use
+        (None, 3, ["0", "1", "2"]),
+    ],
+)
+def test_trials_get_subsets_of_the_sweeps_visible_gpus(monkeypatch, mask, count, groups):
+    gpus(monkeypatch, count, mask)
+    opts = SweepOptions(file="s.yaml", workers="auto", devices_per_trial=1)
+    assert [group for group, _ in placement(opts)] == groups
+    assert {threads for _, threads in placement(opts)} == {str(8 // len(groups))}  # packed GPU trials split cores
+
+
+def test_packed_gpu_trials_split_the_cores(monkeypatch):
+    gpus(monkeypatch, 2, cores=12)
+    opts = SweepOptions(file="s.yaml", workers="auto", devices_per_trial=1, trials_per_device=3)
+    assert placement(opts) == [("0", "2")] * 3 + [("1", "2")] * 3
+    opts = SweepOptions(file="s.yaml", workers=2, devices_per_trial=1, threads_per_trial=5)
+    assert placement(opts) == [("0", "5"), ("1", "5")]
+
+
+@pytest.mark.parametrize(
+    "count, options, message",
+    [
+        (2, {"workers": 4, "devices_per_trial": 1}, "--workers 4 is more than the 2 trial slot(s) of the 2 visible "
+         "GPU(s) (CUDA_VISIBLE_DEVICES=0,1) with --devices_per_trial 1 x --trials_per_device 1; pass --workers 2"),
+        (2, {"workers": 5, "devices_per_trial": 1, "trials_per_device": 2}, "--workers 5 is more than the 4 trial"),
+        (0, {"devices_per_trial": 1}, "--devices_per_trial 1 is more than the no visible GPU; pass"),
+        (3, {"devices_per_trial": 4}, "--devices_per_trial 4 is more than the 3 visible GPU(s)"),
+    ],
+)  # fmt: skip
+def test_more_trials_than_gpu_slots_is_one_line(monkeypatch, count, options, message):
+    gpus(monkeypatch, count)
+    with pytest.raises(ConfigError) as error:
+        check_options(SweepOptions(file="s.yaml", **options))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_sweep_with_more_workers_than_gpus_exits_2_before_writing(tmp_path, monkeypatch, capsys):
+    from helpers import cli_in_process
+
+    gpus(monkeypatch, 2)
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "method: grid\nmetric: {name: val/acc, goal: maximize}\nparameters: {seed_everything: {values: [0]}}\n"
+    )
+    args = ["sweep", str(path), f"--out_dir={tmp_path / 'out'}", "--workers=4", "--devices_per_trial=1"]
+    code, _, err = cli_in_process(args, capsys, monkeypatch, ROOT)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--workers 4 is more than" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_trial_given_a_gpu_it_cannot_see_fails_in_one_line(monkeypatch, capsys):
+    """Not trained on the CPU: `cli.py fit` stops while parsing, with exit 2 (a sweep does not retry it)."""
+    from helpers import cli_in_process
+
+    from tracking.children import check_given_gpus
+
+    gpus(monkeypatch, 1, "GPU-abc")
+    monkeypatch.setenv("PE_TRIAL_GPUS", "1")
+    check_given_gpus()  # it sees the GPU it was given
+    gpus(monkeypatch, 0, "7")
+    with pytest.raises(ConfigError, match="given 1 GPU\\(s\\) \\(CUDA_VISIBLE_DEVICES='7'\\) but sees 0"):
+        check_given_gpus()
+    code, _, err = cli_in_process(["fit", *TINY], capsys, monkeypatch, ROOT)
+    assert code == 2 and err.strip().splitlines() == [
+        "error: this trial was given 1 GPU(s) (CUDA_VISIBLE_DEVICES='7') but sees 0: it would train on the CPU; "
+        "check the sweep's --devices_per_trial and --workers against its visible GPUs"
+    ]
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@ sweep, which then stops its children itself, and so the child's whole process gr
 included) can be signalled at once. A child cannot learn portably that its parent died (Linux's
 PR_SET_PDEATHSIG needs `preexec_fn`, unsafe with threads and absent on macOS), so `cli.py` starts
 `start_watchdog()`: a daemon thread that polls its parent pid (named by PE_PARENT_PID) and, once the
-child has been re-parented, terminates its own process group. Works on Linux and macOS.
+child has been re-parented, terminates its own process group. Works on Linux and macOS. A trial the sweep
+gave GPUs checks it sees them (`check_given_gpus`) before anything is built.
 """
 
 import os
@@ -14,7 +15,8 @@ import subprocess
 import threading
 import time
 
-from layout import PARENT_ENV
+from errors import ConfigError
+from layout import PARENT_ENV, TRIAL_GPUS_ENV
 
 STOP_GRACE_S = 10.0  # SIGTERM first, SIGKILL after this many seconds
 
@@ -55,3 +57,19 @@ def start_watchdog(interval: float = 1.0) -> None:
     if not parent.isdigit() or os.getsid(0) != os.getpid():
         return
     threading.Thread(target=_watch, args=(int(parent), interval), daemon=True, name="pe-watchdog").start()
+
+
+def check_given_gpus() -> None:
+    """In a trial its sweep gave N GPUs (PE_TRIAL_GPUS, from --devices_per_trial): one line and exit 2 when this
+    process sees fewer, instead of training on the CPU (Lightning's `accelerator: auto` would fall back to it)."""
+    given = os.environ.get(TRIAL_GPUS_ENV, "")
+    if not given.isdigit() or int(given) == 0:
+        return
+    import torch
+
+    seen = torch.cuda.device_count()
+    if seen < int(given):
+        mask = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        raise ConfigError(f"this trial was given {given} GPU(s) (CUDA_VISIBLE_DEVICES={mask!r}) but sees {seen}: "
+                          "it would train on the CPU; check the sweep's --devices_per_trial and --workers against "
+                          "its visible GPUs")  # fmt: skip

@@ -29,6 +29,8 @@ from wandb.sdk.sweeps.sweep_info import SweepInfo
 from errors import ConfigError
 from tracking import sweep_file as sf
 
+SAMPLER_ATTR = "sampler"  # study user attribute: the pinned sampler's settings (`tpe_record`)
+
 
 @dataclass
 class Search:
@@ -40,6 +42,7 @@ class Search:
     make_sampler: Callable[[int], optuna.samplers.BaseSampler]  # seed -> the sampler of one worker
     draw: Callable[[optuna.Trial], dict]  # trial -> the parameters passed to the trial's command
     terminator: Callable[[optuna.Study], bool] | None = None  # True: start no more trials
+    sampler_settings: dict | None = None  # a pinned sampler's settings, recorded in the study (None: not ours)
 
     @property
     def multi_objective(self) -> bool:
@@ -51,13 +54,45 @@ def build_search(sweep: dict, study_name: str = "sweep") -> Search:
     if sf.engine(sweep) == "optuna":
         return optuna_search(sweep, study_name)
     method = sweep["method"]
+    directions = sf.directions(sweep)
     return Search(
-        directions=sf.directions(sweep),
+        directions=directions,
         metrics=sf.metric_names(sweep),
         pruner=sf.pruner(sweep),
         make_sampler=lambda seed: sf.sampler(sweep, seed),
         draw=lambda trial: {n: sf.suggest(trial, n, s, method) for n, s in sweep["parameters"].items()},
+        sampler_settings=tpe_record(len(directions) > 1) if method == "bayes" else None,
     )
+
+
+def tpe_record(multi_objective: bool) -> dict:
+    """What a study sampled by our pinned TPE records (user attribute `sampler`); `optuna` is for the reader."""
+    return {"name": "TPESampler", **sf.tpe_settings(multi_objective), "optuna": optuna.__version__}
+
+
+def check_sampler(study: optuna.Study, attrs: dict, search: Search, locked: bool) -> None:
+    """A resumed study must have been sampled with the settings this version pins: other TPE settings would
+    draw its later trials from another distribution, so neither the file and --seed nor its recorded
+    settings would reproduce it (refused, as a study of another sweep file is). A study that predates the
+    pinning gets one warning line and the record."""
+    if search.sampler_settings is None:
+        return
+    recorded = attrs.get(SAMPLER_ATTR)
+    if recorded is None:
+        print(f"warning: study {study.study_name!r} has no recorded sampler settings (made before they were "
+              "pinned): its earlier trials may come from Optuna's defaults of the time", file=sys.stderr)  # fmt: skip
+        if locked:
+            study.set_user_attr(SAMPLER_ATTR, search.sampler_settings)
+        return
+    differ = sorted(k for k in {**recorded, **search.sampler_settings} if k != "optuna"
+                    and recorded.get(k) != search.sampler_settings.get(k))  # fmt: skip
+    if differ:
+        was = ", ".join(f"{k}={recorded.get(k)}" for k in differ)
+        now = ", ".join(f"{k}={search.sampler_settings.get(k)}" for k in differ)
+        raise ConfigError(
+            f"study {study.study_name!r} was sampled with {was}, this version samples with {now}; "
+            "resume it with the version that made it, or pass --study_name to start a new one"
+        )
 
 
 def sweep_info(sweep: dict, study_name: str) -> SweepInfo:
@@ -104,11 +139,13 @@ def optuna_search(sweep: dict, study_name: str) -> Search:
         draw = constructor
     else:
         draw = lambda trial: {n: sf.suggest_distribution(trial, n, d) for n, d in distributions.items()}  # noqa: E731
+    settings = None
     if block.get("optimizer"):
         make_sampler = lambda seed: study.sampler  # the factory's own (seeded there), shared by the workers
-    else:  # W&B's default study samples with Optuna's default sampler (TPE); seeded here with --seed
-        make_sampler = lambda seed: optuna.samplers.TPESampler(seed=seed)
-    return Search(directions, sf.metric_names(sweep), study.pruner, make_sampler, draw, terminator)
+    else:  # W&B's default study samples with Optuna's default sampler (TPE): pinned, seeded here with --seed
+        make_sampler = lambda seed: sf.tpe_sampler(seed, multi_objective=len(directions) > 1)
+        settings = tpe_record(len(directions) > 1)
+    return Search(directions, sf.metric_names(sweep), study.pruner, make_sampler, draw, terminator, settings)
 
 
 def load(loader, source: str, name: str, *args):

@@ -58,7 +58,7 @@ from tracking import sweep_file as sf
 from tracking.children import stop_child
 from tracking.failpoints import failpoint
 from tracking.records import RECORD_FILE, check_name, read_record
-from tracking.search import Search, build_search
+from tracking.search import SAMPLER_ATTR, Search, build_search, check_sampler
 from tracking.storage import grace_period, open_storage, quote_password, storage_error, url_password
 from tracking.study_lock import StudyLock
 from tracking.wandb_setup import SWEEP_PARAMS_ENV, short_value
@@ -83,8 +83,8 @@ class SweepOptions:
     # one per sweep file (its `name:` or file name), shared by the studies --set and --reseed make; per
     # --study_name when given
     workers: int | Literal["auto"] = 1  # trials run in parallel by this process; auto: see `resolve_workers`
-    devices_per_trial: int = 0  # GPUs given to each trial (CUDA_VISIBLE_DEVICES); 0 = CPU threads
-    threads_per_trial: int = 0  # CPU trials' OMP_NUM_THREADS; 0 = the cores split evenly among the workers
+    devices_per_trial: int = 0  # GPUs given to each trial (a subset of this sweep's CUDA_VISIBLE_DEVICES); 0 = CPU
+    threads_per_trial: int = 0  # each trial's OMP_NUM_THREADS; 0 = the cores split evenly among the running trials
     trials_per_device: int = 1  # with --devices-per-trial: trials that share each GPU (small models)
     cold_start: bool = False  # start every trial as a new interpreter, never from the fork server
     warm_any: bool = False  # fork any Python program the sweep's interpreter runs, not only cli.py (tests)
@@ -115,6 +115,8 @@ def check_options(opts: SweepOptions) -> None:
         opts.workers = resolve_workers(opts)
     if not isinstance(opts.workers, int) or isinstance(opts.workers, bool) or opts.workers < 1:
         raise ConfigError(f"--workers must be an integer >= 1 or auto, got {opts.workers!r}")
+    if opts.devices_per_trial:
+        check_gpu_slots(opts)
     if opts.study_name is not None:
         check_name("--study_name", opts.study_name)
     if opts.storage is not None and url_password(opts.storage):
@@ -129,18 +131,51 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this sweep may hand its trials, named as its own CUDA_VISIBLE_DEVICES names them (indices or
+    UUIDs, passed on verbatim; CUDA ignores the entries after the first it cannot use, hence only the first
+    `device_count()`), else 0 .. N-1. Counted in this process only: the fork server never counts them."""
+    import torch
+
+    count = torch.cuda.device_count()
+    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if mask is None:
+        return [str(index) for index in range(count)]
+    return [entry.strip() for entry in mask.split(",") if entry.strip()][:count]
+
+
+def gpu_slots(opts: SweepOptions, visible: int) -> int:
+    """Trials that can run at once on `visible` GPUs: whole groups of --devices_per_trial, each shared by
+    --trials_per_device trials."""
+    return visible // opts.devices_per_trial * opts.trials_per_device
+
+
 def resolve_workers(opts: SweepOptions) -> int:
     """`--workers auto`: on CPU, cores // --threads_per_trial (one single-threaded trial per core by default);
     on GPUs, (visible GPUs // --devices_per_trial) x --trials_per_device."""
     if not opts.devices_per_trial:
         return max(1, cpu_cores() // max(1, opts.threads_per_trial))
-    import torch
-
-    visible = torch.cuda.device_count()  # this process only: trials are forked by a server that never asks
+    visible = len(visible_gpus())
     if opts.devices_per_trial > visible:
         raise ConfigError(f"--workers auto: --devices_per_trial {opts.devices_per_trial} is more than the {visible} "
                           "visible GPU(s) (CUDA_VISIBLE_DEVICES)")  # fmt: skip
-    return visible // opts.devices_per_trial * opts.trials_per_device
+    return gpu_slots(opts, visible)
+
+
+def check_gpu_slots(opts: SweepOptions) -> None:
+    """More workers than GPU slots would leave some trials without a GPU (training on the CPU): one line."""
+    visible = visible_gpus()
+    slots = gpu_slots(opts, len(visible))
+    seen = f"{len(visible)} visible GPU(s) (CUDA_VISIBLE_DEVICES={','.join(visible)})" if visible else "no visible GPU"
+    if not slots:
+        raise ConfigError(f"--devices_per_trial {opts.devices_per_trial} is more than the {seen}; pass "
+                          f"--devices_per_trial {len(visible)} or fewer, or 0 to train on the CPU")  # fmt: skip
+    if opts.workers > slots:
+        raise ConfigError(
+            f"--workers {opts.workers} is more than the {slots} trial slot(s) of the {seen} with --devices_per_trial "
+            f"{opts.devices_per_trial} x --trials_per_device {opts.trials_per_device}; pass --workers {slots} or "
+            "fewer, --workers auto, or a larger --trials_per_device"
+        )
 
 
 def retrying(action, *args, attempts: int = 8, what: str = "storage"):
@@ -222,9 +257,12 @@ def open_study(
                 f"study {study_name!r} was made from a different sweep file; pass --study_name to start a new one"
             ) from None
         if attrs.get("ready"):
+            check_sampler(study, attrs, search, locked)
             return study
     study.set_user_attr("sweep_digest", digest)
     study.set_user_attr("sweep", sweep)
+    if search.sampler_settings:  # pinned TPE settings (tracking/search.py): a resume with others is refused
+        study.set_user_attr(SAMPLER_ATTR, search.sampler_settings)
     if sweep["method"] == "grid":
         queue_grid(study, sweep)
     study.set_user_attr("ready", True)  # another process may now join
@@ -272,14 +310,20 @@ def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
 
 def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -> dict:
     # out root: where `--model.init_from=run:NAME` looks, so trials find runs of earlier sweeps
-    env = {k: v for k, v in os.environ.items() if k != layout.STORAGE_ENV}  # a trial never needs the study's URL
+    env = layout.trial_base_env(dict(os.environ))  # a trial is a job of its own, never the launcher's rank N
     env.update(trial_env(trial_dir, opts.out_dir, study_name))
-    if opts.devices_per_trial:  # --trials_per_device consecutive slots share one group of GPUs
+    if opts.devices_per_trial:  # --trials_per_device consecutive slots share one group of the sweep's GPUs
         first = slot // opts.trials_per_device * opts.devices_per_trial
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(opts.devices_per_trial))
-    else:
-        env["OMP_NUM_THREADS"] = str(opts.threads_per_trial or max(1, (os.cpu_count() or 1) // opts.workers))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_gpus()[first : first + opts.devices_per_trial])
+        env[layout.TRIAL_GPUS_ENV] = str(opts.devices_per_trial)  # the trial refuses to run with fewer
+    env["OMP_NUM_THREADS"] = str(trial_threads(opts))
     return env
+
+
+def trial_threads(opts: SweepOptions) -> int:
+    """--threads_per_trial, else the cores split between the trials that run at once and, on GPUs, between a
+    trial's processes (one DDP rank per GPU with `trainer.devices: auto`)."""
+    return opts.threads_per_trial or max(1, cpu_cores() // (opts.workers * max(1, opts.devices_per_trial)))
 
 
 def latest_record_path(trial_dir: Path) -> Path | None:

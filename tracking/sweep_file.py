@@ -15,6 +15,7 @@ import functools
 import itertools
 import json
 import math
+import warnings
 from pathlib import Path
 
 import optuna
@@ -358,13 +359,37 @@ class QueuedGridSampler(optuna.samplers.GridSampler):
 
 
 def sampler(sweep: dict, seed: int = 0) -> optuna.samplers.BaseSampler:
-    """grid -> GridSampler over the full product, random -> RandomSampler, bayes -> TPESampler."""
+    """grid -> GridSampler over the full product, random -> RandomSampler, bayes -> TPESampler (pinned)."""
     if sweep["method"] == "grid":
         space = {n: s["values"] for n, s in sweep["parameters"].items() if "values" in s}
         return QueuedGridSampler(space, seed=seed)
     if sweep["method"] == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed)
+    return tpe_sampler(seed, multi_objective=len(directions(sweep)) > 1)
+
+
+def tpe_settings(multi_objective: bool) -> dict:
+    """Every TPESampler setting that a library default would otherwise choose, written out: Optuna 5.0 changed
+    the defaults of `multivariate` and `constant_liar`, so the same file and --seed drew other trials from
+    trial 10 on under Optuna 4.9 and 5.1. These are Optuna 5's own defaults (multivariate for one objective,
+    independent for several); with them Optuna 5.0 and 5.1 draw the same trials and 4.9 does not (hence
+    `optuna>=5.0,<6`). `gamma` and `weights` (callables) are left to Optuna 5, which deprecated them with the
+    other `consider_*` / `prior_weight` arguments: fixed until their removal in 6.0."""
+    return {
+        "n_startup_trials": 10, "n_ei_candidates": 24, "multivariate": not multi_objective, "group": False,
+        "constant_liar": True, "consider_prior": True, "prior_weight": 1.0, "consider_magic_clip": True,
+        "consider_endpoints": False,
+    }  # fmt: skip
+
+
+DEPRECATED_TPE = ("consider_prior", "prior_weight", "consider_magic_clip", "consider_endpoints")
+
+
+def tpe_sampler(seed: int, multi_objective: bool) -> optuna.samplers.TPESampler:
+    """A TPESampler with `tpe_settings`; the deprecated ones are passed at their only value, quietly."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, message=f"`({'|'.join(DEPRECATED_TPE)})`")
+        return optuna.samplers.TPESampler(seed=seed, **tpe_settings(multi_objective))
 
 
 def pruner(sweep: dict) -> optuna.pruners.BasePruner:
