@@ -6,11 +6,24 @@ README claims covered here:
   metric); "--format latex # table | csv | json | markdown | latex"; "--wandb ENTITY/PROJECT # the same from the W&B
   API": test_compare_main_reads_a_sweep_its_metric_and_varied_parameters, test_machine_formats_parse,
   test_several_metrics_side_by_side_and_latex, test_wandb_path_with_a_fake_api
-- "Each cell is the mean (or --aggregate median) +- std over seeds with n and a 95 % percentile bootstrap interval of
-  that aggregate (scipy.stats.bootstrap, 10,000 resamples, RNG seed 0, so the same records always print the same
-  interval)": test_cells_mean_std_n_ci_ranks_and_best, test_intervals_stay_in_the_metric_range_and_are_reproducible
-- "A percentile interval ... never leaves their range, and so never the metric's range":
-  test_intervals_stay_in_the_metric_range_and_are_reproducible
+- "Each cell is the mean (or --aggregate median) +- std over seeds with n and a 95 % interval of that aggregate: a
+  Student-t interval of the mean ..., or for the median the distribution-free order-statistic interval";
+  "Intervals are clipped to the metric's range ... and a clipped end is marked":
+  test_cells_mean_std_n_ci_ranks_and_best, test_intervals_are_clipped_to_the_metric_range_and_the_clipping_shown,
+  test_metric_ranges
+- "On normal data the t interval covers the true mean 95 % of the time at any seed count":
+  test_interval_coverage_is_what_its_label_says
+- "--format csv/json carry every cell's per-seed values; --per-seed lists them under the table"; "a footer line says so
+  when a cell has fewer than 5": test_per_seed_values_in_csv_and_json_always_and_under_the_table_on_request
+- "the IQM ... over columns x seeds with its stratified-bootstrap interval":
+  test_iqm_and_its_stratified_bootstrap_follow_rliable
+- "These across-column aggregates cover only the rows with a cell in every column ... the rows left out are named";
+  "computed only when every column holds one kind of run":
+  test_a_row_missing_a_column_is_left_out_of_the_aggregates_and_named,
+  test_aggregates_only_over_columns_of_one_kind_of_run
+- "A result is defined by an allowlist of its setup ...; everything else ... is ignored"; "A column whose rows differ in
+  setup ... is refused, one line naming the keys (exit 2)": test_identity_is_the_setup_allowlist,
+  test_a_column_mixing_setups_is_refused_in_one_line
 - "Numbers are printed to two significant digits of the interval's width (three significant digits for a single
   seed)": test_numbers_carry_two_significant_digits_of_the_interval_width
 - "The best cell per column is marked, each column is ranked and rows carry the mean rank and the mean reciprocal
@@ -588,3 +601,127 @@ def test_report_page_renders_every_image_in_headless_chromium(tmp_path):
     assert 'data-bad="none"' in result.stdout
     console = [line for line in result.stderr.splitlines() if "CONSOLE" in line]
     assert not [line for line in console if "rror" in line or "Uncaught" in line], console
+
+
+def test_per_seed_values_in_csv_and_json_always_and_under_the_table_on_request(tmp_path, capsys):
+    comp = C.compare(grid(), "val/acc")
+    data = json.loads(C.to_json(comp))
+    rope = next(c for c in data["cells"] if c["row"] == "rope" and c["col"] == "copy")
+    assert rope["values"] == [0.9, 0.8, 1.0] and rope["seeds"] == [0, 1, 2] and rope["ci_clipped"] == [False, True]
+    assert rope["ci_level"] == 0.95 and data["interval"].startswith("95% Student-t interval of the mean")
+    row = next(r for r in csv.DictReader(io.StringIO(C.to_csv(comp))) if r["row"] == "rope" and r["col"] == "copy")
+    assert row["values"] == "0.9 0.8 1.0" and row["seeds"] == "0 1 2"
+    assert "rope / copy [val/acc]: 0.9 (seed 0), 0.8 (seed 1), 1 (seed 2)" not in text_of(C.render_table(comp))
+    write_records(tmp_path, grid())
+    C.compare_main([f"--out_dir={tmp_path}", "--per_seed"])
+    assert "rope / copy [val/acc]: 0.9 (seed 0), 0.8 (seed 1), 1 (seed 2)" in capsys.readouterr().out
+    enough = C.compare([rec(seed=s, acc=0.5 + s / 100) for s in range(5)], "val/acc")
+    assert not any(line.startswith("few seeds") for line in C.notes(enough))
+
+
+def missing_worst() -> list[dict]:
+    """Rows a and b on three tasks; c lacks t3, where it would rank last."""
+    values = {("a", "t1"): 0.9, ("b", "t1"): 0.8, ("c", "t1"): 0.95, ("a", "t2"): 0.9, ("b", "t2"): 0.8,
+              ("c", "t2"): 0.85, ("a", "t3"): 0.5, ("b", "t3"): 0.9}  # fmt: skip
+    return [rec(e, t, s, v + s / 100) for (e, t), v in values.items() for s in range(2)]
+
+
+def test_a_row_missing_a_column_is_left_out_of_the_aggregates_and_named():
+    """Issue 24, finding 2: averaged over the columns it has, c's MRR would be (1 + 1/2) / 2 = 0.75 and beat
+    a's 0.67; it has no t3, so it gets no aggregate, is named, and a and b are ranked among themselves."""
+    comp = C.compare(missing_worst(), "val/acc")
+    assert comp.ranks["c", "t1"] == 1 and comp.ranks["c", "t2"] == 2  # its cells keep their ranks
+    assert comp.missing == {"c": ["t3"]} and set(comp.mrr) == set(comp.mean_rank) == set(comp.iqm) == {"a", "b"}
+    assert comp.mrr == {"a": pytest.approx(2.5 / 3), "b": pytest.approx(2 / 3)} and comp.rows == ["a", "b", "c"]
+    assert comp.mean_rank == {"a": pytest.approx(4 / 3), "b": pytest.approx(5 / 3)}
+    lines = C.notes(comp)
+    assert "mean rank, MRR and IQM over the rows with every column; left out: c (no t3)" in lines
+    header, rows = C.grid_of(comp)
+    assert rows[-1][0] == "c" and rows[-1][2] == ["-", "-"]
+    data = json.loads(C.to_json(comp))
+    assert data["missing"] == {"c": ["t3"]} and set(data["iqm"]) == {"a", "b"}
+
+
+def test_iqm_and_its_stratified_bootstrap_follow_rliable():
+    from tracking.across_tasks import iqm, iqm_interval, performance_profile
+
+    assert iqm([[1, 2, 3, 4], [5, 6, 7, 8]]) == pytest.approx(4.5)  # 25 % trimmed: mean of 3, 4, 5, 6
+    assert iqm([[8, 1], [3, 100, 5, 7, 2, 4]]) == pytest.approx(np.mean([3, 4, 5, 7]))
+    # stratified: seeds are resampled within each task, so a resample always holds three 0s and three 1s (a
+    # bootstrap over the six pooled runs would not)
+    assert iqm_interval([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]) == (0.5, 0.5, 0.5)
+    point, low, high = iqm_interval([[0.1, 0.3, 0.2], [0.6, 0.9, 0.7]])
+    assert low < point < high and iqm_interval([[0.1, 0.3, 0.2], [0.6, 0.9, 0.7]]) == (point, low, high)
+    taus = np.array([0.1, 0.5, 0.9])
+    profile, low, high = performance_profile([[0.2, 0.4], [0.6, 0.8]], taus)
+    assert profile.tolist() == [1.0, 0.5, 0.0] and np.all(low <= profile) and np.all(profile <= high)
+    assert performance_profile([[0.2, 0.4], [0.6, 0.8]], taus, "min")[0].tolist() == [0.0, 0.5, 1.0]
+    comp = C.compare(grid(), "val/acc")
+    expected = iqm_interval([comp.cells["rope", c].values for c in comp.cols])
+    assert comp.iqm["rope"] == expected and any(line.startswith("IQM over columns x seeds") for line in C.notes(comp))
+
+
+def with_setup(record: dict, **changes) -> dict:
+    """A copy of a record with dotted config paths changed (`trainer.max_steps=10`)."""
+    record = json.loads(json.dumps(record))
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = record["config"]
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return record
+
+
+def test_identity_is_the_setup_allowlist():
+    """Issue 24, finding 3: a run differing in a logging option stays in its cell; one differing in steps,
+    precision or world size does not."""
+    runs = [rec(seed=s) for s in range(3)]
+    runs[2] = with_setup(runs[2], **{"trainer.log_every_n_steps": 7, "trainer.val_check_interval": 3,
+                                     "data.init_args.num_workers": 4, "model.init_args.compile": True})  # fmt: skip
+    assert C.compare(runs, "val/acc").cells["rope", "copy"].n == 3
+    for change in ({"trainer.max_steps": 10}, {"trainer.precision": "bf16-mixed"}, {"trainer.num_nodes": 2}):
+        odd = runs[:2] + [with_setup(rec(seed=2), **change), rec(seed=3)]
+        comp = C.compare(odd, "val/acc")
+        (dropped,) = comp.excluded
+        assert comp.cells["rope", "copy"].n == 3 and dropped.reason.startswith(f"config differs: {next(iter(change))}=")
+    world = runs[:2] + [dict(rec(seed=2), world_size=8), rec(seed=3)]  # the record's own field, from the trainer
+    assert C.compare(world, "val/acc").excluded[0].reason == "config differs: world_size=8 (kept: missing)"
+
+
+def test_a_column_mixing_setups_is_refused_in_one_line(tmp_path, capsys):
+    import cli
+
+    short = [with_setup(rec("alibi", seed=s), **{"trainer.max_steps": 10, "data.init_args.train_max_len": 16})
+             for s in range(2)]  # fmt: skip
+    records = [rec("rope", seed=s) for s in range(2)] + short
+    message = (
+        "column 'copy' mixes setups, refusing to rank them: alibi and rope differ in data.train_max_len (16 vs 4), "
+        "trainer.max_steps (10 vs 100); split them with --cols task,KEY (or --rows), or select one study with --sweep"
+    )
+    with pytest.raises(ConfigError) as error:
+        C.compare(records, "val/acc")
+    assert str(error.value) == message
+    write_records(tmp_path, records)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.cli_main(["compare", f"--out_dir={tmp_path}"])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.strip() == f"error: {message}"
+    split = C.compare(records, "val/acc", cols="task,trainer.max_steps")  # one column per setup
+    assert set(split.cols) == {"copy, 10", "copy, 100"}
+    # a sweep's tuned parameters may differ between rows (a reseed study: each encoding's chosen lr)
+    tuned = [rec("rope", seed=s) for s in range(2)] + [rec("alibi", seed=s, lr=0.01) for s in range(2)]
+    with pytest.raises(ConfigError, match="differ in model.lr"):
+        C.compare(tuned, "val/acc")
+    assert C.compare(tuned, "val/acc", tuned=["model.lr"]).cells["alibi", "copy"].n == 2
+
+
+def test_aggregates_only_over_columns_of_one_kind_of_run():
+    lm = [with_setup(rec(e, "wikitext", s, 0.3), **{"model.class_path": "x.MaskedLM"}) for e in ("rope", "alibi")
+          for s in range(2)]  # fmt: skip
+    comp = C.compare(grid() + lm, "val/acc")
+    assert not comp.mean_rank and not comp.mrr and not comp.iqm and comp.kinds["wikitext"] == "MaskedLM"
+    assert (
+        "no mean rank, MRR or IQM: the columns hold different kinds of run (M: copy, reverse; MaskedLM: wikitext); "
+        "compare each kind on its own" in C.notes(comp)
+    )
+    assert comp.ranks["rope", "wikitext"] == 1.5  # each column is still ranked

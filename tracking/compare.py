@@ -1,20 +1,25 @@
 """`cli.py compare`: runs side by side, rows x columns (encoding x task), mean +- std over seeds.
 
-Each cell: mean (or median, `--aggregate median`), sample std (ddof=1), n and a 95% percentile-bootstrap
-interval of that aggregate over seeds (10,000 resamples, fixed RNG seed 0: the interval lies inside the
-range of the seeds' values, so never outside the metric's range), printed to two significant digits of
-the interval's width; per column a rank (1 = best by the metric's goal, the best cell marked), per row the
-mean rank and mean reciprocal rank (the headline of Kazemnejad et al. 2023), and under the table Welch
-t-tests of the best row against the runner-up, Holm-adjusted over all pairs of the column when it has
-more than two rows, so one noisy seed is not over-read. `--best-over KEY` applies TUPE's fine-tuning
-rule (Ke et al. 2021: median over seeds per learning rate, then the best learning rate): per cell only
-the value of KEY with the best aggregate is kept, and named. `--metric a,b` shows several metrics side
-by side (a `--best-over` choice is made on the first and kept for the others).
+Each cell: mean (or median, `--aggregate median`), sample std (ddof=1), n and a 95% interval of that
+aggregate over seeds: Student's t for the mean (exact coverage for normal values at any n >= 2), the
+order-statistic interval for the median (95% from n = 6; below, [min, max] with its exact level), clipped
+to the metric's range (lightning_modules.metrics.bounds) with a clipped end marked; printed to two
+significant digits of the interval's width. Per column a rank (1 = best by the metric's goal, the best
+cell marked); per row, over the columns, the mean rank, the mean reciprocal rank (the headline of
+Kazemnejad et al. 2023) and rliable's IQM over columns x seeds with its stratified-bootstrap interval
+(Agarwal et al. 2021), only for the rows with every column and only when every column holds one kind of
+run; under the table Welch t-tests of the best row against the runner-up, Holm-adjusted over all pairs
+of the column when it has more than two rows, so one noisy seed is not over-read. `--best-over KEY`
+applies TUPE's fine-tuning rule (Ke et al. 2021: median over seeds per learning rate, then the best
+learning rate): per cell only the value of KEY with the best aggregate is kept, and named. `--metric a,b`
+shows several metrics side by side (a `--best-over` choice is made on the first and kept for the others).
 
-Runs that did not finish, lack the metric, repeat a seed, or whose config differs from the rest of
-their cell (anything but seed_everything, run.*, trainer.logger and ckpt_path) are left out and listed
-with the reason, never averaged in. Reads the local run records (tracking/records.py) or,
-with --wandb ENTITY/PROJECT, the same runs from the W&B API.
+A result is defined by SETUP (data, model, optimisation, steps, precision, world size), declared once
+below; everything else in a config is ignored. Runs that did not finish, lack the metric, repeat a seed,
+or whose setup differs from the rest of their cell are left out and listed with the reason, never
+averaged in; a column whose rows differ in setup (beyond the row, column and --best-over keys and the
+parameters the sweep tunes) is refused with one line naming the keys. Reads the local run records
+(tracking/records.py) or, with --wandb ENTITY/PROJECT, the same runs from the W&B API.
 
 To run:
     python cli.py compare                                   # every run under out/, val/acc
@@ -23,6 +28,7 @@ To run:
     python cli.py compare --metric val/acc,val/acc_ood --format latex
     python cli.py compare --aggregate median --best-over model.init_args.lr   # TUPE's rule
     python cli.py compare --report out/report               # plots + one HTML page
+    python cli.py compare --per_seed                        # every cell's per-seed values under the table
     python cli.py compare --wandb my-entity/pe-sweeps
 """
 
