@@ -343,6 +343,7 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     (run_dir,) = Path(record["run_dir"]).glob("wandb/offline-run-*")
     assert record["wandb"]["mode"] == "offline" and record["wandb"]["dir"] == str(run_dir)
     assert record["step"] == record["max_steps"] == 4  # progress for the sweep's live view
+    assert (record["world_size"], record["precision"]) == (1, "32-true")  # part of compare's SETUP
     (table,) = run_dir.glob("files/media/table/val_by_length/*.table.json")
     table = json.loads(table.read_text())
     assert table["columns"] == ["task", "encoding", "seed", "length", "acc", "tok_acc"]
