@@ -1,5 +1,7 @@
 """Metric names (defined once, used by modules, records, sweeps and compare) and per-length accuracy."""
 
+import math
+
 import torch
 from torch import Tensor
 from torchmetrics import Metric
@@ -22,6 +24,22 @@ def length_name(stage: str, length: int, metric: str = ACC) -> str:
 def goal(metric: str) -> str:
     """ "max" for accuracies, correlations, BLEU; "min" for losses and perplexities."""
     return "min" if any(key in metric.rsplit("/", 1)[-1] for key in ("loss", "ppl", "mae", "error")) else "max"
+
+
+def bounds(metric: str) -> tuple[float, float]:
+    """The range a metric's values can take, by its name: accuracies, F1 and BLEU in [0, 1], correlations
+    in [-1, 1], perplexities >= 1, losses and errors >= 0, anything else unbounded. `cli.py compare`
+    clips its intervals to it."""
+    short = metric.rsplit("/", 1)[-1]
+    if "ppl" in short:
+        return 1.0, math.inf
+    if any(key in short for key in ("loss", "mae", "error", "examples")):
+        return 0.0, math.inf
+    if any(key in short for key in ("acc", "f1", "bleu")):
+        return 0.0, 1.0
+    if any(key in short for key in ("mcc", "pearson", "spearman", "corr")):
+        return -1.0, 1.0
+    return -math.inf, math.inf
 
 
 class PerLengthAccuracy(Metric):

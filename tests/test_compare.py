@@ -6,11 +6,24 @@ README claims covered here:
   metric); "--format latex # table | csv | json | markdown | latex"; "--wandb ENTITY/PROJECT # the same from the W&B
   API": test_compare_main_reads_a_sweep_its_metric_and_varied_parameters, test_machine_formats_parse,
   test_several_metrics_side_by_side_and_latex, test_wandb_path_with_a_fake_api
-- "Each cell is the mean (or --aggregate median) +- std over seeds with n and a 95 % percentile bootstrap interval of
-  that aggregate (scipy.stats.bootstrap, 10,000 resamples, RNG seed 0, so the same records always print the same
-  interval)": test_cells_mean_std_n_ci_ranks_and_best, test_intervals_stay_in_the_metric_range_and_are_reproducible
-- "A percentile interval ... never leaves their range, and so never the metric's range":
-  test_intervals_stay_in_the_metric_range_and_are_reproducible
+- "Each cell is the mean (or --aggregate median) +- std over seeds with n and a 95 % interval of that aggregate: a
+  Student-t interval of the mean ..., or for the median the distribution-free order-statistic interval";
+  "Intervals are clipped to the metric's range ... and a clipped end is marked":
+  test_cells_mean_std_n_ci_ranks_and_best, test_intervals_are_clipped_to_the_metric_range_and_the_clipping_shown,
+  test_metric_ranges
+- "On normal data the t interval covers the true mean 95 % of the time at any seed count":
+  test_interval_coverage_is_what_its_label_says
+- "--format csv/json carry every cell's per-seed values; --per-seed lists them under the table"; "a footer line says so
+  when a cell has fewer than 5": test_per_seed_values_in_csv_and_json_always_and_under_the_table_on_request
+- "the IQM ... over columns x seeds with its stratified-bootstrap interval":
+  test_iqm_and_its_stratified_bootstrap_follow_rliable
+- "These across-column aggregates cover only the rows with a cell in every column ... the rows left out are named";
+  "computed only when every column holds one kind of run":
+  test_a_row_missing_a_column_is_left_out_of_the_aggregates_and_named,
+  test_aggregates_only_over_columns_of_one_kind_of_run
+- "A result is defined by an allowlist of its setup ...; everything else ... is ignored"; "A column whose rows differ in
+  setup ... is refused, one line naming the keys (exit 2)": test_identity_is_the_setup_allowlist,
+  test_a_column_mixing_setups_is_refused_in_one_line
 - "Numbers are printed to two significant digits of the interval's width (three significant digits for a single
   seed)": test_numbers_carry_two_significant_digits_of_the_interval_width
 - "The best cell per column is marked, each column is ranked and rows carry the mean rank and the mean reciprocal
@@ -42,7 +55,6 @@ README claims covered here:
 
 import csv
 import io
-import itertools
 import json
 import math
 import os
@@ -59,6 +71,7 @@ from scipy import stats
 from errors import ConfigError
 from tracking import compare as C
 from tracking.compare_report import PLOTS, write_report
+from tracking.comparison import interval_text
 from tracking.records import load_records
 from tracking.wandb_records import wandb_record
 
@@ -111,10 +124,9 @@ def test_cells_mean_std_n_ci_ranks_and_best():
     comp = C.compare(grid(), "val/acc")
     cell = comp.cells["rope", "copy"]
     assert (cell.n, cell.mean, cell.std) == (3, pytest.approx(0.9), pytest.approx(0.1))
-    # every one of the 27 resamples is equally likely; all-0.8 and all-1.0 each have 1/27 > 2.5 %
-    exact = sorted(np.mean(r) for r in itertools.product(cell.values, repeat=3))
-    assert cell.ci == (pytest.approx(exact[0]), pytest.approx(exact[-1]))
-    assert cell.ci == (pytest.approx(0.8), pytest.approx(1.0)) and cell.decimals == 2
+    half = stats.t.ppf(0.975, 2) * 0.1 / math.sqrt(3)  # Student's t, 2 degrees of freedom: 0.248
+    assert cell.ci == (pytest.approx(0.9 - half), 1.0) and cell.interval.clipped == (False, True)  # 1.148 -> 1
+    assert cell.decimals == 2
     assert math.isnan(comp.cells["none", "reverse"].std) and comp.cells["none", "reverse"].n == 1
     assert comp.ranks["rope", "copy"] == 1 and comp.ranks["alibi", "copy"] == 2 and comp.ranks["none", "copy"] == 3
     assert comp.ranks["alibi", "reverse"] == 1 and comp.ranks["rope", "reverse"] == 2
@@ -122,8 +134,9 @@ def test_cells_mean_std_n_ci_ranks_and_best():
     assert comp.mrr == {"alibi": 0.75, "rope": 0.75, "none": pytest.approx(1 / 3)}
     assert comp.is_best("rope", "copy") and comp.is_best("alibi", "reverse") and not comp.is_best("rope", "reverse")
     text = text_of(C.comparison_table(grid(), "val/acc"))
-    assert "* 0.90 ± 0.10 (n=3) [0.80, 1.00] #1" in text and "mean rank" in text and "MRR" in text and "1.50" in text
-    assert "95% percentile bootstrap over seeds (10,000 resamples, RNG seed 0)" in text
+    assert "* 0.90 ± 0.10 (n=3) [0.65, 1.00†] #1" in text and "mean rank" in text and "MRR" in text and "1.50" in text
+    assert "95% Student-t interval of the mean over seeds" in text and "metric's range [0, 1] († marks" in text
+    assert "few seeds (n < 5 in 6 of 6 cells): intervals are wide by design" in text
 
 
 def test_min_goal_ranks_lowest_first_and_best_value():
@@ -174,10 +187,10 @@ def test_mixed_configs_keep_the_majority_or_exclude_the_cell():
     comp = C.compare(records, "val/acc")
     assert comp.cells["rope", "copy"].n == 3
     (dropped,) = comp.excluded
-    assert dropped.reason == "config differs: model.init_args.lr=0.01 (kept: 0.001)"
+    assert dropped.reason == "config differs: model.lr=0.01 (kept: 0.001)"
     tie = C.compare([rec(seed=0), rec(seed=1, lr=0.01)], "val/acc")
     assert not tie.cells and len(tie.excluded) == 2
-    assert all(e.reason.startswith("mixed configs, no majority: model.init_args.lr=") for e in tie.excluded)
+    assert all(e.reason.startswith("mixed configs, no majority: model.lr=") for e in tie.excluded)
     split = C.compare([rec(seed=0), rec(seed=1, lr=0.01)], "val/acc", rows="encoding,model.lr")
     assert set(split.cells) == {("rope, 0.001", "copy"), ("rope, 0.01", "copy")} and not split.excluded
     shown = [rec(seed=s) for s in range(3)]  # display options are not the config: one cell, nothing excluded
@@ -197,7 +210,7 @@ def test_machine_formats_parse():
     lines = C.to_markdown(comp).splitlines()
     assert lines[0] == "| encoding | copy | reverse | mean rank | MRR |" and lines[1] == "|---|---|---|---|---|"
     assert all(line.count("|") == 6 for line in lines[2:5]) and lines[4].startswith("| none |")
-    assert "| rope | **0.90 ± 0.10 (n=3) [0.80, 1.00] #1** |" in C.to_markdown(comp)
+    assert "| rope | **0.90 ± 0.10 (n=3) [0.65, 1.00†] #1** |" in C.to_markdown(comp)
     assert any(line.startswith("- copy: rope") and "Welch t-test p=" in line for line in lines)
 
 
@@ -247,7 +260,7 @@ def test_report_has_every_plot_and_page_refers_to_each(tmp_path):
     page = write_report(C.compare(records, "val/acc"), tmp_path / "report")
     text = page.read_text()
     pngs = sorted(p.name for p in page.parent.glob("*.png"))
-    assert pngs == ["bars.png", "curves.png", "length.png"]  # no ppl_ctx_<n> in these records
+    assert pngs == ["bars.png", "curves.png", "length.png", "profile.png"]  # no ppl_ctx_<n> in these records
     for name in pngs:
         assert f'alt="{name}" src="data:image/png;base64,' in text and f'href="{name}"' in text
     assert "Skipped: no run logged perplexity per context length" in text
@@ -330,6 +343,7 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     (run_dir,) = Path(record["run_dir"]).glob("wandb/offline-run-*")
     assert record["wandb"]["mode"] == "offline" and record["wandb"]["dir"] == str(run_dir)
     assert record["step"] == record["max_steps"] == 4  # progress for the sweep's live view
+    assert (record["world_size"], record["precision"]) == (1, "32-true")  # part of compare's SETUP
     (table,) = run_dir.glob("files/media/table/val_by_length/*.table.json")
     table = json.loads(table.read_text())
     assert table["columns"] == ["task", "encoding", "seed", "length", "acc", "tok_acc"]
@@ -381,11 +395,50 @@ def test_holm_matches_the_hand_computed_step_down():
 
 @pytest.mark.parametrize("values", [[1.0, 1.0, 0.9], [0.0, 0.0, 0.1], [1.0, 0.98], [0.0, 0.0, 0.0, 0.02, 0.0]])
 @pytest.mark.parametrize("aggregate", C.AGGREGATES)
-def test_intervals_stay_in_the_metric_range_and_are_reproducible(values, aggregate):
-    cell = C.Cell([{}] * len(values), values, aggregate)
+def test_intervals_are_clipped_to_the_metric_range_and_the_clipping_shown(values, aggregate):
+    cell = C.Cell([{}] * len(values), values, aggregate, bounds=(0.0, 1.0))
     low, high = cell.ci
-    assert min(values) <= low <= cell.center <= high <= max(values)
-    assert C.Cell([{}] * len(values), values, aggregate).ci == (low, high)  # fixed RNG seed
+    assert 0.0 <= low <= cell.center <= high <= 1.0
+    free = C.Cell([{}] * len(values), values, aggregate)  # the same values, no range: nothing clipped
+    clipped = (free.ci[0] < 0.0, free.ci[1] > 1.0)
+    assert cell.interval.clipped == clipped and free.interval.clipped == (False, False)
+    assert interval_text(cell).count("†") == sum(clipped)
+    if aggregate == "mean":
+        assert any(clipped)  # a t interval of values at the edge of [0, 1] crosses it
+    else:  # the median of fewer than 6 seeds: [min, max] at its exact level, printed after it
+        assert cell.ci == (min(values), max(values)) and cell.interval.level == 1 - 2.0 ** (1 - len(values))
+        assert interval_text(cell).endswith(f"] {cell.interval.level:.0%}")
+
+
+@pytest.mark.parametrize("metric, expected", [("val/acc", (0, 1)), ("val/acc_ood", (0, 1)), ("val/loss", (0, math.inf)),
+                                              ("val/ppl", (1, math.inf)), ("val/mcc", (-1, 1)),
+                                              ("val/score", (-math.inf, math.inf))])  # fmt: skip
+def test_metric_ranges(metric, expected):
+    from lightning_modules.metrics import bounds
+
+    assert bounds(metric) == expected
+
+
+COVERAGE_REPLICATES = 200_000  # Monte-Carlo standard error of a 95 % coverage: 0.05 points
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 10])
+def test_interval_coverage_is_what_its_label_says(n):
+    """Issue 24, finding 1: on normal data the mean's Student-t interval covers the true mean 95 % of the
+    time at every seed count (the percentile bootstrap it replaces: about 50 % at n = 2, 75 % at n = 3),
+    and the median's order-statistic interval covers the true median at the level it is labelled with."""
+    from tracking.comparison import LEVEL, median_interval, t_interval
+
+    rng = np.random.default_rng(n)
+    values = rng.normal(loc=3.0, scale=2.0, size=(COVERAGE_REPLICATES, n))
+    low, high = t_interval(values)
+    assert abs(np.mean((low <= 3.0) & (3.0 <= high)) - LEVEL) < 0.02
+    # the median's interval is a pair of order statistics fixed by n: read which from n ranks
+    k_low, k_high, level = median_interval(list(range(n)))
+    ordered = np.sort(values, axis=1)
+    covered = np.mean((ordered[:, int(k_low)] <= 3.0) & (3.0 <= ordered[:, int(k_high)]))
+    exact = 1 - 2 * stats.binom.cdf(int(k_low), n, 0.5)  # P(k_low < #values below the median <= k_high)
+    assert abs(covered - exact) < 0.02 and exact >= level and (level == LEVEL) == (n >= 6)
 
 
 def tupe_records() -> list[dict]:
@@ -395,8 +448,8 @@ def tupe_records() -> list[dict]:
 
 
 def test_numbers_carry_two_significant_digits_of_the_interval_width():
-    wide = C.Cell([{}] * 3, [0.9, 0.8, 1.0])  # interval [0.80, 1.00]: width 0.2
-    assert wide.decimals == 2 and C.cell_text(wide, 1, False) == "0.90 ± 0.10 (n=3) [0.80, 1.00] #1"
+    wide = C.Cell([{}] * 3, [0.9, 0.8, 1.0])  # interval [0.65, 1.15]: width 0.5
+    assert wide.decimals == 2 and C.cell_text(wide, 1, False) == "0.90 ± 0.10 (n=3) [0.65, 1.15] #1"
     narrow = C.Cell([{}] * 3, [0.5011, 0.5023, 0.5032])  # width about 0.002: two significant digits of it
     low, high = narrow.ci
     assert narrow.decimals == 1 - math.floor(math.log10(high - low)) == 4
@@ -430,8 +483,8 @@ def test_several_metrics_side_by_side_and_latex(tmp_path, capsys):
         header == "encoding & copy val/acc & reverse val/acc & copy val/loss & reverse val/loss & mean rank val/acc "
         "& MRR val/acc & mean rank val/loss & MRR val/loss \\\\"
     )
-    assert "\\textbf{0.90 $\\pm$ 0.10 (n=3) [0.80, 1.00] \\#1}" in latex and "val\\_acc" not in header
-    assert "95\\% percentile bootstrap" in latex
+    assert "\\textbf{0.90 $\\pm$ 0.10 (n=3) [0.65, 1.00$^\\dagger$] \\#1}" in latex and "val\\_acc" not in header
+    assert "95\\% Student-t interval of the mean" in latex
     C.compare_main([f"--out_dir={tmp_path}", "--metric=val/acc,val/loss", "--format=json"])
     data = json.loads(capsys.readouterr().out)
     assert [c["metric"] for c in data["comparisons"]] == ["val/acc", "val/loss"]
@@ -510,7 +563,8 @@ def test_report_plots_agree_on_colours_show_seed_bands_units_and_log_perplexity(
     assert length_ax.get_xlabel() == "length (tokens)" and ppl_ax.get_xlabel() == "context (tokens)"
     assert ppl_ax.get_yscale() == "log" and "block_size=8" in [ln.get_label() for ln in ppl_ax.get_lines()]
     page = write_report(comp, tmp_path / "report")
-    assert sorted(p.name for p in page.parent.glob("*.svg")) == ["bars.svg", "curves.svg", "length.svg", "ppl_ctx.svg"]
+    svgs = ["bars.svg", "curves.svg", "length.svg", "ppl_ctx.svg", "profile.svg"]
+    assert sorted(p.name for p in page.parent.glob("*.svg")) == svgs
     assert 'href="length.svg"' in page.read_text()
 
 
@@ -548,3 +602,127 @@ def test_report_page_renders_every_image_in_headless_chromium(tmp_path):
     assert 'data-bad="none"' in result.stdout
     console = [line for line in result.stderr.splitlines() if "CONSOLE" in line]
     assert not [line for line in console if "rror" in line or "Uncaught" in line], console
+
+
+def test_per_seed_values_in_csv_and_json_always_and_under_the_table_on_request(tmp_path, capsys):
+    comp = C.compare(grid(), "val/acc")
+    data = json.loads(C.to_json(comp))
+    rope = next(c for c in data["cells"] if c["row"] == "rope" and c["col"] == "copy")
+    assert rope["values"] == [0.9, 0.8, 1.0] and rope["seeds"] == [0, 1, 2] and rope["ci_clipped"] == [False, True]
+    assert rope["ci_level"] == 0.95 and data["interval"].startswith("95% Student-t interval of the mean")
+    row = next(r for r in csv.DictReader(io.StringIO(C.to_csv(comp))) if r["row"] == "rope" and r["col"] == "copy")
+    assert row["values"] == "0.9 0.8 1.0" and row["seeds"] == "0 1 2"
+    assert "rope / copy [val/acc]: 0.9 (seed 0), 0.8 (seed 1), 1 (seed 2)" not in text_of(C.render_table(comp))
+    write_records(tmp_path, grid())
+    C.compare_main([f"--out_dir={tmp_path}", "--per_seed"])
+    assert "rope / copy [val/acc]: 0.9 (seed 0), 0.8 (seed 1), 1 (seed 2)" in capsys.readouterr().out
+    enough = C.compare([rec(seed=s, acc=0.5 + s / 100) for s in range(5)], "val/acc")
+    assert not any(line.startswith("few seeds") for line in C.notes(enough))
+
+
+def missing_worst() -> list[dict]:
+    """Rows a and b on three tasks; c lacks t3, where it would rank last."""
+    values = {("a", "t1"): 0.9, ("b", "t1"): 0.8, ("c", "t1"): 0.95, ("a", "t2"): 0.9, ("b", "t2"): 0.8,
+              ("c", "t2"): 0.85, ("a", "t3"): 0.5, ("b", "t3"): 0.9}  # fmt: skip
+    return [rec(e, t, s, v + s / 100) for (e, t), v in values.items() for s in range(2)]
+
+
+def test_a_row_missing_a_column_is_left_out_of_the_aggregates_and_named():
+    """Issue 24, finding 2: averaged over the columns it has, c's MRR would be (1 + 1/2) / 2 = 0.75 and beat
+    a's 0.67; it has no t3, so it gets no aggregate, is named, and a and b are ranked among themselves."""
+    comp = C.compare(missing_worst(), "val/acc")
+    assert comp.ranks["c", "t1"] == 1 and comp.ranks["c", "t2"] == 2  # its cells keep their ranks
+    assert comp.missing == {"c": ["t3"]} and set(comp.mrr) == set(comp.mean_rank) == set(comp.iqm) == {"a", "b"}
+    assert comp.mrr == {"a": pytest.approx(2.5 / 3), "b": pytest.approx(2 / 3)} and comp.rows == ["a", "b", "c"]
+    assert comp.mean_rank == {"a": pytest.approx(4 / 3), "b": pytest.approx(5 / 3)}
+    lines = C.notes(comp)
+    assert "mean rank, MRR and IQM over the rows with every column; left out: c (no t3)" in lines
+    header, rows = C.grid_of(comp)
+    assert rows[-1][0] == "c" and rows[-1][2] == ["-", "-"]
+    data = json.loads(C.to_json(comp))
+    assert data["missing"] == {"c": ["t3"]} and set(data["iqm"]) == {"a", "b"}
+
+
+def test_iqm_and_its_stratified_bootstrap_follow_rliable():
+    from tracking.across_tasks import iqm, iqm_interval, performance_profile
+
+    assert iqm([[1, 2, 3, 4], [5, 6, 7, 8]]) == pytest.approx(4.5)  # 25 % trimmed: mean of 3, 4, 5, 6
+    assert iqm([[8, 1], [3, 100, 5, 7, 2, 4]]) == pytest.approx(np.mean([3, 4, 5, 7]))
+    # stratified: seeds are resampled within each task, so a resample always holds three 0s and three 1s (a
+    # bootstrap over the six pooled runs would not)
+    assert iqm_interval([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]) == (0.5, 0.5, 0.5)
+    point, low, high = iqm_interval([[0.1, 0.3, 0.2], [0.6, 0.9, 0.7]])
+    assert low < point < high and iqm_interval([[0.1, 0.3, 0.2], [0.6, 0.9, 0.7]]) == (point, low, high)
+    taus = np.array([0.1, 0.5, 0.9])
+    profile, low, high = performance_profile([[0.2, 0.4], [0.6, 0.8]], taus)
+    assert profile.tolist() == [1.0, 0.5, 0.0] and np.all(low <= profile) and np.all(profile <= high)
+    assert performance_profile([[0.2, 0.4], [0.6, 0.8]], taus, "min")[0].tolist() == [0.0, 0.5, 1.0]
+    comp = C.compare(grid(), "val/acc")
+    expected = iqm_interval([comp.cells["rope", c].values for c in comp.cols])
+    assert comp.iqm["rope"] == expected and any(line.startswith("IQM over columns x seeds") for line in C.notes(comp))
+
+
+def with_setup(record: dict, **changes) -> dict:
+    """A copy of a record with dotted config paths changed (`trainer.max_steps=10`)."""
+    record = json.loads(json.dumps(record))
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = record["config"]
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return record
+
+
+def test_identity_is_the_setup_allowlist():
+    """Issue 24, finding 3: a run differing in a logging option stays in its cell; one differing in steps,
+    precision or world size does not."""
+    runs = [rec(seed=s) for s in range(3)]
+    runs[2] = with_setup(runs[2], **{"trainer.log_every_n_steps": 7, "trainer.val_check_interval": 3,
+                                     "data.init_args.num_workers": 4, "model.init_args.compile": True})  # fmt: skip
+    assert C.compare(runs, "val/acc").cells["rope", "copy"].n == 3
+    for change in ({"trainer.max_steps": 10}, {"trainer.precision": "bf16-mixed"}, {"trainer.num_nodes": 2}):
+        odd = runs[:2] + [with_setup(rec(seed=2), **change), rec(seed=3)]
+        comp = C.compare(odd, "val/acc")
+        (dropped,) = comp.excluded
+        assert comp.cells["rope", "copy"].n == 3 and dropped.reason.startswith(f"config differs: {next(iter(change))}=")
+    world = runs[:2] + [dict(rec(seed=2), world_size=8), rec(seed=3)]  # the record's own field, from the trainer
+    assert C.compare(world, "val/acc").excluded[0].reason == "config differs: world_size=8 (kept: missing)"
+
+
+def test_a_column_mixing_setups_is_refused_in_one_line(tmp_path, capsys):
+    import cli
+
+    short = [with_setup(rec("alibi", seed=s), **{"trainer.max_steps": 10, "data.init_args.train_max_len": 16})
+             for s in range(2)]  # fmt: skip
+    records = [rec("rope", seed=s) for s in range(2)] + short
+    message = (
+        "column 'copy' mixes setups, refusing to rank them: alibi and rope differ in data.train_max_len (16 vs 4), "
+        "trainer.max_steps (10 vs 100); split them with --cols task,KEY (or --rows), or select one study with --sweep"
+    )
+    with pytest.raises(ConfigError) as error:
+        C.compare(records, "val/acc")
+    assert str(error.value) == message
+    write_records(tmp_path, records)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.cli_main(["compare", f"--out_dir={tmp_path}"])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.strip() == f"error: {message}"
+    split = C.compare(records, "val/acc", cols="task,trainer.max_steps")  # one column per setup
+    assert set(split.cols) == {"copy, 10", "copy, 100"}
+    # a sweep's tuned parameters may differ between rows (a reseed study: each encoding's chosen lr)
+    tuned = [rec("rope", seed=s) for s in range(2)] + [rec("alibi", seed=s, lr=0.01) for s in range(2)]
+    with pytest.raises(ConfigError, match="differ in model.lr"):
+        C.compare(tuned, "val/acc")
+    assert C.compare(tuned, "val/acc", tuned=["model.lr"]).cells["alibi", "copy"].n == 2
+
+
+def test_aggregates_only_over_columns_of_one_kind_of_run():
+    lm = [with_setup(rec(e, "wikitext", s, 0.3), **{"model.class_path": "x.MaskedLM"}) for e in ("rope", "alibi")
+          for s in range(2)]  # fmt: skip
+    comp = C.compare(grid() + lm, "val/acc")
+    assert not comp.mean_rank and not comp.mrr and not comp.iqm and comp.kinds["wikitext"] == "MaskedLM"
+    assert (
+        "no mean rank, MRR or IQM: the columns hold different kinds of run (M: copy, reverse; MaskedLM: wikitext); "
+        "compare each kind on its own" in C.notes(comp)
+    )
+    assert comp.ranks["rope", "wikitext"] == 1.5  # each column is still ranked

@@ -1,20 +1,25 @@
 """`cli.py compare`: runs side by side, rows x columns (encoding x task), mean +- std over seeds.
 
-Each cell: mean (or median, `--aggregate median`), sample std (ddof=1), n and a 95% percentile-bootstrap
-interval of that aggregate over seeds (10,000 resamples, fixed RNG seed 0: the interval lies inside the
-range of the seeds' values, so never outside the metric's range), printed to two significant digits of
-the interval's width; per column a rank (1 = best by the metric's goal, the best cell marked), per row the
-mean rank and mean reciprocal rank (the headline of Kazemnejad et al. 2023), and under the table Welch
-t-tests of the best row against the runner-up, Holm-adjusted over all pairs of the column when it has
-more than two rows, so one noisy seed is not over-read. `--best-over KEY` applies TUPE's fine-tuning
-rule (Ke et al. 2021: median over seeds per learning rate, then the best learning rate): per cell only
-the value of KEY with the best aggregate is kept, and named. `--metric a,b` shows several metrics side
-by side (a `--best-over` choice is made on the first and kept for the others).
+Each cell: mean (or median, `--aggregate median`), sample std (ddof=1), n and a 95% interval of that
+aggregate over seeds: Student's t for the mean (exact coverage for normal values at any n >= 2), the
+order-statistic interval for the median (95% from n = 6; below, [min, max] with its exact level), clipped
+to the metric's range (lightning_modules.metrics.bounds) with a clipped end marked; printed to two
+significant digits of the interval's width. Per column a rank (1 = best by the metric's goal, the best
+cell marked); per row, over the columns, the mean rank, the mean reciprocal rank (the headline of
+Kazemnejad et al. 2023) and rliable's IQM over columns x seeds with its stratified-bootstrap interval
+(Agarwal et al. 2021), only for the rows with every column and only when every column holds one kind of
+run; under the table Welch t-tests of the best row against the runner-up, Holm-adjusted over all pairs
+of the column when it has more than two rows, so one noisy seed is not over-read. `--best-over KEY`
+applies TUPE's fine-tuning rule (Ke et al. 2021: median over seeds per learning rate, then the best
+learning rate): per cell only the value of KEY with the best aggregate is kept, and named. `--metric a,b`
+shows several metrics side by side (a `--best-over` choice is made on the first and kept for the others).
 
-Runs that did not finish, lack the metric, repeat a seed, or whose config differs from the rest of
-their cell (anything but seed_everything, run.*, trainer.logger and ckpt_path) are left out and listed
-with the reason, never averaged in. Reads the local run records (tracking/records.py) or,
-with --wandb ENTITY/PROJECT, the same runs from the W&B API.
+A result is defined by SETUP (data, model, optimisation, steps, precision, world size), declared once
+below; everything else in a config is ignored. Runs that did not finish, lack the metric, repeat a seed,
+or whose setup differs from the rest of their cell are left out and listed with the reason, never
+averaged in; a column whose rows differ in setup (beyond the row, column and --best-over keys and the
+parameters the sweep tunes) is refused with one line naming the keys. Reads the local run records
+(tracking/records.py) or, with --wandb ENTITY/PROJECT, the same runs from the W&B API.
 
 To run:
     python cli.py compare                                   # every run under out/, val/acc
@@ -23,6 +28,7 @@ To run:
     python cli.py compare --metric val/acc,val/acc_ood --format latex
     python cli.py compare --aggregate median --best-over model.init_args.lr   # TUPE's rule
     python cli.py compare --report out/report               # plots + one HTML page
+    python cli.py compare --per_seed                        # every cell's per-seed values under the table
     python cli.py compare --wandb my-entity/pe-sweeps
 """
 
@@ -47,9 +53,9 @@ from scipy import stats
 
 from errors import ConfigError
 from layout import STUDY_DB, SWEEPS, study_db
-from lightning_modules.metrics import ACC, ACC_OOD, goal, name
+from lightning_modules.metrics import ACC, ACC_OOD, bounds, goal, name
+from tracking.across_tasks import IQM_INTERVAL, iqm_interval
 from tracking.comparison import (
-    INTERVAL,
     Cell,
     Comparison,
     Excluded,
@@ -58,13 +64,21 @@ from tracking.comparison import (
     legend,
     lookup,
     notes,
+    seed_lines,
 )
 from tracking.records import RECORD_FILE, load_records
 from tracking.wandb_records import read_wandb
 
-# not "the config": seeds, naming, logging and display options (a progress bar never changes a result)
-IGNORED = ("seed_everything", "run", "trainer.logger", "ckpt_path", "sweep", "_wandb", "trainer.enable_progress_bar",
-           "trainer.enable_model_summary")  # fmt: skip
+# What defines a result, declared once (config paths without `init_args`): runs are replicates of one setup
+# when these agree, the seed aside; everything else (logging and its cadence, naming, checkpoints, progress
+# bars, validation cadence, data-loader workers, compilation) is ignored. `world_size` and `precision` are
+# the record's own fields (tracking/records.py), read from the trainer at fit start.
+SETUP = ("data", "model", "optimizer", "lr_scheduler",  # data, model and optimisation
+         "trainer.max_steps", "trainer.max_epochs", "trainer.accumulate_grad_batches", "trainer.gradient_clip_val",
+         "trainer.gradient_clip_algorithm", "trainer.limit_train_batches", "trainer.limit_val_batches",  # steps
+         "trainer.precision", "precision",  # precision
+         "trainer.devices", "trainer.num_nodes", "world_size")  # world size  # fmt: skip
+NOT_SETUP = ("data.num_workers", "model.compile", "model._class_path", "model._instantiator")  # within SETUP
 FORMATS = ("table", "csv", "json", "markdown", "latex")
 VALUES = ("final", "best")
 AGGREGATES = ("mean", "median")
@@ -89,6 +103,7 @@ class CompareOptions:
     # with --sweep also the parameters that the sweep varies (other than seed, encoding and task)
     cols: str = "task"  # comma-separated record fields or dotted config paths, one column per value
     format: str = "table"  # table (rich, to the console), csv, json, markdown, latex (to stdout)
+    per_seed: bool = False  # table, markdown, latex: list every cell's per-seed values under it (csv, json: always)
     report: str | None = None  # write PNG plots and index.html to this folder
     wandb: str | None = None  # ENTITY/PROJECT: read runs from the W&B API instead of --out_dir
 
@@ -117,15 +132,20 @@ def flatten(config: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def comparable_config(record: dict, keys: list[str]) -> dict[str, str]:
-    """The resolved config minus the seed, run.*, logger and checkpoint keys and the row/column keys."""
-    skip = IGNORED + tuple(keys)
-    flat = flatten(record.get("config") or {})
-    return {k: json.dumps(v, sort_keys=True) for k, v in flat.items() if not any(_under(k, s) for s in skip)}
+def setup_of(record: dict, keys: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+    """The keys of SETUP in a record (config paths without `init_args`, JSON values), less `keys` (the
+    row and column keys: they differ between cells by design)."""
+    flat = {config_path(k): v for k, v in flatten(record.get("config") or {}).items()}
+    flat |= {k: record[k] for k in ("world_size", "precision") if record.get(k) is not None}
+    skip = tuple(config_path(k) for k in keys) + NOT_SETUP
+    return {
+        k: json.dumps(v, sort_keys=True) for k, v in flat.items()
+        if any(_under(k, s) for s in SETUP) and not any(_under(k, s) for s in skip)
+    }  # fmt: skip
 
 
 def _under(key: str, prefix: str) -> bool:
-    return key == prefix or key.startswith(prefix + ".") or key.endswith("." + prefix)
+    return key == prefix or key.startswith(prefix + ".")
 
 
 def unusable(record: dict, metric: str, value: str, keys: list[str]) -> str | None:
@@ -151,7 +171,7 @@ def config_diff(config: dict, kept: dict) -> str:
 
 def same_config(runs: list[dict], keys: list[str]) -> tuple[list[dict], list[tuple[dict, str]]]:
     """Keep the runs sharing the most common config; the rest (all of them on a tie) are dropped."""
-    configs = [comparable_config(r, keys) for r in runs]
+    configs = [setup_of(r, keys) for r in runs]
     signatures = [json.dumps(c, sort_keys=True) for c in configs]
     counts = Counter(signatures).most_common()
     if len(counts) == 1:
@@ -193,8 +213,44 @@ def group_cells(records, metric, value, row_keys, col_keys, aggregate="mean", ov
         kept, repeats = one_per_seed(kept)
         excluded += [Excluded(row, col, why, run_id(r)) for r, why in dropped + repeats]
         if kept:
-            cells[row, col, choice] = Cell(kept, [float(r[value][metric]) for r in kept], aggregate, choice)
+            values = [float(r[value][metric]) for r in kept]
+            cells[row, col, choice] = Cell(kept, values, aggregate, choice, bounds(metric))
     return cells, excluded
+
+
+def encoding_keys() -> list[str]:
+    """The config paths (without `init_args`) holding an encoding or its options in some task module: the
+    row `encoding` differs between rows through them."""
+    from lightning_modules.task_modules import TASK_MODULES
+
+    return sorted({f"model.{p}" for m in TASK_MODULES for pair in m.ENCODING_ARGS.values() for p in pair})
+
+
+def check_columns(cells: dict, keys: list[str]) -> None:
+    """A column ranks runs of one setup only: the rows of a column may differ in `keys` (the row, column and
+    --best-over keys, the parameters the sweep tunes; with an `encoding` row, the encoding arguments) and in
+    nothing else of SETUP. Else one line naming the column, two of its rows and the keys where they differ."""
+    free = list(keys) + (encoding_keys() if "encoding" in keys else [])
+    by_col = defaultdict(dict)
+    for (row, col), cell in sorted(cells.items()):
+        by_col[col][row] = setup_of(cell.records[0], free)
+    for col, setups in by_col.items():
+        (first, kept), *others = setups.items()
+        for row, setup in others:
+            diff = sorted(k for k in set(kept) | set(setup) if kept.get(k) != setup.get(k))
+            if diff:
+                shown = ", ".join(f"{k} ({kept.get(k, 'missing')} vs {setup.get(k, 'missing')})" for k in diff[:3])
+                more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
+                raise ConfigError(
+                    f"column {col!r} mixes setups, refusing to rank them: {first} and {row} differ in {shown}{more}; "
+                    "split them with --cols task,KEY (or --rows), or select one study with --sweep"
+                )
+
+
+def tuned_keys(spec: dict) -> list[str]:
+    """The parameters a sweep varies: each row of its comparison may hold its own setting of them (a reseed
+    study's per-encoding choice, TUPE's learning rate)."""
+    return [k for k, v in (spec.get("parameters") or {}).items() if "value" not in dict(v)]
 
 
 def check_best_over(records: list[dict], key: str) -> None:
@@ -204,7 +260,7 @@ def check_best_over(records: list[dict], key: str) -> None:
         return
     flat = [flatten(r.get("config") or {}) for r in records]
     varied = sorted(k for k in set().union(*flat) if len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1)
-    varied = [k for k in varied if not any(_under(k, s) for s in IGNORED)]
+    varied = [k for k in varied if any(_under(config_path(k), s) for s in SETUP)]
     raise ConfigError(f"--best-over {key!r} does not vary among the selected runs (values: {', '.join(sorted(values))})"
                       f"; keys that vary: {', '.join(varied) or 'none'}")  # fmt: skip
 
@@ -230,18 +286,51 @@ def pick_best_over(cells: dict, comp_goal: str, chosen: dict | None = None) -> t
 # ---------------------------------------------------------------- statistics
 
 
-def rank_columns(comp: Comparison) -> None:
-    """Rank the rows of each column by their aggregate (1 = best, ties averaged); per row the mean rank
-    and the mean reciprocal rank."""
+def column_ranks(comp: Comparison, col: str, rows: list[str]) -> dict[str, float]:
+    """Ranks of `rows` in a column by their aggregate (1 = best by the goal, ties averaged)."""
     sign = -1.0 if comp.goal == "max" else 1.0
+    return dict(zip(rows, map(float, stats.rankdata([sign * comp.cells[r, col].center for r in rows]))))
+
+
+def rank_columns(comp: Comparison) -> None:
+    """Rank the rows of each column (the #rank of each cell), then the across-column aggregates."""
     for col in comp.cols:
-        rows = [r for r in comp.rows if (r, col) in comp.cells]
-        ranks = stats.rankdata([sign * comp.cells[r, col].center for r in rows])
-        comp.ranks.update({(r, col): float(k) for r, k in zip(rows, ranks)})
-    for row in comp.rows:
-        mine = [comp.ranks[row, c] for c in comp.cols if (row, c) in comp.ranks]
+        ranks = column_ranks(comp, col, [r for r in comp.rows if (r, col) in comp.cells])
+        comp.ranks.update({(r, col): k for r, k in ranks.items()})
+    aggregate_rows(comp)
+
+
+def kind_of(comp: Comparison, col: str) -> str:
+    """A column's kind of run: the class of its task module (synthetic, causal LM, masked LM, classifier...)."""
+    records = [r for (_, c), cell in comp.cells.items() if c == col for r in cell.records]
+    return "+".join(sorted({str(lookup(r, "model.class_path")).rsplit(".", 1)[-1] for r in records}))
+
+
+def aggregate_rows(comp: Comparison) -> None:
+    """Mean rank, mean reciprocal rank (Kazemnejad et al. 2023) and IQM with its stratified-bootstrap interval
+    (rliable, Agarwal et al. 2021) per row, over every column. Only over columns of one kind of run (the
+    same metric name means different things for, e.g., a synthetic task and a masked LM), and only for the
+    rows with a cell in every column, ranked among themselves: a row missing its worst column would
+    otherwise rank better. The rows left out are listed in `comp.missing`."""
+    comp.kinds = {col: kind_of(comp, col) for col in comp.cols}
+    if len(set(comp.kinds.values())) > 1:
+        groups = defaultdict(list)
+        for col, kind in comp.kinds.items():
+            groups[kind].append(col)
+        shown = "; ".join(f"{kind}: {', '.join(cols)}" for kind, cols in sorted(groups.items()))
+        comp.no_aggregate = f"the columns hold different kinds of run ({shown}); compare each kind on its own"
+        return
+    comp.missing = {r: [c for c in comp.cols if (r, c) not in comp.cells] for r in comp.rows}
+    comp.missing = {r: cols for r, cols in comp.missing.items() if cols}
+    complete = [r for r in comp.rows if r not in comp.missing]
+    if not complete:
+        return
+    ranks = [column_ranks(comp, col, complete) for col in comp.cols]
+    for row in complete:
+        mine = [by_row[row] for by_row in ranks]
         comp.mean_rank[row] = float(np.mean(mine))
         comp.mrr[row] = float(np.mean([1.0 / k for k in mine]))
+        comp.iqm[row] = iqm_interval([comp.cells[row, col].values for col in comp.cols])
 
 
 def holm(pvalues: list[float]) -> list[float]:
@@ -299,11 +388,12 @@ def welch_statement(comp: Comparison, col: str) -> str:
 
 def compare(
     records: list[dict], metric: str, value: str = "final", rows="encoding", cols="task", aggregate: str = "mean",
-    best_over: str | None = None, chosen: dict | None = None, direction: str | None = None,
+    best_over: str | None = None, chosen: dict | None = None, direction: str | None = None, tuned=(),
 ) -> Comparison:  # fmt: skip
     """Aggregate records into a Comparison: cells over seeds, ranks, mean ranks, tests, exclusions.
     `chosen` ({(row, col): value}) fixes the --best-over choice (made on another metric); `direction`
-    (maximize/minimize, the sweep file's goal) overrides the goal read from the metric's name."""
+    (maximize/minimize, the sweep file's goal) overrides the goal read from the metric's name; `tuned`: keys
+    the rows of a column may differ in besides the row keys (the parameters a sweep tunes)."""
     if value not in VALUES:
         raise ConfigError(f"--value {value!r}; choose one of: {', '.join(VALUES)}")
     if aggregate not in AGGREGATES:
@@ -315,13 +405,14 @@ def compare(
     cells, excluded = group_cells(records, metric, value, row_keys, col_keys, aggregate, best_over)
     declared = direction[:3] if direction else None  # maximize -> max
     kept, alternatives = pick_best_over(cells, declared or goal(metric), chosen)
+    check_columns(kept, row_keys + col_keys + ([best_over] if best_over else []) + list(tuned))
     comp = Comparison(metric, value, row_keys, col_keys, kept, excluded, aggregate=aggregate, best_over=best_over)
     comp.declared_goal = declared
     comp.alternatives = alternatives if best_over else {}
     comp.rows = sorted({r for r, _ in kept})
     comp.cols = sorted({c for _, c in kept})
     rank_columns(comp)
-    comp.rows.sort(key=lambda r: (comp.mean_rank[r], r))
+    comp.rows.sort(key=lambda r: (comp.mean_rank.get(r, math.inf), r))
     comp.pairs = {c: pairwise(comp, c) for c in comp.cols}
     comp.tests = {c: welch_statement(comp, c) for c in comp.cols}
     return comp
@@ -375,17 +466,18 @@ def grid_of(comps) -> tuple[list[str], list[tuple[str, list[tuple[str, bool]], l
     return header, out
 
 
-def footer(comps, best: str = "*") -> list[str]:
-    return [line for comp in as_list(comps) for line in [legend(comp, best), *notes(comp)]]
+def footer(comps, best: str = "*", per_seed: bool = False) -> list[str]:
+    lines = [line for comp in as_list(comps) for line in [legend(comp, best), *notes(comp)]]
+    return lines + ([line for comp in as_list(comps) for line in seed_lines(comp)] if per_seed else [])
 
 
-def render_table(comps) -> Table:
+def render_table(comps, per_seed: bool = False) -> Table:
     """A rich Table of one or several comparisons (metrics side by side), tests and exclusions as its caption."""
     comps = as_list(comps)
     first = comps[0]
     metrics = ", ".join(c.metric for c in comps)
     title = f"{first.value} {metrics} ({'/'.join(c.goal for c in comps)}), {first.aggregate} ± std over seeds"
-    caption = [escape(line) for line in footer(comps)]  # "[...]" is text here, not rich markup
+    caption = [escape(line) for line in footer(comps, per_seed=per_seed)]  # "[...]" is text here, not rich markup
     width = min(max(map(len, caption)), 160)  # wide enough for the caption lines not to wrap
     table = Table(title=title, caption="\n".join(caption), caption_justify="left", min_width=width)
     header, rows = grid_of(comps)
@@ -414,9 +506,11 @@ def cell_rows(comp: Comparison) -> list[dict]:
         lo, hi = cell.ci
         out.append({
             "metric": comp.metric, "row": row, "col": col, "mean": cell.mean, "median": float(np.median(cell.values)),
-            "std": _num(cell.std), "n": cell.n, "ci_low": _num(lo), "ci_high": _num(hi), "rank": comp.ranks[row, col],
-            "best": comp.is_best(row, col), "mean_rank": comp.mean_rank[row], "mrr": comp.mrr[row],
-            "chosen": cell.chosen, "seeds": [r.get("seed") for r in cell.records],
+            "std": _num(cell.std), "n": cell.n, "ci_low": _num(lo), "ci_high": _num(hi),
+            "ci_level": cell.interval.level if cell.n > 1 else None, "ci_clipped": list(cell.interval.clipped),
+            "rank": comp.ranks[row, col], "best": comp.is_best(row, col), "mean_rank": comp.mean_rank.get(row),
+            "mrr": comp.mrr.get(row), "chosen": cell.chosen, "seeds": [r.get("seed") for r in cell.records],
+            "values": cell.values,
         })  # fmt: skip
     return out
 
@@ -427,15 +521,19 @@ def to_csv(comps) -> str:
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["metric", "row", "col"])
     writer.writeheader()
     for row in rows:
-        writer.writerow({**row, "seeds": " ".join(map(str, row["seeds"]))})
+        lists = {k: " ".join(map(str, row[k])) for k in ("seeds", "values", "ci_clipped")}
+        writer.writerow({**row, **lists})
     return buffer.getvalue()
 
 
 def comparison_dict(comp: Comparison) -> dict:
     return {
         "metric": comp.metric, "value": comp.value, "goal": comp.goal, "aggregate": comp.aggregate,
-        "interval": INTERVAL, "best_over": comp.best_over, "rows": comp.row_keys, "cols": comp.col_keys,
-        "cells": cell_rows(comp), "mean_rank": comp.mean_rank, "mrr": comp.mrr, "tests": comp.tests,
+        "interval": comp.interval, "best_over": comp.best_over, "rows": comp.row_keys, "cols": comp.col_keys,
+        "cells": cell_rows(comp), "mean_rank": comp.mean_rank, "mrr": comp.mrr,
+        "iqm": {row: dict(zip(("iqm", "ci_low", "ci_high"), v)) for row, v in comp.iqm.items()},
+        "iqm_interval": IQM_INTERVAL, "missing": comp.missing, "kinds": comp.kinds,
+        "no_aggregate": comp.no_aggregate, "tests": comp.tests,
         "pairs": comp.pairs, "excluded": [vars(e) for e in comp.excluded],
     }  # fmt: skip
 
@@ -447,24 +545,25 @@ def to_json(comps) -> str:
     return json.dumps(data, indent=1)
 
 
-def to_markdown(comps) -> str:
+def to_markdown(comps, per_seed: bool = False) -> str:
     header, rows = grid_of(comps)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row, texts, ranks in rows:
         lines.append("| " + " | ".join([row, *[f"**{t}**" if best else t for t, best in texts], *ranks]) + " |")
-    lines += ["", *[re.sub(r"^( *)", r"\1- ", line) for line in footer(comps, "bold")]]
+    lines += ["", *[re.sub(r"^( *)", r"\1- ", line) for line in footer(comps, "bold", per_seed)]]
     return "\n".join(lines) + "\n"
 
 
 LATEX_ESCAPES = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
-                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$"}  # fmt: skip
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$",
+                 "†": r"$^\dagger$"}  # fmt: skip
 
 
 def latex_escape(text: str) -> str:
     return "".join(LATEX_ESCAPES.get(ch, ch) for ch in text)
 
 
-def to_latex(comps) -> str:
+def to_latex(comps, per_seed: bool = False) -> str:
     """A booktabs table (needs \\usepackage{booktabs}); best cells bold; legend, tests and exclusions as its
     footer."""
     header, rows = grid_of(comps)
@@ -474,7 +573,7 @@ def to_latex(comps) -> str:
         cells = [r"\textbf{" + latex_escape(t) + "}" if best else latex_escape(t) for t, best in texts]
         lines.append(" & ".join([latex_escape(row), *cells, *ranks]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip\footnotesize"]
-    lines += [latex_escape(line.strip()) + r"\\" for line in footer(comps, "bold")]
+    lines += [latex_escape(line.strip()) + r"\\" for line in footer(comps, "bold", per_seed)]
     return "\n".join(lines + [r"\end{table}"]) + "\n"
 
 
@@ -542,11 +641,13 @@ def config_path(key: str) -> str:
     return ".".join(part for part in key.split(".") if part != "init_args")
 
 
-def output(comps, fmt_name: str, console: Console | None = None) -> None:
+def output(comps, fmt_name: str, console: Console | None = None, per_seed: bool = False) -> None:
     if fmt_name == "table":
-        (console or Console()).print(render_table(comps))
+        (console or Console()).print(render_table(comps, per_seed))
+    elif fmt_name in ("markdown", "latex"):
+        print({"markdown": to_markdown, "latex": to_latex}[fmt_name](comps, per_seed), end="")
     else:
-        print({"csv": to_csv, "json": to_json, "markdown": to_markdown, "latex": to_latex}[fmt_name](comps), end="")
+        print({"csv": to_csv, "json": to_json}[fmt_name](comps), end="")
 
 
 def side_by_side(metric: str, records: list[dict], value: str = "final") -> list[str]:
@@ -574,8 +675,9 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
     comps = compare_metrics(
         records, [m for m, _ in metrics], value=opts.value, rows=opts.rows or default_rows(spec, opts.best_over),
         cols=opts.cols, aggregate=opts.aggregate, best_over=opts.best_over, goals=[d for _, d in metrics],
+        tuned=tuned_keys(spec),
     )  # fmt: skip
-    output(comps, opts.format)
+    output(comps, opts.format, per_seed=opts.per_seed)
     if opts.format == "table":
         print_front(comps, [d for _, d in metrics], Console())
     if opts.report:
@@ -612,7 +714,7 @@ def print_comparison(
         declared = dict(metrics)
         shown = side_by_side(metrics[0][0], records) if len(metrics) == 1 else list(declared)
         goals = [declared.get(m) for m in shown]  # the companion (e.g. val/acc_ood) goes by its name
-        comps = compare_metrics(records, shown, rows=rows or default_rows(spec), goals=goals)
+        comps = compare_metrics(records, shown, rows=rows or default_rows(spec), goals=goals, tuned=tuned_keys(spec))
     except ConfigError as error:
         console.print(f"compare: {error}")
         return

@@ -8,6 +8,8 @@ same in every plot):
   curves.png    the metric vs training step (history), mean and min-max band over seeds
   ppl_ctx.png   perplexity (log scale) vs evaluation context in tokens (final <stage>/ppl_ctx_<n>), mean and
                 band over seeds, the training context (data block_size) as a vertical line
+  profile.png   performance profile over columns x seeds (rliable, Agarwal et al. 2021): the fraction of
+                runs scoring past each threshold, with its stratified-bootstrap band; rows with every column
 A plot without data is skipped and the page says so. Each is written as PNG and SVG to DIR; the PNG is
 embedded in DIR/index.html as base64, so the page can be mailed on its own.
 """
@@ -23,6 +25,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tracking.across_tasks import PROFILE_RESAMPLES, performance_profile
 from tracking.comparison import Comparison, cell_text, legend, lookup, notes
 
 TRAIN_MAX_LEN = "data.init_args.train_max_len"  # synthetic tasks: the longest training sequence
@@ -141,6 +144,30 @@ def learning_curves(comp: Comparison) -> Figure | None:
     return fig
 
 
+def profile_plot(comp: Comparison) -> Figure | None:
+    """rliable's performance profile (score distribution) of each row with an across-column aggregate: the
+    fraction of its runs (columns x seeds) scoring above (below, for a metric to minimise) each threshold,
+    and a 95 % stratified-bootstrap band."""
+    if not comp.iqm:
+        return None
+    values = [v for row in comp.iqm for col in comp.cols for v in comp.cells[row, col].values]
+    taus = np.linspace(min(values), max(values), 101)
+    fig = Figure(figsize=(5.6, 3.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    colors = row_colors(comp)
+    for row in comp.iqm:
+        scores = [comp.cells[row, col].values for col in comp.cols]
+        point, low, high = performance_profile(scores, taus, comp.goal)
+        ax.plot(taus, point, color=colors[row], label=row)
+        ax.fill_between(taus, low, high, color=colors[row], alpha=0.2)
+    past = ">" if comp.goal == "max" else "<"
+    ax.set(xlabel=f"threshold τ on {comp.value} {comp.metric}", ylabel=f"fraction of runs with score {past} τ",
+           title=f"over {len(comp.cols)} column(s) x seeds")  # fmt: skip
+    ax.legend(fontsize=7)
+    return fig
+
+
 PLOTS = (
     ("bars.png", "Metric per row, mean ± std over seeds", bar_chart, "no cell has a usable run"),
     ("length.png", "Accuracy vs sequence length: mean, band min-max over seeds (dashed: training length)",
@@ -149,11 +176,13 @@ PLOTS = (
      "no run has a history of the metric"),
     ("ppl_ctx.png", "Perplexity vs evaluation context: mean, band min-max over seeds (dashed: training context)",
      ppl_context, "no run logged perplexity per context length (<stage>/ppl_ctx_<n>)"),
+    ("profile.png", f"Performance profile over columns x seeds (rliable): band 95 % stratified bootstrap, "
+     f"{PROFILE_RESAMPLES:,} resamples", profile_plot, "no row has an across-column aggregate"),
 )  # fmt: skip
 
 
 def html_table(comp: Comparison) -> str:
-    head = [", ".join(comp.row_keys), *comp.cols, "mean rank"]
+    head = [", ".join(comp.row_keys), *comp.cols, "mean rank", "IQM [95 % stratified bootstrap]"]
     lines = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
     for row in comp.rows:
         cells = []
@@ -164,7 +193,9 @@ def html_table(comp: Comparison) -> str:
             best = comp.is_best(row, col)
             text = html.escape(cell_text(comp.cells[row, col], comp.ranks[row, col], best))
             cells.append(f"<td><b>{text}</b></td>" if best else f"<td>{text}</td>")
-        lines.append(f"<tr><td>{html.escape(row)}</td>{''.join(cells)}<td>{comp.mean_rank[row]:.2f}</td></tr>")
+        rank = f"{comp.mean_rank[row]:.2f}" if row in comp.mean_rank else "-"
+        iqm = "-" if row not in comp.iqm else "{:.3g} [{:.3g}, {:.3g}]".format(*comp.iqm[row])
+        lines.append(f"<tr><td>{html.escape(row)}</td>{''.join(cells)}<td>{rank}</td><td>{iqm}</td></tr>")
     return "\n".join(lines + ["</table>"])
 
 

@@ -3,18 +3,62 @@ report (tracking/compare_report.py), so that neither imports the other."""
 
 import functools
 import math
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
 
-from lightning_modules.metrics import goal
+from lightning_modules.metrics import bounds, goal
+from tracking.across_tasks import IQM_INTERVAL
 
 IDENTITY = ("name", "group", "task", "encoding", "seed", "sweep", "subcommand", "status")
-RESAMPLES, BOOTSTRAP_SEED = 10_000, 0
-INTERVAL = f"95% percentile bootstrap over seeds ({RESAMPLES:,} resamples, RNG seed {BOOTSTRAP_SEED})"
+LEVEL = 0.95  # every interval's nominal coverage
+FEW_SEEDS = 5  # below this many seeds a cell's interval is wide by design (the footer says so)
+CLIPPED = "†"  # marks an interval's end clipped to the metric's range
+
+
+def interval_method(aggregate: str, metric: str) -> str:
+    """The name of the interval `compare` prints, for the table's footer and the JSON."""
+    low, high = bounds(metric)
+    clip = f"; clipped to the metric's range [{low:g}, {high:g}] ({CLIPPED} marks a clipped end)"
+    clip = "" if math.isinf(low) and math.isinf(high) else clip
+    if aggregate == "median":
+        return (f"{LEVEL:.0%} distribution-free interval of the median over seeds (order statistics, "
+                f"scipy.stats.quantile_test); below n=6 none reaches {LEVEL:.0%}: [min, max] at its exact level, "
+                f"printed after it{clip}")  # fmt: skip
+    return f"{LEVEL:.0%} Student-t interval of the mean over seeds (scipy.stats.t, n-1 degrees of freedom){clip}"
+
+
+def t_interval(values, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Student's t interval of the mean over the last axis: mean +- t_{(1+level)/2, n-1} s / sqrt(n).
+    Exact coverage for normal values at any n >= 2 (tests/test_compare.py simulates it); vectorised so
+    that a coverage simulation is one call."""
+    values = np.asarray(values, dtype=float)
+    n = values.shape[-1]
+    center = values.mean(axis=-1)
+    half = stats.t.ppf((1 + level) / 2, n - 1) * values.std(axis=-1, ddof=1) / math.sqrt(n)
+    return center - half, center + half
+
+
+def median_interval(values: list[float]) -> tuple[float, float, float]:
+    """(low, high, level): the distribution-free order-statistic interval of the median (a binomial
+    argument, scipy.stats.quantile_test) at LEVEL for n >= 6; below that no pair of order statistics
+    reaches it, and [min, max] is returned with its exact coverage 1 - 2^(1-n) (n=3: 75 %)."""
+    ci = stats.quantile_test(values, q=0.0, p=0.5).confidence_interval(LEVEL)
+    if math.isnan(ci.low):
+        return min(values), max(values), 1.0 - 2.0 ** (1 - len(values))
+    return float(ci.low), float(ci.high), LEVEL
+
+
+@dataclass
+class Interval:
+    """A cell's interval: its ends, its nominal coverage and which end was clipped to the metric's range."""
+
+    low: float
+    high: float
+    level: float = LEVEL
+    clipped: tuple[bool, bool] = (False, False)
 
 
 @dataclass
@@ -25,6 +69,7 @@ class Cell:
     values: list[float]
     aggregate: str = "mean"
     chosen: str | None = None  # the --best-over value this cell kept
+    bounds: tuple[float, float] = (-math.inf, math.inf)  # the metric's range: intervals are clipped to it
 
     @property
     def n(self) -> int:
@@ -44,22 +89,22 @@ class Cell:
         return float(np.std(self.values, ddof=1)) if self.n > 1 else math.nan
 
     @functools.cached_property
-    def ci(self) -> tuple[float, float]:
-        """95% percentile-bootstrap interval of the aggregate (NaN for n < 2). A percentile interval
-        is made of resampled aggregates, so it stays within [min, max] of the values."""
+    def interval(self) -> Interval:
+        """The interval of the aggregate (NaN for n < 2): Student's t for the mean, order statistics for
+        the median (see `interval_method`), clipped to the metric's range."""
         if self.n < 2:
-            return math.nan, math.nan
-        if min(self.values) == max(self.values):
-            return self.values[0], self.values[0]
-        statistic = np.median if self.aggregate == "median" else np.mean
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # few seeds: scipy warns that the distribution is discrete
-            result = stats.bootstrap(
-                (np.asarray(self.values),), statistic, n_resamples=RESAMPLES, method="percentile",
-                random_state=np.random.default_rng(BOOTSTRAP_SEED),
-            )  # fmt: skip
-        low, high = np.clip(result.confidence_interval, min(self.values), max(self.values))  # float rounding of means
-        return float(low), float(high)
+            return Interval(math.nan, math.nan)
+        if self.aggregate == "median":
+            low, high, level = median_interval(self.values)
+        else:
+            low, high = (float(x) for x in t_interval(self.values))
+            level = LEVEL
+        floor, ceiling = self.bounds
+        return Interval(max(low, floor), min(high, ceiling), level, (low < floor, high > ceiling))
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        return self.interval.low, self.interval.high
 
     @property
     def decimals(self) -> int | None:
@@ -102,10 +147,21 @@ class Comparison:
     best_over: str | None = None
     alternatives: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # best-over candidates
     declared_goal: str | None = None  # "max"/"min" from the sweep file's metric(s); else by the metric's name
+    # across-column aggregates (mean rank, MRR, IQM) cover only the rows with a cell in every column, and only
+    # when every column holds one kind of run (see tracking/compare.py `aggregate_rows`)
+    missing: dict[str, list[str]] = field(default_factory=dict)  # row -> the columns it lacks (no aggregate)
+    kinds: dict[str, str] = field(default_factory=dict)  # column -> its kind of run (the task module's class)
+    no_aggregate: str | None = None  # why no across-column aggregate is shown (columns of different kinds)
+    iqm: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # row -> (IQM, low, high)
 
     @property
     def goal(self) -> str:
         return self.declared_goal or goal(self.metric)
+
+    @property
+    def interval(self) -> str:
+        """The name of the cells' interval method."""
+        return interval_method(self.aggregate, self.metric)
 
     def is_best(self, row: str, col: str) -> bool:
         return self.ranks.get((row, col)) == min(self.ranks[r, col] for r in self.rows if (r, col) in self.ranks)
@@ -139,10 +195,20 @@ def cell_number(x: float, cell: Cell) -> str:
     return f"{x:.3g}" if decimals is None else f"{x:.{decimals}f}"
 
 
+def interval_text(cell: Cell) -> str:
+    """`[low, high]`, a clipped end marked, the level after it when it is not the nominal one (a median
+    of fewer than 6 seeds); empty for one seed."""
+    if cell.n < 2:
+        return ""
+    ci = cell.interval
+    low, high = (cell_number(x, cell) + (CLIPPED if clip else "") for x, clip in zip(cell.ci, ci.clipped))
+    level = "" if ci.level == LEVEL else f" {ci.level:.0%}"
+    return f" [{low}, {high}]{level}"
+
+
 def cell_text(cell: Cell, rank: float, best: bool) -> str:
     spread = "" if cell.n < 2 else f" ± {cell_number(cell.std, cell)}"
-    lo, hi = cell.ci
-    ci = "" if cell.n < 2 else f" [{cell_number(lo, cell)}, {cell_number(hi, cell)}]"
+    ci = interval_text(cell)
     chosen = "" if cell.chosen is None else f" @{cell.chosen}"
     return f"{'* ' if best else ''}{cell_number(cell.center, cell)}{spread} (n={cell.n}){ci} #{rank:g}{chosen}"
 
@@ -151,13 +217,40 @@ def legend(comp: Comparison, best: str = "*") -> str:
     chosen = f"; @value: the {comp.best_over} whose {comp.aggregate} is best in that cell" if comp.best_over else ""
     return (
         f"{best}: best in column ({comp.goal} of {comp.value} {comp.metric}); {comp.aggregate} ± std (n) "
-        f"[{INTERVAL}] #rank in column{chosen}; digits: two significant digits of the interval's width"
+        f"[{comp.interval}] #rank in column{chosen}; digits: two significant digits of the interval's width"
     )
+
+
+def seed_lines(comp: Comparison) -> list[str]:
+    """Every cell's per-seed values (`--per_seed`; the csv and json always carry them)."""
+    lines = []
+    for (row, col), cell in sorted(comp.cells.items()):
+        shown = ", ".join(f"{fmt(v)} (seed {r.get('seed')})" for r, v in zip(cell.records, cell.values))
+        lines.append(f"{row} / {col} [{comp.metric}]: {shown}")
+    return lines
+
+
+def aggregate_lines(comp: Comparison) -> list[str]:
+    """What the across-column aggregates cover: which rows were left out, or why there are none."""
+    if comp.no_aggregate:
+        return [f"no mean rank, MRR or IQM: {comp.no_aggregate}"]
+    lines = []
+    if comp.missing:
+        left = "; ".join(f"{row} (no {', '.join(cols)})" for row, cols in sorted(comp.missing.items()))
+        lines.append(f"mean rank, MRR and IQM over the rows with every column; left out: {left}")
+    if comp.iqm:
+        shown = ", ".join(f"{row} {fmt(v)} [{fmt(lo)}, {fmt(hi)}]" for row, (v, lo, hi) in comp.iqm.items())
+        lines.append(f"IQM over columns x seeds [{IQM_INTERVAL}]: {shown}")
+    return lines
 
 
 def notes(comp: Comparison) -> list[str]:
     """Lines printed under the table: the tests, the --best-over candidates, then excluded runs by cell and reason."""
     lines = [comp.tests[c] for c in comp.cols]
+    few = sum(cell.n < FEW_SEEDS for cell in comp.cells.values())
+    if few:
+        lines.append(f"few seeds (n < {FEW_SEEDS} in {few} of {len(comp.cells)} cells): intervals are wide by design")
+    lines += aggregate_lines(comp)
     for (row, col), candidates in sorted(comp.alternatives.items()):
         shown = ", ".join(f"{k}: {fmt(v)}" for k, v in candidates.items())
         lines.append(f"{row} / {col}: {comp.best_over} -> {comp.cells[row, col].chosen} ({comp.aggregate}s {shown})")

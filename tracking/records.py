@@ -1,6 +1,6 @@
 """Local run records: one `record.json` per run that `cli.py compare` reads (and W&B mirrors).
 
-A record holds the resolved config, identity (task, encoding, seed, sweep), status
+A record holds the resolved config, identity (task, encoding, seed, sweep), world size and precision, status
 (running / finished / failed / diverged / interrupted), the final and best value of every metric,
 and the history of validation metrics. It is rewritten atomically at every validation, so a run
 killed mid-way still leaves what it had measured.
@@ -49,6 +49,8 @@ class RunRecord(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
             self.record["started_at"] = time.time()
+            # part of what defines a result (compare's SETUP), whatever `devices: auto` resolved to
+            self.record["world_size"], self.record["precision"] = trainer.world_size, str(trainer.precision)
             self.write()
             where = describe_run(trainer, self.record)
             if where:  # the W&B run (id, path, offline folder), for the sweep's trial attributes and `wandb sync`
