@@ -1,7 +1,7 @@
 """Chaos harness: does every grid point of a sweep run exactly once when sweep processes and trials are killed?
 
-To run: python benchmarks/chaos.py [--storages sqlite-cold,sqlite-warm,postgresql,journal,redis] [--runs 1] [--points 48]
-[--processes 3] [--workers 3] [--crash-p 0.2] [--seed 0] [--json FILE] [--storage-url NAME=URL]
+To run: python benchmarks/chaos.py [--storages sqlite-cold,sqlite-warm,postgresql,journal,redis] [--runs 1]
+[--points 48] [--processes 3] [--workers 3] [--crash-p 0.2] [--seed 0] [--json FILE] [--storage-url NAME=URL]
 
 Per storage and repetition: a grid sweep of `--points` fake trials (tests/fake_fit.py: about a second each, no
 training; each crashes with probability `--crash-p` after its first validation and, when it finishes, appends
@@ -25,7 +25,8 @@ Optuna and per storage the table shows (summed over repetitions):
 Storages: `sqlite-cold` (the sweep's own SQLite file, `--cold_start`), `sqlite-warm` (`--warm_any`: trials
 forked from the warm-start server), `postgresql` (a fresh database per run on the server named by
 PE_TEST_POSTGRES, else the one scripts/start_postgres.sh starts), `journal` (a journal file in the run's folder),
-`redis` (an empty database on the server named by PE_TEST_REDIS, else scripts/start_redis.sh's), and any `--storage-url NAME=URL` (`{out}` in
+`redis` (an empty database on the server named by PE_TEST_REDIS, else scripts/start_redis.sh's), and any
+`--storage-url NAME=URL` (`{out}` in
 URL is the run's folder; NAME ending in -warm runs warm). The harness makes itself a child subreaper
 (Linux), so every process its sweeps leave behind is its descendant: at the end it SIGKILLs their process
 groups and removes its folders (`--keep` keeps them).
