@@ -74,7 +74,9 @@ class SyntheticTaskModel(TaskModule):
         logits = self(batch)
         inside = batch["length"] <= self.train_max_len
         if inside.any():  # loss in distribution only: beyond-length losses would swamp it
-            self.losses[stage].update(self.loss(logits[inside], batch["targets"][inside]))
+            targets = batch["targets"][inside]
+            # weighted by answer tokens: the mean over all of them, whatever the batches or processes
+            self.losses[stage].update(self.loss(logits[inside], targets), weight=(targets != -100).sum())
         self.per_length[stage].update(logits.argmax(-1), batch["targets"], batch["length"])
         self.examples[stage].update(len(batch["length"]))
 

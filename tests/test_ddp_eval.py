@@ -1,0 +1,76 @@
+"""Validation under DDP counts every example once and weights every loss by its tokens, so each logged
+validation metric is the same with 1, 2 or 3 processes (gloo on CPU, Lightning's ddp_fork).
+
+README claim covered here: "validation metrics do not depend on the number of processes".
+"""
+
+import copy
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from datamodules.synthetic import SyntheticDataModule
+from lightning_modules.arch import ArchConfig
+from lightning_modules.synthetic_model import SyntheticTaskModel
+
+pytestmark = pytest.mark.slow
+
+
+def tiny_data() -> SyntheticDataModule:
+    # 5 lengths x 5 examples = 25 validation examples: divisible by neither 2 nor 3 (a padding sampler repeats
+    # some), in batches of 4 whose sizes differ by process (a mean of batch means depends on them)
+    return SyntheticDataModule(task="copy", min_len=1, train_max_len=3, eval_max_len=5, num_symbols=4,
+                               train_size=64, eval_per_length=5, batch_size=4, seed=0)  # fmt: skip
+
+
+def trainer(**kwargs) -> pl.Trainer:
+    return pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, num_sanity_val_steps=0, **kwargs)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A tiny model trained for a few steps, so accuracies are neither all 0 nor all 1."""
+    pl.seed_everything(0)
+    data = tiny_data()
+    arch = ArchConfig(encoding="rope", dim=16, depth=1, num_heads=2, ffn_mult=2, vocab_size=data.vocab_size,
+                      max_length=data.max_seq_len)  # fmt: skip
+    model = SyntheticTaskModel(arch=arch, lr=3e-3)
+    trainer(max_steps=30, limit_val_batches=0).fit(model, datamodule=data)
+    return model
+
+
+def validate(model: SyntheticTaskModel, devices: int | None) -> dict[str, float]:
+    """The logged validation metrics of one `trainer.validate`: one plain process, or `devices` DDP ones."""
+    ddp = {} if devices is None else {"strategy": "ddp_fork", "devices": devices}
+    # a copy: a plain validation leaves inference-mode tensors in the metrics, which gloo's no_grad cannot update
+    results = trainer(**ddp).validate(copy.deepcopy(model), datamodule=tiny_data(), verbose=False)
+    return {k: float(v) for k, v in results[0].items()}
+
+
+def test_validation_metrics_do_not_depend_on_the_number_of_processes(trained):
+    reference = validate(trained, None)
+    assert reference["val/examples"] == 25
+    assert 0 < reference["val/tok_acc"] < 1 and reference["val/loss"] > 0
+    for devices in (1, 2, 3):
+        got = validate(trained, devices)
+        assert got.keys() == reference.keys(), devices
+        for key, value in reference.items():
+            assert got[key] == pytest.approx(value, abs=1e-6), (devices, key, got[key], value)
+
+
+def test_validation_loss_is_the_token_weighted_mean(trained):
+    """val/loss is the mean over every answer token of the lengths <= train_max_len, not a mean of batches."""
+    data = tiny_data()
+    data.setup("validate")
+    losses, tokens = [], 0
+    with torch.no_grad():
+        for batch in data.val_dataloader():
+            inside = batch["length"] <= data.train_max_len
+            targets = batch["targets"][inside]
+            logits = trained(batch)[inside]
+            losses.append(torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum"))
+            tokens += int((targets != -100).sum())
+    expected = float(sum(losses)) / tokens
+    assert validate(trained, None)["val/loss"] == pytest.approx(expected, abs=1e-6)
