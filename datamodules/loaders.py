@@ -7,6 +7,12 @@ from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset
 
 
+def data_seed(seed: int | None) -> int:
+    """A data module's seed: `cli.py` fills a null `data.seed` with the run's `seed_everything`, so data and
+    initialisation vary together over seeds (an integer keeps the data fixed); 0 when built outside the CLI."""
+    return 0 if seed is None else seed
+
+
 def seeded_loader(dataset: Dataset | None, *, batch_size: int, shuffle: bool, seed: int, num_workers: int,
                   collate_fn=None) -> DataLoader:  # fmt: skip
     """Batches of `dataset`, shuffled (when asked) in an order fixed by `seed`, so runs with the same seed

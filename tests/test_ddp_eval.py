@@ -18,10 +18,11 @@ pytestmark = pytest.mark.slow
 
 
 def tiny_data() -> SyntheticDataModule:
-    # 5 lengths x 5 examples = 25 validation examples: divisible by neither 2 nor 3 (a padding sampler repeats
-    # some), in batches of 4 whose sizes differ by process (a mean of batch means depends on them)
-    return SyntheticDataModule(task="copy", min_len=1, train_max_len=3, eval_max_len=5, num_symbols=4,
-                               train_size=64, eval_per_length=5, batch_size=4, seed=0)  # fmt: skip
+    # 3 lengths x 7 + 2 lengths x 5 = 31 validation examples: divisible by neither 2 nor 3 (a padding sampler
+    # repeats some), in batches of 5 whose sizes differ by process (a mean of batch means depends on them), and
+    # so do their numbers (16 + 15 examples: 4 and 3 batches; 11 + 10 + 10: 3, 2, 2)
+    return SyntheticDataModule(task="copy", min_len=1, train_max_len=3, eval_max_len=5, num_symbols=4, train_size=64,
+                               eval_per_length=5, eval_per_train_length=7, batch_size=5, seed=0)  # fmt: skip
 
 
 def trainer(**kwargs) -> pl.Trainer:
@@ -29,15 +30,19 @@ def trainer(**kwargs) -> pl.Trainer:
                       enable_model_summary=False, num_sanity_val_steps=0, **kwargs)  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def trained():
-    """A tiny model trained for a few steps, so accuracies are neither all 0 nor all 1."""
+def tiny_model() -> SyntheticTaskModel:
     pl.seed_everything(0)
     data = tiny_data()
     arch = ArchConfig(encoding="rope", dim=16, depth=1, num_heads=2, ffn_mult=2, vocab_size=data.vocab_size,
                       max_length=data.max_seq_len)  # fmt: skip
-    model = SyntheticTaskModel(arch=arch, lr=3e-3)
-    trainer(max_steps=30, limit_val_batches=0).fit(model, datamodule=data)
+    return SyntheticTaskModel(arch=arch, lr=3e-3)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A tiny model trained for a few steps, so accuracies are neither all 0 nor all 1."""
+    model = tiny_model()
+    trainer(max_steps=30, limit_val_batches=0).fit(model, datamodule=tiny_data())
     return model
 
 
@@ -51,8 +56,11 @@ def validate(model: SyntheticTaskModel, devices: int | None) -> dict[str, float]
 
 def test_validation_metrics_do_not_depend_on_the_number_of_processes(trained):
     reference = validate(trained, None)
-    assert reference["val/examples"] == 25
+    assert reference["val/examples"] == 31
     assert 0 < reference["val/tok_acc"] < 1 and reference["val/loss"] > 0
+    for n, k in ((1, 7), (3, 7), (4, 5), (5, 5)):  # lengths 1-3 in distribution, 4-5 beyond
+        p = reference[f"val/acc_len_{n}"]
+        assert reference[f"val/acc_se_len_{n}"] == pytest.approx((p * (1 - p) / k) ** 0.5, abs=1e-6)
     for devices in (1, 2, 3):
         got = validate(trained, devices)
         assert got.keys() == reference.keys(), devices
@@ -74,3 +82,17 @@ def test_validation_loss_is_the_token_weighted_mean(trained):
             tokens += int((targets != -100).sum())
     expected = float(sum(losses)) / tokens
     assert validate(trained, None)["val/loss"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_validation_during_a_ddp_fit_is_the_single_process_one():
+    """A 2-process fit validates through DDP's forward, with 4 batches on one process and 3 on the other: its
+    last validation logs what one process logs validating the weights it trained (no hang, nothing counted
+    twice)."""
+    model = tiny_model()
+    fit = trainer(strategy="ddp_fork", devices=2, max_steps=4, val_check_interval=4)
+    fit.fit(model, datamodule=tiny_data())
+    during = {k: float(v) for k, v in fit.callback_metrics.items() if k.startswith("val/")}
+    after = validate(model, None)
+    assert during.keys() == after.keys() and during["val/examples"] == 31
+    for key, value in after.items():
+        assert during[key] == pytest.approx(value, abs=1e-6), (key, during[key], value)
