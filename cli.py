@@ -175,6 +175,16 @@ class PECLI(LightningCLI):
             check_args(**vars(config.data.init_args))
         check_given_gpus()  # a sweep's trial given GPUs never trains on the CPU instead
 
+    def before_instantiate_classes(self) -> None:
+        """A null `data.seed` (the configs' default) becomes the run's seed, so over seeds the data (training
+        examples, their order, generated evaluation sets) varies with the initialisation; an integer keeps the
+        data fixed. Runs after LightningCLI has drawn a `seed_everything: true` seed."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        data_args = config.get("data.init_args")
+        if data_args is not None and "seed" in data_args and data_args.seed is None:
+            seed = config.get("seed_everything")
+            data_args.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
+
     @staticmethod
     def _run_dir(out_dir: str, name: str) -> Path:
         """A new run folder; in a DDP rank Lightning started from rank 0's process, rank 0's. Made now, so
@@ -195,7 +205,8 @@ class PECLI(LightningCLI):
         sweep = run.sweep or os.environ.get("WANDB_SWEEP_ID")
         identity = {
             "name": name, "group": run_group(task, encoding, sweep or run.project), "task": task, "encoding": encoding,
-            "seed": seed, "sweep": sweep, "subcommand": self.subcommand, "process_start": PROCESS_START,
+            "seed": seed, "data_seed": getattr(self.datamodule, "seed", None), "sweep": sweep,
+            "subcommand": self.subcommand, "process_start": PROCESS_START,
         }  # fmt: skip
         resolved = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_link_targets=False))
         model_args = resolved["model"]["init_args"]  # values linked at instantiation are not in `config`

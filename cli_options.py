@@ -73,7 +73,15 @@ def parse_options(options_class: type, args: list[str], prog: str | None = None)
 
 
 def bare_flags(options_class: type, args: list[str]) -> list[str]:
-    """`--cold_start` alone -> `--cold_start=true` for the dataclass's bool options (jsonargparse wants a value)."""
+    """`--cold_start` alone -> `--cold_start=true`, `--no_cold_start` -> `--cold_start=false`, for the
+    dataclass's bool options (jsonargparse wants a value)."""
     flags = {f"--{f.name}" for f in dataclasses.fields(options_class) if f.type in (bool, "bool")}
     following = [*args[1:], ""]
-    return [f"{a}=true" if a in flags and b.lower() not in ("true", "false") else a for a, b in zip(args, following)]
+    out = []
+    for a, b in zip(args, following):
+        if a in flags and b.lower() not in ("true", "false"):
+            a = f"{a}=true"
+        elif a.startswith("--no_") and f"--{a[len('--no_') :]}" in flags:
+            a = f"--{a[len('--no_') :]}=false"
+        out.append(a)
+    return out

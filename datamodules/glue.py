@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from datamodules.loaders import seeded_loader
+from datamodules.loaders import data_seed, seeded_loader
 from datamodules.text import (
     SPECIAL_TOKENS,
     check_tokenizer,
@@ -219,7 +219,7 @@ class GLUEDataModule(pl.LightningDataModule):
         batch_size: int = 32,
         max_train_examples: int | None = None,
         max_eval_examples: int | None = None,
-        seed: int = 0,
+        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
         num_workers: int = 0,
         hub_name: str | None = None,  # e.g. "glue" (config from the task) or "glue:sst2"
     ):
@@ -227,7 +227,7 @@ class GLUEDataModule(pl.LightningDataModule):
         self.save_hyperparameters()
         self.check_args(task, tokenizer)
         self.task = self.classifier_task = task  # classifier_task: the source of cli.py's link to the classifier
-        self.spec, self.seed = GLUE_TASKS[task], seed
+        self.spec, self.seed = GLUE_TASKS[task], data_seed(seed)
         self.batch_size, self.num_workers, self.max_length = batch_size, num_workers, max_length
         self.num_labels = 1 if self.spec.labels is None else len(self.spec.labels)
         self.label_names = None if self.spec.labels is None else list(self.spec.labels)  # linked to the model

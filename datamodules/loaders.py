@@ -2,19 +2,34 @@
 
 import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
+from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset
+
+
+def data_seed(seed: int | None) -> int:
+    """A data module's seed: `cli.py` fills a null `data.seed` with the run's `seed_everything`, so data and
+    initialisation vary together over seeds (an integer keeps the data fixed); 0 when built outside the CLI."""
+    return 0 if seed is None else seed
 
 
 def seeded_loader(dataset: Dataset | None, *, batch_size: int, shuffle: bool, seed: int, num_workers: int,
                   collate_fn=None) -> DataLoader:  # fmt: skip
     """Batches of `dataset`, shuffled (when asked) in an order fixed by `seed`, so runs with the same seed
-    see the same batches; memory is pinned for fast host-to-GPU copies when CUDA is available."""
+    see the same batches; memory is pinned for fast host-to-GPU copies when CUDA is available.
+
+    An evaluation loader (shuffle=False) in a multi-process run gives each process every world_size-th
+    example, none twice (`UnrepeatedDistributedSampler`): the DistributedSampler Lightning would add pads
+    the last batches with repeated examples, which then count twice in every metric."""
     if dataset is None:
         raise RuntimeError("call setup() before asking for a dataloader")
     generator = torch.Generator().manual_seed(seed) if shuffle else None
+    sampler = None
+    if not shuffle and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)  # Lightning keeps a DistributedSampler
     return DataLoader(
-        dataset, batch_size=batch_size, shuffle=shuffle, generator=generator, collate_fn=collate_fn,
-        num_workers=num_workers, pin_memory=torch.cuda.is_available(),
+        dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler, generator=generator,
+        collate_fn=collate_fn, num_workers=num_workers, pin_memory=torch.cuda.is_available(),
     )  # fmt: skip
 
 

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from datamodules.loaders import SplitDataModule
+from datamodules.loaders import SplitDataModule, data_seed
 from datamodules.text import (
     CORPORA,
     SPECIAL_TOKENS,
@@ -78,7 +78,7 @@ class MaskedLMDataModule(SplitDataModule):
         batch_size: int = 32,
         max_train_blocks: int | None = None,
         max_eval_blocks: int | None = None,
-        seed: int = 0,
+        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
         num_workers: int = 0,
         hub_name: str | None = None,
     ):
@@ -90,7 +90,7 @@ class MaskedLMDataModule(SplitDataModule):
                 f"need block_size >= 2, batch_size >= 1 and 0 < mask_rate < 1, got block_size={block_size}, "
                 f"batch_size={batch_size}, mask_rate={mask_rate}"
             )
-        self.task, self.corpus, self.seed = f"mlm_{task}", task, seed
+        self.task, self.corpus, self.seed = f"mlm_{task}", task, data_seed(seed)
         self.block_size, self.max_seq_len, self.mask_rate = block_size, block_size, mask_rate
         self.batch_size, self.num_workers = batch_size, num_workers
         self.max_train_blocks, self.max_eval_blocks = max_train_blocks, max_eval_blocks

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.loaders import SplitDataModule
+from datamodules.loaders import SplitDataModule, data_seed
 from datamodules.tasks import TASKS, check_task, get_task, split_options  # noqa: F401 (TASKS re-exported)
 from datamodules.tasks.tokens import (  # noqa: F401 (re-exported: the token ids every task shares)
     IGNORE_INDEX,
@@ -140,10 +140,12 @@ class SyntheticDataModule(SplitDataModule):
     """Synthetic length-generalisation task: train on lengths [min_len, train_max_len], evaluate up to
     eval_max_len.
 
-    Splits are generated in `setup()` and fully determined by `seed`: train uses numpy default_rng([seed, 0])
-    with lengths uniform in [min_len, train_max_len]; validation and test use default_rng([seed, 1]) and
-    default_rng([seed, 2]) with `eval_per_length` examples for every length in `eval_lengths`, sorted by
-    length. Batches: tokens/targets/padding_mask (B, L), length (B,); see `collate`.
+    Splits are generated in `setup()` and fully determined by `seed` (by default the run's seed, see
+    `data_seed`): train uses numpy default_rng([seed, 0]) with lengths uniform in [min_len, train_max_len];
+    validation and test use default_rng([seed, 1]) and default_rng([seed, 2]) with `eval_per_length`
+    examples for every length in `eval_lengths` beyond train_max_len and `eval_per_train_length` for the
+    others (short, so cheap: more of them make `val/acc` precise), sorted by length.
+    Batches: tokens/targets/padding_mask (B, L), length (B,); see `collate`.
     `vocab_size`, `max_seq_len` and `eval_lengths` are known after `__init__` (for argument linking).
     """
 
@@ -168,8 +170,9 @@ class SyntheticDataModule(SplitDataModule):
         num_symbols: int = 10,
         train_size: int = 20000,
         eval_per_length: int = 64,
+        eval_per_train_length: int | None = None,  # examples per length <= train_max_len; default eval_per_length
         batch_size: int = 64,
-        seed: int = 0,
+        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
         num_workers: int = 0,
     ):
         super().__init__()
@@ -177,12 +180,16 @@ class SyntheticDataModule(SplitDataModule):
         check_task(task, task_options)  # unknown names and options fail here, before any other check
         eval_max_len = 4 * train_max_len if eval_max_len is None else eval_max_len
         _check_sizes(min_len, train_max_len, eval_max_len, eval_length_stride, num_symbols)
-        _check_counts(train_size=train_size, eval_per_length=eval_per_length, batch_size=batch_size)
+        eval_per_train_length = eval_per_length if eval_per_train_length is None else eval_per_train_length
+        _check_counts(train_size=train_size, eval_per_length=eval_per_length,
+                      eval_per_train_length=eval_per_train_length, batch_size=batch_size)  # fmt: skip
         if num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
-        self.task, self.task_options, self.causal, self.seed = task, dict(task_options or {}), causal, seed
+        self.task, self.task_options, self.causal = task, dict(task_options or {}), causal
+        self.seed = data_seed(seed)
         self.min_len, self.train_max_len, self.eval_max_len = min_len, train_max_len, eval_max_len
         self.num_symbols, self.train_size, self.eval_per_length = num_symbols, train_size, eval_per_length
+        self.eval_per_train_length = eval_per_train_length
         self.batch_size, self.num_workers = batch_size, num_workers
         strided = range(min_len, eval_max_len + 1, eval_length_stride)
         self.eval_lengths = sorted({*strided, train_max_len, eval_max_len})
@@ -198,8 +205,12 @@ class SyntheticDataModule(SplitDataModule):
         options = split_options(self.task, self.task_options, train)
         return ListDataset(make_examples(self.task, lengths, rng, *args, options))
 
+    def examples_per_length(self, n: int) -> int:
+        """Validation (and test) examples of length n."""
+        return self.eval_per_train_length if n <= self.train_max_len else self.eval_per_length
+
     def _eval_set(self, split: int) -> ListDataset:
-        lengths = [n for n in self.eval_lengths for _ in range(self.eval_per_length)]  # sorted by length
+        lengths = [n for n in self.eval_lengths for _ in range(self.examples_per_length(n))]  # sorted by length
         return self._examples(lengths, np.random.default_rng([self.seed, split]), train=False)
 
     def setup(self, stage: str | None = None) -> None:

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.loaders import seeded_loader
+from datamodules.loaders import data_seed, seeded_loader
 from errors import ConfigError
 from layout import TOKENIZER_CACHE_ENV as CACHE_ENV
 from vocab import IGNORE_INDEX, SPECIAL_TOKENS  # noqa: F401 - IGNORE_INDEX: a context-only token's target
@@ -343,7 +343,7 @@ class TextDataModule(pl.LightningDataModule):
         batch_size: int = 32,
         max_train_blocks: int | None = None,
         max_eval_tokens: int | None = None,
-        seed: int = 0,
+        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
         num_workers: int = 0,
         hub_name: str | None = None,
         eval_stride: int | None = None,  # sliding-window evaluation stride; None: non-overlapping only
@@ -354,7 +354,7 @@ class TextDataModule(pl.LightningDataModule):
         self.eval_stride = eval_stride
         eval_factors = [1, 2, 4] if eval_factors is None else list(eval_factors)
         _check_sizes(causal, block_size, eval_factors, batch_size, vocab_size_limit, max_train_blocks, max_eval_tokens)
-        self.task, self.causal, self.seed, self.data_dir = task, causal, seed, data_dir
+        self.task, self.causal, self.seed, self.data_dir = task, causal, data_seed(seed), data_dir
         self.tokenizer_kind = CORPORA[task][3] if tokenizer == "auto" else tokenizer
         self.block_size, self.eval_factors, self.batch_size = block_size, eval_factors, batch_size
         self.train_seq_len = block_size  # training inputs: positions past it are never trained

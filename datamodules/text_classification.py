@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from datamodules.glue import Examples, encode_examples_cached
-from datamodules.loaders import SplitDataModule
+from datamodules.loaders import SplitDataModule, data_seed
 from datamodules.text import check_tokenizer, load_or_train_tokenizer, resolve_dir
 from errors import ConfigError
 
@@ -264,7 +264,7 @@ class TextClassificationDataModule(SplitDataModule):
         batch_size: int = 32,
         max_train_examples: int | None = None,
         max_eval_examples: int | None = None,
-        seed: int = 0,
+        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
         num_workers: int = 0,
     ):
         super().__init__()
@@ -279,7 +279,12 @@ class TextClassificationDataModule(SplitDataModule):
         self.fold = fold
         self.split_seed = split_seed if split_seed is not None else (SENTEVAL_SEED if spec else 0)
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
-        self.seed, self.batch_size, self.num_workers, self.max_length = seed, batch_size, num_workers, max_length
+        self.seed, self.batch_size, self.num_workers, self.max_length = (
+            data_seed(seed),
+            batch_size,
+            num_workers,
+            max_length,
+        )
         if hub_name:
             splits, train_source = self._read_hub(hub_name, spec, text_column, label_column, data_dir)
         else:

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.loaders import SplitDataModule
+from datamodules.loaders import SplitDataModule, data_seed
 from datamodules.text import SPECIAL_TOKENS, load_or_train_tokenizer, resolve_dir
 from errors import ConfigError
 from vocab import BOS, EOS, IGNORE_INDEX, PAD  # [CLS] begins a target, [SEP] ends it; padding: no loss
@@ -171,7 +171,7 @@ class TranslationDataModule(SplitDataModule):
         batch_size: int = 64,
         max_train_examples: int | None = None,
         max_eval_examples: int | None = None,
-        seed: int = 0,
+        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
         num_workers: int = 0,
         hub_name: str | None = None,
     ):
@@ -180,7 +180,7 @@ class TranslationDataModule(SplitDataModule):
         self.check_args(max_length, batch_size, vocab_size_limit, max_train_examples, max_eval_examples)
         self.data_dir, self.max_length, self.batch_size = data_dir, max_length, batch_size
         self.max_train_examples, self.max_eval_examples = max_train_examples, max_eval_examples
-        self.seed, self.num_workers = seed, num_workers
+        self.seed, self.num_workers = data_seed(seed), num_workers
         self.max_seq_len = max_length
         self.pairs, key = self._read(hub_name)
         train_text = "\n".join(self.pairs["train"][0] + self.pairs["train"][1]) + "\n"

@@ -8,6 +8,7 @@ from torchmetrics import Metric
 
 TRAIN_LOSS = "train/loss"
 LOSS, ACC, ACC_OOD, TOK_ACC, TOK_ACC_OOD = "loss", "acc", "acc_ood", "tok_acc", "tok_acc_ood"
+SE = "_se"  # suffix of a metric's standard error over its evaluation set, e.g. "val/acc_se"
 ACC_BEST = "val/acc_best"
 
 
@@ -22,8 +23,10 @@ def length_name(stage: str, length: int, metric: str = ACC) -> str:
 
 
 def goal(metric: str) -> str:
-    """ "max" for accuracies, correlations, BLEU; "min" for losses and perplexities."""
-    return "min" if any(key in metric.rsplit("/", 1)[-1] for key in ("loss", "ppl", "mae", "error")) else "max"
+    """ "max" for accuracies, correlations, BLEU; "min" for losses, perplexities and standard errors."""
+    last = metric.rsplit("/", 1)[-1]
+    lower_is_better = ("loss", "ppl", "mae", "error", SE + "_len_")
+    return "min" if last.endswith(SE) or any(key in last for key in lower_is_better) else "max"
 
 
 def bounds(metric: str) -> tuple[float, float]:
@@ -66,6 +69,11 @@ class PerLengthAccuracy(Metric):
         self.tokens_right.index_add_(0, lengths, right.sum(1))
         self.tokens.index_add_(0, lengths, supervised.sum(1))
 
+    def examples_per_length(self) -> dict[int, int]:
+        """{length: examples evaluated}, summed across devices."""
+        with self.sync_context():
+            return {n: int(self.examples[n]) for n in self.examples.nonzero().flatten().tolist()}
+
     def compute(self) -> dict[int, tuple[float, float]]:
         """{length: (exact-match accuracy, token accuracy)} for every length seen."""
         seen = self.examples.nonzero().flatten().tolist()
@@ -91,4 +99,26 @@ def summarise(per_length: dict[int, tuple[float, float]], stage: str, train_max_
             out[name(stage, metric)] = sum(inside) / len(inside)
         if beyond:
             out[name(stage, metric + "_ood")] = sum(beyond) / len(beyond)
+    return out
+
+
+def binomial_se(p: float, n: int) -> float:
+    """Standard error of an accuracy p measured on n independent examples, sqrt(p (1 - p) / n)."""
+    return math.sqrt(p * (1 - p) / n)
+
+
+def standard_errors(per_length: dict[int, tuple[float, float]], examples: dict[int, int], stage: str,
+                    train_max_len: int) -> dict[str, float]:  # fmt: skip
+    """The evaluation set's own sampling error of the exact-match accuracies: per length
+    (`val/acc_se_len_<n>`, binomial) and of the in-distribution and beyond means (`val/acc_se`,
+    `val/acc_ood_se`: sqrt(sum over the K lengths of se_n^2) / K, the lengths being independent samples).
+    Plug-in estimates: a length scored all right or all wrong has se 0."""
+    out, inside, beyond = {}, [], []
+    for n, (exact, _) in per_length.items():
+        se = binomial_se(exact, examples[n])
+        out[length_name(stage, n, ACC + SE)] = se
+        (inside if n <= train_max_len else beyond).append(se)
+    for metric, ses in ((ACC, inside), (ACC_OOD, beyond)):
+        if ses:
+            out[name(stage, metric + SE)] = math.sqrt(sum(se * se for se in ses)) / len(ses)
     return out

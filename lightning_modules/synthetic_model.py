@@ -19,7 +19,8 @@ class SyntheticTaskModel(TaskModule):
     next-token loss on the answer only. Bidirectional: the input is `prompt SEP MASK...` and the
     answer is predicted at every MASK slot at once, so encoder-side methods (TUPE) are compared too.
     Logs exact match and token accuracy per length, in distribution (`val/acc`) and beyond the
-    training lengths (`val/acc_ood`). `arch.vocab_size`, `arch.max_length` and `causal` are linked with the
+    training lengths (`val/acc_ood`), with the evaluation set's binomial standard errors (`val/acc_se`,
+    `val/acc_ood_se`, `val/acc_se_len_<n>`). `arch.vocab_size`, `arch.max_length` and `causal` are linked with the
     data by `cli.py`; the in-distribution boundary is read from the datamodule. `compile`: torch.compile
     the Transformer's blocks (lightning_modules/compiling.py).
     """
@@ -74,12 +75,17 @@ class SyntheticTaskModel(TaskModule):
         logits = self(batch)
         inside = batch["length"] <= self.train_max_len
         if inside.any():  # loss in distribution only: beyond-length losses would swamp it
-            self.losses[stage].update(self.loss(logits[inside], batch["targets"][inside]))
+            targets = batch["targets"][inside]
+            # weighted by answer tokens: the mean over all of them, whatever the batches or processes
+            self.losses[stage].update(self.loss(logits[inside], targets), weight=(targets != -100).sum())
         self.per_length[stage].update(logits.argmax(-1), batch["targets"], batch["length"])
         self.examples[stage].update(len(batch["length"]))
 
     def _eval_epoch_end(self, stage: str) -> dict[str, float]:
-        values = M.summarise(self.per_length[stage].compute(), stage, self.train_max_len)
+        per_length = self.per_length[stage].compute()
+        values = M.summarise(per_length, stage, self.train_max_len)
+        examples = self.per_length[stage].examples_per_length()
+        values |= M.standard_errors(per_length, examples, stage, self.train_max_len)
         values[M.name(stage, M.LOSS)] = self.losses[stage].compute().item()
         values[M.name(stage, "examples")] = self.examples[stage].compute().item()
         for metric in (self.per_length[stage], self.losses[stage], self.examples[stage]):

@@ -13,6 +13,7 @@ TINY = [
     "--data.eval_length_stride=1",
     "--data.train_size=256",
     "--data.eval_per_length=8",
+    "--data.eval_per_train_length=8",
     "--data.batch_size=32",
     "--trainer.max_steps=4",
     "--trainer.val_check_interval=2",

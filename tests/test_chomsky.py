@@ -70,7 +70,8 @@ def test_a_tiny_chomsky_run(tmp_path):
     result = run_cli(
         "fit", "--config=configs/chomsky.yaml", f"--run.out_dir={tmp_path}", "--data.task=binary_addition",
         "--model.arch.encoding=alibi", "--model.arch.depth=1", "--data.train_max_len=6", "--data.eval_max_len=10",
-        "--data.eval_length_stride=2", "--data.train_size=64", "--data.eval_per_length=4", "--data.batch_size=16",
+        "--data.eval_length_stride=2", "--data.train_size=64", "--data.eval_per_length=4",
+        "--data.eval_per_train_length=4", "--data.batch_size=16",
         "--trainer.max_steps=2", "--trainer.val_check_interval=2",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]

@@ -192,6 +192,19 @@ def test_config_saved_with_record(tiny_fit_args):
     assert (model["vocab_size"], model["max_length"]) == (data.vocab_size, data.max_seq_len)
 
 
+@pytest.mark.slow  # trains a model
+@pytest.mark.parametrize(
+    "args, data_seed", [(["--seed_everything=3"], 3), (["--seed_everything=3", "--data.seed=0"], 0)]
+)
+def test_data_seed_follows_the_seed_unless_given(tiny_fit_args, args, data_seed):
+    """The configs' `data.seed: null` becomes the run's seed (data varies with the initialisation), an integer
+    fixes the data; the record keeps both seeds and the evaluation's standard errors."""
+    record = fit([*tiny_fit_args, "--trainer.max_steps=2", *args])
+    assert (record["seed"], record["data_seed"]) == (3, data_seed)
+    assert record["config"]["data"]["init_args"]["seed"] == data_seed
+    assert {"val/acc_se", "val/acc_ood_se", "val/acc_se_len_8"} <= set(record["final"])
+
+
 def test_linked_model_arguments_cannot_be_given():
     """--model.arch.vocab_size and --model.arch.max_length come from the data; given on the line they are refused."""
     from errors import ConfigError

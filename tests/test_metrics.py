@@ -95,6 +95,20 @@ def test_summary_splits_at_train_max_len():
     assert "val/acc_ood" not in M.summarise(EXPECTED, "val", train_max_len=3)
 
 
+def test_standard_errors_are_binomial_per_length_and_pooled():
+    """Exact matches 1/1, 1/2 (of 4 examples), 1/2 (of 2): se_n = sqrt(p (1 - p) / n) per length; the mean over
+    K lengths has sqrt(sum of se_n^2) / K; a standard error is better low."""
+    ses = M.standard_errors(EXPECTED, {1: 1, 2: 4, 3: 2}, "val", train_max_len=2)
+    se_2, se_3 = math.sqrt(0.25 / 4), math.sqrt(0.25 / 2)
+    assert ses == pytest.approx({
+        "val/acc_se_len_1": 0.0, "val/acc_se_len_2": se_2, "val/acc_se_len_3": se_3,
+        "val/acc_se": math.sqrt(0.0 + se_2**2) / 2, "val/acc_ood_se": se_3,
+    })  # fmt: skip
+    assert M.binomial_se(0.69, 160) == pytest.approx(0.03656, abs=1e-5)  # issue 24's 5 lengths x 32 examples
+    assert M.goal("val/acc_se") == M.goal("val/acc_ood_se") == M.goal("val/acc_se_len_3") == "min"
+    assert M.goal("val/acc") == M.goal("val/acc_len_3") == "max"
+
+
 class _Trainer:
     """Just what SyntheticTaskModel's epoch-end reads from its trainer."""
 

@@ -113,6 +113,29 @@ def test_reseed_study_is_a_plain_grid_of_the_choices_and_fresh_seeds():
     assert study["parameters"]["model.arch.dim"] == {"value": 32}
 
 
+def test_reseed_varies_the_data_seed_unless_told_not_to():
+    """By default stage 2 fixes no data seed (each run's follows its seed, the configs' `data.seed: null`), even
+    where the file fixes one; --no-reseed-data fixes it at stage 1's: the file's, else its seed."""
+    choices = [reseed.Choice({"model.arch.encoding": "rope"}, {}, {"model.lr": 0.01}, 0.5, 1, 1)]
+    fixed = {**SWEEP, "parameters": {**SWEEP["parameters"], "data.seed": {"value": 7}}}
+    assert not set(reseed.DATA_SEED_KEYS) & set(reseed.reseed_sweep(fixed, choices, [2, 3])["parameters"])
+    assert reseed.reseed_sweep(fixed, choices, [2, 3], reseed_data=False)["parameters"]["data.seed"] == {"value": 7}
+    kept = reseed.reseed_sweep(SWEEP, choices, [2, 3], reseed_data=False)
+    assert kept["parameters"]["data.seed"] == {"value": 0}  # the first of the file's seeds, [0, 1]
+    assert all("data.seed" not in p for p in kept["points"])  # one value: not a grid dimension
+    one_seed = {**SWEEP, "parameters": {**SWEEP["parameters"], "seed_everything": {"value": 4}}}
+    assert reseed.stage1_data_seed(one_seed) == 4
+
+
+@pytest.mark.parametrize("flag, expected", [([], True), (["--no-reseed-data"], False), (["--reseed-data"], True),
+                                            (["--reseed_data=false"], False)])  # fmt: skip
+def test_reseed_data_option(flag, expected):
+    from cli_options import parse_options
+
+    opts = parse_options(SweepOptions, ["sweeps/quickstart.yaml", "--reseed", "3", "--per", "x", *flag])
+    assert opts.reseed_data is expected
+
+
 @pytest.mark.parametrize(
     "change, per, n, message",
     [

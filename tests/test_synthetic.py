@@ -92,6 +92,20 @@ def test_lengths(task):
     assert dm.val_set.examples != dm.test_set.examples
 
 
+def test_more_examples_at_the_trained_lengths():
+    """eval_per_train_length examples for every length <= train_max_len (cheap, short), eval_per_length beyond."""
+    dm = make_dm("copy", eval_per_train_length=9)
+    for split in (dm.val_set, dm.test_set):
+        lengths = [e.length for e in split.examples]
+        assert lengths == sorted(lengths)
+        assert {n: lengths.count(n) for n in set(lengths)} == {2: 9, 4: 9, 6: 9, 8: 5, 10: 5, 11: 5}
+
+
+def test_a_null_seed_is_seed_0_outside_the_cli():
+    """cli.py fills a null data.seed with the run's seed (tests/test_cli.py); built directly it is 0."""
+    assert make_dm("copy", seed=None).val_set.examples == make_dm("copy", seed=0).val_set.examples
+
+
 @TASK
 @CAUSAL
 def test_batches(task, causal):

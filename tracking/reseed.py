@@ -10,6 +10,11 @@ metric) over the seeds it ran with, chosen separately for each task when the fil
 configuration x N seeds that stage 1 did not use. Both stages are ordinary sweep studies, so resume,
 kill -9 recovery and --workers behave as for a plain sweep; re-running the command starts nothing
 that has finished.
+
+A fresh seed is fresh data too: stage 2 leaves the data seed to the run (the configs' `data.seed: null`
+follows `seed_everything`), so its seeds differ in training examples, their order and the generated
+evaluation sets, not only in the initialisation, and the seed spread includes the evaluation's own
+sampling error. `--no-reseed-data` fixes stage 2's data seed at stage 1's instead (`stage1_data_seed`).
 """
 
 import copy
@@ -30,6 +35,7 @@ from tracking.sweep_display import LiveStatus, short_params, trial_table
 from tracking.wandb_setup import short_value
 
 SEED = "seed_everything"
+DATA_SEED_KEYS = ("data.seed", "data.init_args.seed")
 TASK_KEYS = ("data.task", "data.init_args.task")  # compared side by side, never tuned across
 
 
@@ -125,11 +131,28 @@ def fresh_seeds(used: set, n: int) -> list[int]:
     return list(itertools.islice((s for s in itertools.count() if s not in used), n))
 
 
-def reseed_sweep(sweep: dict, choices: list[Choice], seeds: list[int]) -> dict:
+def stage1_data_seed(sweep: dict) -> int:
+    """The data seed stage 1 trained on: the file's fixed data seed, else its seed (`seed_everything`'s
+    value, or the first of its values), which a null `data.seed` follows, else 0."""
+    parameters = sweep["parameters"]
+    for key in DATA_SEED_KEYS:
+        if "value" in parameters.get(key, {}):
+            return parameters[key]["value"]
+    spec = parameters.get(SEED, {})
+    return spec["value"] if "value" in spec else (spec.get("values") or [0])[0]
+
+
+def reseed_sweep(sweep: dict, choices: list[Choice], seeds: list[int], reseed_data: bool = True) -> dict:
     """A grid study over exactly the chosen configurations x the fresh seeds (no pruning, no cap), run by
-    our own grid queue whatever `scheduler:` stage 1 used (W&B's Optuna engine has no grid)."""
+    our own grid queue whatever `scheduler:` stage 1 used (W&B's Optuna engine has no grid). With
+    `reseed_data` a data seed the file fixes is dropped (each run's follows its seed), else the data seed
+    is fixed at stage 1's."""
     points = [{**c.group, **c.task, **c.params, SEED: s} for c in choices for s in seeds]
-    parameters = {k: s for k, s in sweep["parameters"].items() if "value" in s and k not in points[0]}
+    parameters = {
+        k: s for k, s in sweep["parameters"].items() if "value" in s and k not in points[0] and k not in DATA_SEED_KEYS
+    }
+    if not reseed_data:
+        parameters["data.seed"] = {"value": stage1_data_seed(sweep)}
     for key in points[0]:
         values = list(dict.fromkeys(p[key] for p in points))
         parameters[key] = {"values": values}
@@ -188,8 +211,9 @@ def run_reseed(opts: SweepOptions) -> optuna.Study:
                           f"`optuna-dashboard` or re-run the command to retry")  # fmt: skip
     console.print(choice_table(choices, metric))
     seeds = fresh_seeds(used_seeds(sweep, studies), opts.reseed)
-    console.print(f"stage 2: {len(choices)} configuration(s) x seeds {seeds}: study {base}-reseed")
-    study = run_study(reseed_sweep(sweep, choices, seeds), opts, f"{base}-reseed", console)
+    data = "the same seeds" if opts.reseed_data else f"data seed {stage1_data_seed(sweep)} (--no-reseed-data)"
+    console.print(f"stage 2: {len(choices)} configuration(s) x seeds {seeds}, data: {data}: study {base}-reseed")
+    study = run_study(reseed_sweep(sweep, choices, seeds, opts.reseed_data), opts, f"{base}-reseed", console)
     study.set_user_attr("compare_rows", comparison_rows(keys))  # `cli.py compare --sweep <study>-reseed` rows
     console.print(trial_table(study, metric))
     print_comparison(opts.out_dir, study.study_name, metric, console=console, rows=comparison_rows(keys))

@@ -96,6 +96,7 @@ class SweepOptions:
     set: str | None = None  # KEY=VALUE[,KEY=VALUE]: fix parameters (one study per value, e.g. per encoding)
     reseed: int = 0  # with --per: tune per group, then run each group's best config x N fresh seeds (reseed.py)
     per: str | None = None  # KEY[,KEY]: the parameters whose values are tuned separately (with --reseed)
+    reseed_data: bool = True  # with --reseed: stage 2's data seed follows each fresh seed; --no-reseed-data: stage 1's
 
 
 def check_options(opts: SweepOptions) -> None:
