@@ -100,14 +100,16 @@ def check_launcher_options(opts) -> None:
         )
 
 
-def check_shared_storage(url: str, heartbeat: int) -> None:
-    """Refuse a storage the tasks cannot share (in memory) or that cannot be opened from here, in one line;
-    warn when a server URL names this host, which other nodes cannot reach."""
+def check_shared_storage(url: str, heartbeat: int, connect: bool = True) -> None:
+    """Refuse a storage the tasks cannot share (in memory) or, with `connect`, that cannot be opened from here,
+    in one line; warn when a server URL names this host, which other nodes cannot reach."""
     if url in ("sqlite://", "sqlite:///:memory:") or url.startswith("sqlite:///:memory:?"):
         raise ConfigError(
             f"--launcher slurm: the storage {url} is in memory, which the jobs cannot share; use the default SQLite "
             "file under --out_dir (on a filesystem every node mounts), a journal file or a postgresql:// / redis:// URL"
         )
+    if not connect:
+        return
     path = storage.sqlite_file(url) or (Path(url) if storage.journal.is_journal_file(url) else None)
     if path is not None:
         if not path.parent.is_dir():
@@ -221,16 +223,16 @@ def launch(opts) -> None:
     task.devices_per_trial, task.trials_per_device = 0, 1
     check_options(task)
     if opts.dry_run and task.storage is None:
-        task.storage = "the default database"  # only named: a dry run writes nothing
+        task.storage = "sqlite:///<out_dir>/sweeps/<study>/optuna.db"  # not made: a dry run writes nothing
     sweep, suffix = apply_overrides(sf.load_sweep(opts.file), opts.set.split(",") if opts.set else [])
     name_study(task, sweep, suffix)
     command = task_command(opts)
     folder = layout.study_dir(Path(opts.out_dir).resolve(), task.study_name) / "slurm"
     params = sbatch_parameters(opts, task.study_name)
+    check_shared_storage(task.storage, opts.heartbeat, connect=not opts.dry_run)
     if opts.dry_run:
         print(job_script(command, folder, opts.jobs, params), end="")
         return
-    check_shared_storage(task.storage, opts.heartbeat)
     job_id = submit(command, folder, opts.jobs, params)
     print(f"submitted job array {job_id} ({opts.jobs} task(s)) of study {task.study_name}; follow it with "
           f"`squeue -j {job_id}`, logs in {folder}; run the same command again to add tasks or resume")  # fmt: skip
