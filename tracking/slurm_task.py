@@ -4,6 +4,7 @@ submitit, which pickles a `SweepTask` and calls it in the task)."""
 import shlex
 import signal
 import subprocess
+import time
 
 import submitit
 
@@ -27,7 +28,10 @@ class SweepTask(submitit.helpers.Checkpointable):
 
     def __call__(self) -> int:
         self.process = subprocess.Popen(self.command, preexec_fn=ignore_usr2)
-        code = self.process.wait()
+        # polled, not wait()ed: a blocking wait holds the lock that `checkpoint`'s own wait needs, and
+        # `checkpoint` runs in a signal handler on this thread, inside whatever this loop is doing
+        while (code := self.process.poll()) is None:
+            time.sleep(0.5)
         if code:
             raise RuntimeError(f"the sweep exited with status {code}: {shlex.join(self.command)}")
         return code
