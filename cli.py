@@ -251,9 +251,13 @@ def restore_option_nulls(config, model_class: type[TaskModule]) -> None:
 
 def sweep_main(args: list[str]):
     """`cli.py sweep FILE [--workers N] [--storage URL] [--study-name NAME] [--reseed N --per KEY] ...`"""
+    from tracking.slurm import check_launcher_options, launch
     from tracking.sweep import SweepOptions, run_sweep
 
     opts = parse_options(SweepOptions, args)
+    if opts.launcher == "slurm":  # the tasks of a SLURM job array run this sweep
+        return launch(opts)
+    check_launcher_options(opts)  # --jobs, --dry_run or --slurm.* without --launcher slurm: one line
     if opts.reseed or opts.per:  # the tune-then-reseed protocol drives the same sweep runner twice
         from tracking.reseed import run_reseed
 

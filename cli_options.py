@@ -55,6 +55,9 @@ def options_parser(options_class: type, prog: str | None = None) -> ArgumentPars
     parser.add_argument("--config", action=ActionConfigFile, help="a YAML file of these options")
     parser.add_class_arguments(options_class, as_positional=True, sub_configs=True)
     helps = field_help(options_class)
+    for f in dataclasses.fields(options_class):  # a nested options dataclass: `--slurm.partition`
+        if dataclasses.is_dataclass(f.type):
+            helps |= {f"{f.name}.{key}": text for key, text in field_help(f.type).items()}
     choices = getattr(options_class, "CHOICES", {})
     for action in parser._actions:
         text = helps.get(action.dest, "")
@@ -69,7 +72,11 @@ def parse_options(options_class: type, args: list[str], prog: str | None = None)
     """Parse `args` into an instance of the options dataclass (--help, --config work)."""
     parser = options_parser(options_class, prog)
     config = parser.parse_args(bare_flags(options_class, [dashes_to_underscores(a) for a in args]))
-    return options_class(**{f.name: config[f.name] for f in dataclasses.fields(options_class) if f.init})
+    values = {f.name: config[f.name] for f in dataclasses.fields(options_class) if f.init}
+    for f in dataclasses.fields(options_class):  # a nested options dataclass arrives as a Namespace
+        if dataclasses.is_dataclass(f.type) and f.init and not isinstance(values[f.name], f.type):
+            values[f.name] = f.type(**vars(values[f.name]))
+    return options_class(**values)
 
 
 def bare_flags(options_class: type, args: list[str]) -> list[str]:

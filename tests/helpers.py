@@ -91,3 +91,26 @@ def cli_in_process(args: list[str], capsys, monkeypatch, root) -> tuple[int, str
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def slurm_cluster() -> None:
+    """Skip unless a SLURM cluster answers here (`sinfo` shows an idle or mixed node) and submitit is installed;
+    fail instead in CI, which starts one (scripts/start_slurm.sh)."""
+    import shutil
+    import subprocess
+
+    missing = None
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        missing = "no sinfo / sbatch"
+    else:
+        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=60).stdout
+        if not {"idle", "mixed"} & set(states.split()):
+            missing = f"no idle SLURM node (sinfo: {states.strip() or 'no answer'})"
+    try:
+        import submitit  # noqa: F401
+    except ImportError:
+        missing = missing or "no submitit (pip install -e '.[slurm]')"
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"CI must provide a SLURM cluster (scripts/start_slurm.sh): {missing}")
+    if missing:
+        pytest.skip(f"{missing}: run scripts/start_slurm.sh")

@@ -258,7 +258,7 @@ def test_top_level_help_lists_every_subcommand(capsys):
 
 @pytest.mark.parametrize(
     "module, name",
-    [("tracking.sweep", "SweepOptions"), ("tracking.compare", "CompareOptions"),
+    [("tracking.sweep", "SweepOptions"), ("tracking.slurm", "SlurmOptions"), ("tracking.compare", "CompareOptions"),
      ("lightning_modules.probes", "ProbeOptions")],
 )  # fmt: skip
 def test_every_option_of_sweep_compare_probe_has_help_and_choices(module, name):

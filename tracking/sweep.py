@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -59,6 +59,7 @@ from tracking.children import stop_child
 from tracking.failpoints import failpoint
 from tracking.records import RECORD_FILE, check_name, read_record
 from tracking.search import SAMPLER_ATTR, Search, build_search, check_sampler
+from tracking.slurm import SlurmOptions
 from tracking.storage import grace_period, open_storage, quote_password, storage_error, url_password
 from tracking.study_lock import StudyLock
 from tracking.wandb_setup import SWEEP_PARAMS_ENV, short_value
@@ -97,6 +98,10 @@ class SweepOptions:
     reseed: int = 0  # with --per: tune per group, then run each group's best config x N fresh seeds (reseed.py)
     per: str | None = None  # KEY[,KEY]: the parameters whose values are tuned separately (with --reseed)
     reseed_data: bool = True  # with --reseed: stage 2's data seed follows each fresh seed; --no-reseed-data: stage 1's
+    launcher: Literal["local", "slurm"] = "local"  # slurm: --jobs SLURM tasks run this sweep (tracking/slurm.py)
+    jobs: int = 1  # with --launcher slurm: the tasks of the job array, each one sweep process of the same study
+    dry_run: bool = False  # with --launcher slurm: print the sbatch script and exit, submitting nothing
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)  # with --launcher slurm: each task's sbatch options
 
 
 def check_options(opts: SweepOptions) -> None:
