@@ -1,14 +1,22 @@
-"""Encoder / decoder stack that calls the encoding hooks; one attention path through SDPA.
+"""Encoder / decoder stack that calls the encoding hooks; attention through SDPA, or FlexAttention for an
+encoding whose logit terms are score_mods.
 
 Shape legend: B batch, H heads, L length, D head dim, C model width.
 """
 
+import functools
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from errors import ConfigError
 from lightning_modules.arch import ArchConfig
-from lightning_modules.encodings import PositionalEncoding, build_encoding
+from lightning_modules.encodings import ENCODINGS, PositionalEncoding, build_encoding
+from lightning_modules.encodings.base import ScoreMod, chain_score_mods
+
+BACKENDS = ("auto", "sdpa", "flex")
 
 
 def merge_mask(logits: Tensor | None, allowed: Tensor | None) -> Tensor | None:
@@ -50,6 +58,54 @@ def attention_masks(bias: Tensor | None, length: int, causal: bool, padding_mask
     return merge_mask(bias, allowed), allowed
 
 
+@dataclass
+class FlexMasks:
+    """What every layer's FlexAttention call shares in one forward: the encoding's bias as a score_mod and
+    the block mask of causality / padding (None when neither is needed)."""
+
+    score_mod: ScoreMod | None
+    block_mask: BlockMask | None
+
+
+def flex_block_mask(length: int, causal: bool, padding_mask: Tensor | None, device) -> BlockMask | None:
+    """The "may attend" mask of `attention_masks` as a FlexAttention block mask: the causal triangle (padding
+    ignored, as there: right padding is never seen by a real query), or the real keys of a padded batch."""
+    if causal:
+        return create_block_mask(lambda b, h, i, j: j <= i, None, None, length, length, device=device)
+    if padding_mask is None:
+        return None
+    keys = padding_mask.bool()
+    return create_block_mask(lambda b, h, i, j: keys[b, j], len(keys), None, length, length, device=device)
+
+
+@functools.cache
+def compiled_flex_attention():
+    """`flex_attention` compiled once: only compiled does it run fused kernels (eager materialises the scores)."""
+    return torch.compile(flex_attention)
+
+
+def run_flex_attention(q, k, v, score_mod: ScoreMod | None, block_mask: BlockMask | None, scale: float) -> Tensor:
+    """FlexAttention, compiled on CUDA; eager elsewhere (CPU tests) and inside an already compiled block."""
+    compiled = q.is_cuda and not torch.compiler.is_compiling()
+    attend = compiled_flex_attention() if compiled else flex_attention
+    return attend(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+def check_attention_backend(backend: str, encoding: PositionalEncoding, dropout: float) -> None:
+    """One-line ConfigError for an unknown backend, or flex forced where FlexAttention cannot serve."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown attention_backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    if backend != "flex":
+        return
+    if not encoding.flex_capable:
+        able = [name for name, cls in ENCODINGS.items() if cls.flex]
+        raise ConfigError(f"attention_backend=flex cannot serve encoding {encoding.name!r} (a logit term with no "
+                          f"score_mod); use auto or sdpa, or one of: {', '.join(able)}")  # fmt: skip
+    if dropout > 0:
+        raise ConfigError(f"attention_backend=flex has no attention dropout; set dropout=0 (got {dropout}) or "
+                          "use auto (SDPA while training with dropout)")  # fmt: skip
+
+
 def sample_positions(batch: int, length: int, max_position: int, device=None, lengths: Tensor | None = None) -> Tensor:
     """(B, L) randomized positions, drawn per example (Ruoss et al. 2023): row b holds a sorted uniform sample
     without replacement of `lengths[b]` positions from [0, max_position) in its first `lengths[b]` slots (all
@@ -82,17 +138,22 @@ class Attention(nn.Module):
         self.out = nn.Linear(dim, dim)
 
     def forward(self, x, encoding: PositionalEncoding, positions, mask, allowed, causal) -> Tensor:
+        """`mask`: the SDPA mask of `attention_masks` (in the compute dtype), or the forward's `FlexMasks`."""
         B, L, C = x.shape
         qkv = self.qkv(x).view(B, L, 3, self.num_heads, C // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, D)
         q, k = encoding.rotate(q, k, positions)
+        if isinstance(mask, FlexMasks):
+            score_mod = chain_score_mods(mask.score_mod, encoding.content_score_mod(q, k, positions))
+            y = run_flex_attention(q, k, v, score_mod, mask.block_mask, encoding.attention_scale())
+            return self.out(y.transpose(1, 2).reshape(B, L, C))
         extra = encoding.content_bias(q, k, positions)  # (B, H, L, L) or None
         if extra is not None:
             if causal and allowed is None:  # the causal triangle, so far left to SDPA's is_causal
                 allowed = allowed_mask(L, True, None, x.device)
             mask = merge_mask(extra if mask is None or mask.dtype == torch.bool else mask + extra, allowed)
         if mask is not None and mask.is_floating_point():
-            mask = mask.to(q.dtype)
+            mask = mask.to(q.dtype)  # a no-op but for a content term: the shared mask is in the compute dtype
         y = encoding.attend(
             q, k, v, mask, is_causal=causal and mask is None, dropout_p=self.dropout if self.training else 0.0,
             scale=encoding.attention_scale(), positions=positions,
@@ -137,6 +198,7 @@ class Transformer(nn.Module):
         dim, dropout, post_norm = arch.dim, arch.dropout, arch.post_norm
         self.arch, self.causal = arch, causal
         self.encoding = build_arch_encoding(arch, causal=causal, cls_first=cls_first)
+        check_attention_backend(arch.attention_backend, self.encoding, arch.dropout)
         self.token_emb = nn.Embedding(arch.vocab_size, dim)
         self.emb_drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
@@ -162,7 +224,7 @@ class Transformer(nn.Module):
             positions = example_positions(positions, padding_mask)
         x = self.encoding.embed(self.token_emb(tokens), positions)  # (B, L, C)
         x = self.emb_drop(self.norm(x) if self.post_norm else x)
-        mask, allowed = attention_masks(self.encoding.bias(positions), L, self.causal, padding_mask, tokens.device)
+        mask, allowed = layer_masks(self, positions, x, padding_mask)
         for block in self.blocks:
             x = block(x, self.encoding, positions, mask, allowed, self.causal)
         return x if self.post_norm else self.norm(x)
@@ -182,6 +244,42 @@ def default_positions(encoding: PositionalEncoding, training: bool, batch: int, 
         return sample_positions(batch, length, max_position, device, lengths)
     encoding.reserve(length)
     return torch.arange(length, device=device)
+
+
+def uses_flex(model: nn.Module, x: Tensor) -> bool:
+    """Whether this forward of `model` (a Transformer or decoder: `.arch`, `.encoding`) runs FlexAttention:
+    forced, or auto on CUDA for an encoding with logit terms that all have score_mods, outside training with
+    attention dropout (FlexAttention has none)."""
+    backend, encoding = model.arch.attention_backend, model.encoding
+    if backend == "flex" and not x.is_cuda and torch.is_grad_enabled():
+        raise ConfigError("attention_backend=flex has no backward on the CPU (FlexAttention's); train with auto "
+                          "or sdpa, or evaluate under torch.no_grad()")  # fmt: skip
+    if backend != "auto":
+        return backend == "flex"
+    dropout = model.training and model.arch.dropout > 0
+    return x.is_cuda and encoding.flex and encoding.adds_logit_terms and not dropout
+
+
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype the layers compute in: autocast's when it is on, else the activations'."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
+
+
+def layer_masks(
+    model: nn.Module, positions: Tensor, x: Tensor, padding_mask: Tensor | None, causal: bool | None = None
+):
+    """(mask, allowed) every layer of one forward shares: the `FlexMasks` (and None) on the flex path, else
+    `attention_masks` with the float mask cast once to the compute dtype (never again per layer)."""
+    causal = model.causal if causal is None else causal
+    L = x.shape[1]
+    if uses_flex(model, x):
+        return FlexMasks(model.encoding.score_mod(positions), flex_block_mask(L, causal, padding_mask, x.device)), None
+    mask, allowed = attention_masks(model.encoding.bias(positions), L, causal, padding_mask, x.device)
+    if mask is not None and mask.is_floating_point():
+        mask = mask.to(compute_dtype(x))
+    return mask, allowed
 
 
 def build_arch_encoding(arch: ArchConfig, causal: bool, cls_first: bool = False) -> PositionalEncoding:

@@ -22,10 +22,11 @@ from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import (
     Attention,
     Transformer,
-    attention_masks,
     build_arch_encoding,
+    check_attention_backend,
     default_positions,
     init_weights,
+    layer_masks,
 )
 from vocab import BOS, EOS, IGNORE_INDEX, PAD
 
@@ -91,7 +92,8 @@ class Decoder(nn.Module):
 
     def __init__(self, arch: ArchConfig):
         super().__init__()
-        self.encoding, self.post_norm = build_arch_encoding(arch, causal=True), arch.post_norm
+        self.encoding, self.post_norm, self.arch = build_arch_encoding(arch, causal=True), arch.post_norm, arch
+        check_attention_backend(arch.attention_backend, self.encoding, arch.dropout)
         self.emb_drop = nn.Dropout(arch.dropout)
         self.blocks = nn.ModuleList(
             DecoderBlock(arch.dim, arch.num_heads, arch.ffn_mult, arch.dropout, arch.post_norm)
@@ -106,7 +108,7 @@ class Decoder(nn.Module):
         positions = self.default_positions(B, T, x.device)
         x = self.encoding.embed(x, positions)
         x = self.emb_drop(self.norm(x) if self.post_norm else x)
-        mask, allowed = attention_masks(self.encoding.bias(positions), T, True, None, x.device)
+        mask, allowed = layer_masks(self, positions, x, None, causal=True)
         memory_allowed = src_mask[:, None, None, :].bool()  # (B, 1, 1, S)
         for block in self.blocks:
             x = block(x, memory, memory_allowed, self.encoding, positions, mask, allowed)
