@@ -106,6 +106,58 @@ def check_attention_backend(backend: str, encoding: PositionalEncoding, dropout:
                           "use auto (SDPA while training with dropout)")  # fmt: skip
 
 
+class LayerCache:
+    """One layer's keys and values (B, H, T, D) of the tokens decoded so far (rotated, as attention used them),
+    and, in the translation decoder, its cross-attention's keys and values of the source."""
+
+    def __init__(self):
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.memory: tuple[Tensor, Tensor] | None = None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the new tokens' (B, H, n, D) keys and values; return all of them."""
+        if self.keys is not None:
+            k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
+        self.keys, self.values = k, v
+        return k, v
+
+    def select(self, rows: Tensor) -> None:
+        """Keep batch rows `rows` (beam search's surviving hypotheses), in that order."""
+        if self.keys is not None:
+            self.keys, self.values = self.keys[rows], self.values[rows]
+        if self.memory is not None:
+            self.memory = (self.memory[0][rows], self.memory[1][rows])
+
+
+class KVCache:
+    """The decoding state of a causal stack (`Transformer.decode`, the translation decoder's `decode`): its
+    inputs so far (tokens or embeddings, (B, T, ...)) and one `LayerCache` per layer. An encoding that is not
+    `cacheable` leaves the layer caches empty and its stack recomputes the whole sequence from the inputs."""
+
+    def __init__(self, depth: int):
+        self.inputs: Tensor | None = None
+        self.layers = [LayerCache() for _ in range(depth)]
+
+    def extend(self, inputs: Tensor) -> Tensor:
+        """Append the new tokens' inputs (B, n, ...); return all inputs so far."""
+        self.inputs = inputs if self.inputs is None else torch.cat([self.inputs, inputs], dim=1)
+        return self.inputs
+
+    def select(self, rows: Tensor) -> None:
+        """Keep batch rows `rows` of every tensor, in that order (beam search)."""
+        self.inputs = self.inputs[rows]
+        for layer in self.layers:
+            layer.select(rows)
+
+
+def decoding_bias(encoding: PositionalEncoding, positions: Tensor, new: int, x: Tensor) -> Tensor | None:
+    """A cached step's shared bias: the last `new` query rows (..., H, new, T) of `bias(positions)`, in the
+    compute dtype (the rows are exact for every encoding: a bias is a function of the positions)."""
+    bias = encoding.bias(positions)
+    return None if bias is None else bias[..., -new:, :].to(compute_dtype(x))
+
+
 def sample_positions(batch: int, length: int, max_position: int, device=None, lengths: Tensor | None = None) -> Tensor:
     """(B, L) randomized positions, drawn per example (Ruoss et al. 2023): row b holds a sorted uniform sample
     without replacement of `lengths[b]` positions from [0, max_position) in its first `lengths[b]` slots (all
@@ -137,8 +189,12 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
-    def forward(self, x, encoding: PositionalEncoding, positions, mask, allowed, causal) -> Tensor:
-        """`mask`: the SDPA mask of `attention_masks` (in the compute dtype), or the forward's `FlexMasks`."""
+    def forward(self, x, encoding: PositionalEncoding, positions, mask, allowed, causal,
+                cache: LayerCache | None = None) -> Tensor:  # fmt: skip
+        """`mask`: the SDPA mask of `attention_masks` (in the compute dtype), or the forward's `FlexMasks`;
+        with a `cache`, a cached decoding step (see `decode_step`), `mask` then being `decoding_bias`."""
+        if cache is not None:
+            return self.decode_step(x, encoding, positions, mask, cache)
         B, L, C = x.shape
         qkv = self.qkv(x).view(B, L, 3, self.num_heads, C // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, D)
@@ -160,6 +216,32 @@ class Attention(nn.Module):
         )  # fmt: skip
         return self.out(y.transpose(1, 2).reshape(B, L, C))  # (B, L, C)
 
+    def decode_step(self, x, encoding: PositionalEncoding, positions, bias: Tensor | None, cache: LayerCache) -> Tensor:
+        """Causal attention of the n new tokens x (B, n, C) to themselves and the cached ones; `positions` (T,)
+        of all T tokens, the last n new; `bias` (..., H, n, T) the new rows of the shared bias. A content term
+        is computed with zero queries in the cached rows and its new rows kept (a row depends only on its own
+        query). Extends the cache; evaluation only (no dropout)."""
+        B, n, C = x.shape
+        q, k, v = self.qkv(x).view(B, n, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
+        q, k = encoding.rotate(q, k, positions[..., -n:])
+        k, v = cache.append(k, v)  # (B, H, T, D)
+        T = k.shape[-2]
+        mask = bias
+        if type(encoding).content_bias is not PositionalEncoding.content_bias:
+            queries = q.new_zeros(k.shape[:-1] + q.shape[-1:])  # (B, H, T, D)
+            queries[..., -n:, :] = q
+            extra = encoding.content_bias(queries, k, positions)
+            if extra is not None:
+                extra = extra[..., -n:, :]
+                mask = extra if mask is None else mask + extra
+        allowed = None if n == 1 else torch.ones(n, T, dtype=torch.bool, device=x.device).tril(T - n)
+        mask = merge_mask(mask, allowed)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(q.dtype)
+        y = encoding.attend(q, k, v, mask, is_causal=False, dropout_p=0.0, scale=encoding.attention_scale(),
+                            positions=positions)  # fmt: skip
+        return self.out(y.transpose(1, 2).reshape(B, n, C))
+
 
 class Block(nn.Module):
     """One Transformer layer, pre-LN (GPT-2, default) or post-LN (BERT / TUPE's setting)."""
@@ -174,11 +256,11 @@ class Block(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, encoding, positions, mask, allowed, causal) -> Tensor:
+    def forward(self, x, encoding, positions, mask, allowed, causal, cache: LayerCache | None = None) -> Tensor:
         if self.post_norm:
-            x = self.norm1(x + self.drop(self.attn(x, encoding, positions, mask, allowed, causal)))
+            x = self.norm1(x + self.drop(self.attn(x, encoding, positions, mask, allowed, causal, cache)))
             return self.norm2(x + self.ffn(x))
-        x = x + self.drop(self.attn(self.norm1(x), encoding, positions, mask, allowed, causal))
+        x = x + self.drop(self.attn(self.norm1(x), encoding, positions, mask, allowed, causal, cache))
         return x + self.ffn(self.norm2(x))
 
 
@@ -231,6 +313,30 @@ class Transformer(nn.Module):
 
     def default_positions(self, batch: int, length: int, device, lengths: Tensor | None = None) -> Tensor:
         return default_positions(self.encoding, self.training, batch, length, device, lengths)
+
+    def decode(self, tokens: Tensor, cache: KVCache) -> Tensor:
+        """Hidden states (B, n, C) of `tokens` (B, n), the continuation of those `cache` holds (none at first),
+        which it then holds too: equal to the last n rows of `self(all tokens)`. A `cacheable` encoding runs
+        the new tokens only, against the cached keys and values; any other recomputes the whole sequence.
+        Causal models; positions 0..T-1 (evaluation)."""
+        if not self.causal:
+            raise ConfigError("decode (a KV cache) needs a causal model")
+        n, everything = tokens.shape[1], cache.extend(tokens)
+        if not can_cache(self):
+            return self(everything)[:, -n:]
+        positions = self.default_positions(len(tokens), everything.shape[1], tokens.device)
+        x = self.encoding.embed(self.token_emb(tokens), positions[-n:])  # (B, n, C)
+        x = self.emb_drop(self.norm(x) if self.post_norm else x)
+        bias = decoding_bias(self.encoding, positions, n, x)
+        for block, layer in zip(self.blocks, cache.layers):
+            x = block(x, self.encoding, positions, bias, None, True, layer)
+        return x if self.post_norm else self.norm(x)
+
+
+def can_cache(model: nn.Module) -> bool:
+    """Whether `model` (with `.encoding`) decodes with a KV cache: a `cacheable` encoding, positions 0..T-1."""
+    sampled = model.training and model.encoding.randomize_positions is not None
+    return model.encoding.cacheable and not sampled
 
 
 def default_positions(encoding: PositionalEncoding, training: bool, batch: int, length: int, device,

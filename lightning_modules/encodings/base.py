@@ -81,6 +81,8 @@ class PositionalEncoding(nn.Module):
     shift_invariant: ClassVar[bool] = False  # logits unchanged when every position moves by a constant
     # every logit term it adds has a score_mod (FlexAttention can serve it); an instance may turn it off
     flex: bool = False
+    # decoding may keep each layer's rotated keys and values (see `cacheable`); an instance may turn it off
+    kv_cache: bool = True
 
     def __init__(self, *, dim: int, num_heads: int, max_length: int, causal: bool, cls_first: bool = False,
                  randomize_positions: int | None = None, randomize_positions_eval: bool = False):  # fmt: skip
@@ -165,6 +167,15 @@ class PositionalEncoding(nn.Module):
         """Whether the encoding adds a bias or a content term to the logits (FlexAttention only helps then)."""
         base = PositionalEncoding
         return type(self).bias is not base.bias or type(self).content_bias is not base.content_bias
+
+    @property
+    def cacheable(self) -> bool:
+        """A KV cache decodes exactly: a key's rotation does not change when later tokens come (not so for a
+        `length_dependent` encoding, whose frequencies follow the longest position, nor for positions sampled
+        afresh at evaluation), and `kv_cache` is not turned off. The cached step calls the hooks with the new
+        tokens' positions for `embed` / `rotate`, and takes the new queries' rows of `bias` and `content_bias`
+        (each row depends only on its own query, and on all keys: CoPE's counts and FoX's gates included)."""
+        return self.kv_cache and not self.length_dependent and not self.randomize_positions_eval
 
     @property
     def flex_capable(self) -> bool:

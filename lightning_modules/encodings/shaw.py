@@ -46,7 +46,7 @@ class Shaw(PositionalEncoding):
         if max_relative < 1:
             raise ConfigError(f"shaw needs max_relative >= 1, got {max_relative}")
         self.max_relative = max_relative
-        self.flex = not values  # the value term needs the attention weights
+        self.flex = self.kv_cache = not values  # the value term needs the square attention weights
         self.key_table = nn.Embedding(2 * max_relative + 1, self.head_dim)  # a^K
         self.value_table = nn.Embedding(2 * max_relative + 1, self.head_dim) if values else None  # a^V
         for table in (self.key_table, self.value_table):
