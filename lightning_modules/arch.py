@@ -23,6 +23,8 @@ class ArchConfig:
     vocab_size: int = 64  # linked from data.vocab_size
     max_length: int = 256  # linked from data.max_seq_len: the longest sequence any split feeds
     token_init_std: float = 0.02  # token embeddings N(0, s^2): GPT-2 / BERT; 1.0 is nn.Embedding's default
+    # auto: FlexAttention on CUDA for an encoding whose logit terms have score_mods, SDPA otherwise; sdpa | flex force
+    attention_backend: str = "auto"
 
     @classmethod
     def of(cls, value: "ArchConfig | dict") -> "ArchConfig":

@@ -113,7 +113,9 @@ class SequenceClassifier(TaskModule):
         """Copy a pre-trained encoder in after checking that it has this model's encoding and sizes."""
         checkpoint = load_checkpoint(path)
         saved = ArchConfig.from_hparams(checkpoint.get("hyper_parameters", {}))
-        key = self.arch.first_difference(saved, ignore=("dropout", "token_init_std"))  # may change for fine-tuning
+        key = self.arch.first_difference(
+            saved, ignore=("dropout", "token_init_std", "attention_backend")
+        )  # may change for fine-tuning
         if key is not None:
             raise ConfigError(
                 f"init_from {path}: the checkpoint has arch.{key}={getattr(saved, key)!r} but this model has "

@@ -1,14 +1,22 @@
-"""Encoder / decoder stack that calls the encoding hooks; one attention path through SDPA.
+"""Encoder / decoder stack that calls the encoding hooks; attention through SDPA, or FlexAttention for an
+encoding whose logit terms are score_mods.
 
 Shape legend: B batch, H heads, L length, D head dim, C model width.
 """
 
+import functools
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from errors import ConfigError
 from lightning_modules.arch import ArchConfig
-from lightning_modules.encodings import PositionalEncoding, build_encoding
+from lightning_modules.encodings import ENCODINGS, PositionalEncoding, build_encoding
+from lightning_modules.encodings.base import ScoreMod, chain_score_mods
+
+BACKENDS = ("auto", "sdpa", "flex")
 
 
 def merge_mask(logits: Tensor | None, allowed: Tensor | None) -> Tensor | None:
@@ -50,6 +58,106 @@ def attention_masks(bias: Tensor | None, length: int, causal: bool, padding_mask
     return merge_mask(bias, allowed), allowed
 
 
+@dataclass
+class FlexMasks:
+    """What every layer's FlexAttention call shares in one forward: the encoding's bias as a score_mod and
+    the block mask of causality / padding (None when neither is needed)."""
+
+    score_mod: ScoreMod | None
+    block_mask: BlockMask | None
+
+
+def flex_block_mask(length: int, causal: bool, padding_mask: Tensor | None, device) -> BlockMask | None:
+    """The "may attend" mask of `attention_masks` as a FlexAttention block mask: the causal triangle (padding
+    ignored, as there: right padding is never seen by a real query), or the real keys of a padded batch."""
+    if causal:
+        return create_block_mask(lambda b, h, i, j: j <= i, None, None, length, length, device=device)
+    if padding_mask is None:
+        return None
+    keys = padding_mask.bool()
+    return create_block_mask(lambda b, h, i, j: keys[b, j], len(keys), None, length, length, device=device)
+
+
+@functools.cache
+def compiled_flex_attention():
+    """`flex_attention` compiled once: only compiled does it run fused kernels (eager materialises the scores)."""
+    return torch.compile(flex_attention)
+
+
+def run_flex_attention(q, k, v, score_mod: ScoreMod | None, block_mask: BlockMask | None, scale: float) -> Tensor:
+    """FlexAttention, compiled on CUDA; eager elsewhere (CPU tests) and inside an already compiled block."""
+    compiled = q.is_cuda and not torch.compiler.is_compiling()
+    attend = compiled_flex_attention() if compiled else flex_attention
+    return attend(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+def check_attention_backend(backend: str, encoding: PositionalEncoding, dropout: float) -> None:
+    """One-line ConfigError for an unknown backend, or flex forced where FlexAttention cannot serve."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown attention_backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    if backend != "flex":
+        return
+    if not encoding.flex_capable:
+        able = [name for name, cls in ENCODINGS.items() if cls.flex]
+        raise ConfigError(f"attention_backend=flex cannot serve encoding {encoding.name!r} (a logit term with no "
+                          f"score_mod); use auto or sdpa, or one of: {', '.join(able)}")  # fmt: skip
+    if dropout > 0:
+        raise ConfigError(f"attention_backend=flex has no attention dropout; set dropout=0 (got {dropout}) or "
+                          "use auto (SDPA while training with dropout)")  # fmt: skip
+
+
+class LayerCache:
+    """One layer's keys and values (B, H, T, D) of the tokens decoded so far (rotated, as attention used them),
+    and, in the translation decoder, its cross-attention's keys and values of the source."""
+
+    def __init__(self):
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.memory: tuple[Tensor, Tensor] | None = None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the new tokens' (B, H, n, D) keys and values; return all of them."""
+        if self.keys is not None:
+            k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
+        self.keys, self.values = k, v
+        return k, v
+
+    def select(self, rows: Tensor) -> None:
+        """Keep batch rows `rows` (beam search's surviving hypotheses), in that order."""
+        if self.keys is not None:
+            self.keys, self.values = self.keys[rows], self.values[rows]
+        if self.memory is not None:
+            self.memory = (self.memory[0][rows], self.memory[1][rows])
+
+
+class KVCache:
+    """The decoding state of a causal stack (`Transformer.decode`, the translation decoder's `decode`): its
+    inputs so far (tokens or embeddings, (B, T, ...)) and one `LayerCache` per layer. An encoding that is not
+    `cacheable` leaves the layer caches empty and its stack recomputes the whole sequence from the inputs."""
+
+    def __init__(self, depth: int):
+        self.inputs: Tensor | None = None
+        self.layers = [LayerCache() for _ in range(depth)]
+
+    def extend(self, inputs: Tensor) -> Tensor:
+        """Append the new tokens' inputs (B, n, ...); return all inputs so far."""
+        self.inputs = inputs if self.inputs is None else torch.cat([self.inputs, inputs], dim=1)
+        return self.inputs
+
+    def select(self, rows: Tensor) -> None:
+        """Keep batch rows `rows` of every tensor, in that order (beam search)."""
+        self.inputs = self.inputs[rows]
+        for layer in self.layers:
+            layer.select(rows)
+
+
+def decoding_bias(encoding: PositionalEncoding, positions: Tensor, new: int, x: Tensor) -> Tensor | None:
+    """A cached step's shared bias: the last `new` query rows (..., H, new, T) of `bias(positions)`, in the
+    compute dtype (the rows are exact for every encoding: a bias is a function of the positions)."""
+    bias = encoding.bias(positions)
+    return None if bias is None else bias[..., -new:, :].to(compute_dtype(x))
+
+
 def sample_positions(batch: int, length: int, max_position: int, device=None, lengths: Tensor | None = None) -> Tensor:
     """(B, L) randomized positions, drawn per example (Ruoss et al. 2023): row b holds a sorted uniform sample
     without replacement of `lengths[b]` positions from [0, max_position) in its first `lengths[b]` slots (all
@@ -81,23 +189,58 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
-    def forward(self, x, encoding: PositionalEncoding, positions, mask, allowed, causal) -> Tensor:
+    def forward(self, x, encoding: PositionalEncoding, positions, mask, allowed, causal,
+                cache: LayerCache | None = None) -> Tensor:  # fmt: skip
+        """`mask`: the SDPA mask of `attention_masks` (in the compute dtype), or the forward's `FlexMasks`;
+        with a `cache`, a cached decoding step (see `decode_step`), `mask` then being `decoding_bias`."""
+        if cache is not None:
+            return self.decode_step(x, encoding, positions, mask, cache)
         B, L, C = x.shape
         qkv = self.qkv(x).view(B, L, 3, self.num_heads, C // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, D)
         q, k = encoding.rotate(q, k, positions)
+        if isinstance(mask, FlexMasks):
+            score_mod = chain_score_mods(mask.score_mod, encoding.content_score_mod(q, k, positions))
+            y = run_flex_attention(q, k, v, score_mod, mask.block_mask, encoding.attention_scale())
+            return self.out(y.transpose(1, 2).reshape(B, L, C))
         extra = encoding.content_bias(q, k, positions)  # (B, H, L, L) or None
         if extra is not None:
             if causal and allowed is None:  # the causal triangle, so far left to SDPA's is_causal
                 allowed = allowed_mask(L, True, None, x.device)
             mask = merge_mask(extra if mask is None or mask.dtype == torch.bool else mask + extra, allowed)
         if mask is not None and mask.is_floating_point():
-            mask = mask.to(q.dtype)
+            mask = mask.to(q.dtype)  # a no-op but for a content term: the shared mask is in the compute dtype
         y = encoding.attend(
             q, k, v, mask, is_causal=causal and mask is None, dropout_p=self.dropout if self.training else 0.0,
             scale=encoding.attention_scale(), positions=positions,
         )  # fmt: skip
         return self.out(y.transpose(1, 2).reshape(B, L, C))  # (B, L, C)
+
+    def decode_step(self, x, encoding: PositionalEncoding, positions, bias: Tensor | None, cache: LayerCache) -> Tensor:
+        """Causal attention of the n new tokens x (B, n, C) to themselves and the cached ones; `positions` (T,)
+        of all T tokens, the last n new; `bias` (..., H, n, T) the new rows of the shared bias. A content term
+        is computed with zero queries in the cached rows and its new rows kept (a row depends only on its own
+        query). Extends the cache; evaluation only (no dropout)."""
+        B, n, C = x.shape
+        q, k, v = self.qkv(x).view(B, n, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
+        q, k = encoding.rotate(q, k, positions[..., -n:])
+        k, v = cache.append(k, v)  # (B, H, T, D)
+        T = k.shape[-2]
+        mask = bias
+        if type(encoding).content_bias is not PositionalEncoding.content_bias:
+            queries = q.new_zeros(k.shape[:-1] + q.shape[-1:])  # (B, H, T, D)
+            queries[..., -n:, :] = q
+            extra = encoding.content_bias(queries, k, positions)
+            if extra is not None:
+                extra = extra[..., -n:, :]
+                mask = extra if mask is None else mask + extra
+        allowed = None if n == 1 else torch.ones(n, T, dtype=torch.bool, device=x.device).tril(T - n)
+        mask = merge_mask(mask, allowed)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(q.dtype)
+        y = encoding.attend(q, k, v, mask, is_causal=False, dropout_p=0.0, scale=encoding.attention_scale(),
+                            positions=positions)  # fmt: skip
+        return self.out(y.transpose(1, 2).reshape(B, n, C))
 
 
 class Block(nn.Module):
@@ -113,11 +256,11 @@ class Block(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, encoding, positions, mask, allowed, causal) -> Tensor:
+    def forward(self, x, encoding, positions, mask, allowed, causal, cache: LayerCache | None = None) -> Tensor:
         if self.post_norm:
-            x = self.norm1(x + self.drop(self.attn(x, encoding, positions, mask, allowed, causal)))
+            x = self.norm1(x + self.drop(self.attn(x, encoding, positions, mask, allowed, causal, cache)))
             return self.norm2(x + self.ffn(x))
-        x = x + self.drop(self.attn(self.norm1(x), encoding, positions, mask, allowed, causal))
+        x = x + self.drop(self.attn(self.norm1(x), encoding, positions, mask, allowed, causal, cache))
         return x + self.ffn(self.norm2(x))
 
 
@@ -137,6 +280,7 @@ class Transformer(nn.Module):
         dim, dropout, post_norm = arch.dim, arch.dropout, arch.post_norm
         self.arch, self.causal = arch, causal
         self.encoding = build_arch_encoding(arch, causal=causal, cls_first=cls_first)
+        check_attention_backend(arch.attention_backend, self.encoding, arch.dropout)
         self.token_emb = nn.Embedding(arch.vocab_size, dim)
         self.emb_drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
@@ -162,13 +306,37 @@ class Transformer(nn.Module):
             positions = example_positions(positions, padding_mask)
         x = self.encoding.embed(self.token_emb(tokens), positions)  # (B, L, C)
         x = self.emb_drop(self.norm(x) if self.post_norm else x)
-        mask, allowed = attention_masks(self.encoding.bias(positions), L, self.causal, padding_mask, tokens.device)
+        mask, allowed = layer_masks(self, positions, x, padding_mask)
         for block in self.blocks:
             x = block(x, self.encoding, positions, mask, allowed, self.causal)
         return x if self.post_norm else self.norm(x)
 
     def default_positions(self, batch: int, length: int, device, lengths: Tensor | None = None) -> Tensor:
         return default_positions(self.encoding, self.training, batch, length, device, lengths)
+
+    def decode(self, tokens: Tensor, cache: KVCache) -> Tensor:
+        """Hidden states (B, n, C) of `tokens` (B, n), the continuation of those `cache` holds (none at first),
+        which it then holds too: equal to the last n rows of `self(all tokens)`. A `cacheable` encoding runs
+        the new tokens only, against the cached keys and values; any other recomputes the whole sequence.
+        Causal models; positions 0..T-1 (evaluation)."""
+        if not self.causal:
+            raise ConfigError("decode (a KV cache) needs a causal model")
+        n, everything = tokens.shape[1], cache.extend(tokens)
+        if not can_cache(self):
+            return self(everything)[:, -n:]
+        positions = self.default_positions(len(tokens), everything.shape[1], tokens.device)
+        x = self.encoding.embed(self.token_emb(tokens), positions[-n:])  # (B, n, C)
+        x = self.emb_drop(self.norm(x) if self.post_norm else x)
+        bias = decoding_bias(self.encoding, positions, n, x)
+        for block, layer in zip(self.blocks, cache.layers):
+            x = block(x, self.encoding, positions, bias, None, True, layer)
+        return x if self.post_norm else self.norm(x)
+
+
+def can_cache(model: nn.Module) -> bool:
+    """Whether `model` (with `.encoding`) decodes with a KV cache: a `cacheable` encoding, positions 0..T-1."""
+    sampled = model.training and model.encoding.randomize_positions is not None
+    return model.encoding.cacheable and not sampled
 
 
 def default_positions(encoding: PositionalEncoding, training: bool, batch: int, length: int, device,
@@ -182,6 +350,42 @@ def default_positions(encoding: PositionalEncoding, training: bool, batch: int, 
         return sample_positions(batch, length, max_position, device, lengths)
     encoding.reserve(length)
     return torch.arange(length, device=device)
+
+
+def uses_flex(model: nn.Module, x: Tensor) -> bool:
+    """Whether this forward of `model` (a Transformer or decoder: `.arch`, `.encoding`) runs FlexAttention:
+    forced, or auto on CUDA for an encoding with logit terms that all have score_mods, outside training with
+    attention dropout (FlexAttention has none)."""
+    backend, encoding = model.arch.attention_backend, model.encoding
+    if backend == "flex" and not x.is_cuda and torch.is_grad_enabled():
+        raise ConfigError("attention_backend=flex has no backward on the CPU (FlexAttention's); train with auto "
+                          "or sdpa, or evaluate under torch.no_grad()")  # fmt: skip
+    if backend != "auto":
+        return backend == "flex"
+    dropout = model.training and model.arch.dropout > 0
+    return x.is_cuda and encoding.flex and encoding.adds_logit_terms and not dropout
+
+
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype the layers compute in: autocast's when it is on, else the activations'."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
+
+
+def layer_masks(
+    model: nn.Module, positions: Tensor, x: Tensor, padding_mask: Tensor | None, causal: bool | None = None
+):
+    """(mask, allowed) every layer of one forward shares: the `FlexMasks` (and None) on the flex path, else
+    `attention_masks` with the float mask cast once to the compute dtype (never again per layer)."""
+    causal = model.causal if causal is None else causal
+    L = x.shape[1]
+    if uses_flex(model, x):
+        return FlexMasks(model.encoding.score_mod(positions), flex_block_mask(L, causal, padding_mask, x.device)), None
+    mask, allowed = attention_masks(model.encoding.bias(positions), L, causal, padding_mask, x.device)
+    if mask is not None and mask.is_floating_point():
+        mask = mask.to(compute_dtype(x))
+    return mask, allowed
 
 
 def build_arch_encoding(arch: ArchConfig, causal: bool, cls_first: bool = False) -> PositionalEncoding:

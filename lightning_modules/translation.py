@@ -21,11 +21,16 @@ from lightning_modules.optim import check_finite, check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import (
     Attention,
+    KVCache,
+    LayerCache,
     Transformer,
-    attention_masks,
     build_arch_encoding,
+    can_cache,
+    check_attention_backend,
+    decoding_bias,
     default_positions,
     init_weights,
+    layer_masks,
 )
 from vocab import BOS, EOS, IGNORE_INDEX, PAD
 
@@ -48,12 +53,18 @@ class CrossAttention(nn.Module):
         self.kv = nn.Linear(dim, 2 * dim)
         self.out = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, memory: Tensor, memory_allowed: Tensor) -> Tensor:
-        """x (B, T, C), memory (B, S, C), memory_allowed (B, 1, 1, S) True = real source token."""
+    def forward(self, x: Tensor, memory: Tensor, memory_allowed: Tensor, cache: LayerCache | None = None) -> Tensor:
+        """x (B, T, C), memory (B, S, C), memory_allowed (B, 1, 1, S) True = real source token; a decoding
+        `cache` keeps the source's keys and values after its first step."""
         B, T, C = x.shape
         H, D = self.num_heads, C // self.num_heads
         q = self.q(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        k, v = self.kv(memory).view(B, -1, 2, H, D).permute(2, 0, 3, 1, 4)  # each (B, H, S, D)
+        if cache is not None and cache.memory is not None:
+            k, v = cache.memory
+        else:
+            k, v = self.kv(memory).view(B, -1, 2, H, D).permute(2, 0, 3, 1, 4)  # each (B, H, S, D)
+            if cache is not None:
+                cache.memory = (k, v)
         dropout = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=memory_allowed, dropout_p=dropout)  # (B, H, T, D)
         return self.out(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
@@ -74,14 +85,14 @@ class DecoderBlock(nn.Module):
         self.norm1, self.norm2, self.norm3 = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, memory, memory_allowed, encoding, positions, mask, allowed) -> Tensor:
-        self_attn = lambda h: self.self_attn(h, encoding, positions, mask, allowed, True)
+    def forward(self, x, memory, memory_allowed, encoding, positions, mask, allowed, cache=None) -> Tensor:
+        self_attn = lambda h: self.self_attn(h, encoding, positions, mask, allowed, True, cache)
         if self.post_norm:
             x = self.norm1(x + self.drop(self_attn(x)))
-            x = self.norm2(x + self.drop(self.cross_attn(x, memory, memory_allowed)))
+            x = self.norm2(x + self.drop(self.cross_attn(x, memory, memory_allowed, cache)))
             return self.norm3(x + self.ffn(x))
         x = x + self.drop(self_attn(self.norm1(x)))
-        x = x + self.drop(self.cross_attn(self.norm2(x), memory, memory_allowed))
+        x = x + self.drop(self.cross_attn(self.norm2(x), memory, memory_allowed, cache))
         return x + self.ffn(self.norm3(x))
 
 
@@ -91,7 +102,8 @@ class Decoder(nn.Module):
 
     def __init__(self, arch: ArchConfig):
         super().__init__()
-        self.encoding, self.post_norm = build_arch_encoding(arch, causal=True), arch.post_norm
+        self.encoding, self.post_norm, self.arch = build_arch_encoding(arch, causal=True), arch.post_norm, arch
+        check_attention_backend(arch.attention_backend, self.encoding, arch.dropout)
         self.emb_drop = nn.Dropout(arch.dropout)
         self.blocks = nn.ModuleList(
             DecoderBlock(arch.dim, arch.num_heads, arch.ffn_mult, arch.dropout, arch.post_norm)
@@ -106,7 +118,7 @@ class Decoder(nn.Module):
         positions = self.default_positions(B, T, x.device)
         x = self.encoding.embed(x, positions)
         x = self.emb_drop(self.norm(x) if self.post_norm else x)
-        mask, allowed = attention_masks(self.encoding.bias(positions), T, True, None, x.device)
+        mask, allowed = layer_masks(self, positions, x, None, causal=True)
         memory_allowed = src_mask[:, None, None, :].bool()  # (B, 1, 1, S)
         for block in self.blocks:
             x = block(x, memory, memory_allowed, self.encoding, positions, mask, allowed)
@@ -114,6 +126,21 @@ class Decoder(nn.Module):
 
     def default_positions(self, batch: int, length: int, device) -> Tensor:
         return default_positions(self.encoding, self.training, batch, length, device)
+
+    def decode(self, x: Tensor, memory: Tensor, src_mask: Tensor, cache: KVCache) -> Tensor:
+        """Hidden states (B, n, C) of the new token embeddings x (B, n, C) after those `cache` holds: the last
+        n rows of `self(all of them, memory, src_mask)`, through the KV cache (`Transformer.decode`)."""
+        n, everything = x.shape[1], cache.extend(x)
+        if not can_cache(self):
+            return self(everything, memory, src_mask)[:, -n:]
+        positions = self.default_positions(len(x), everything.shape[1], x.device)
+        x = self.encoding.embed(x, positions[-n:])
+        x = self.emb_drop(self.norm(x) if self.post_norm else x)
+        bias = decoding_bias(self.encoding, positions, n, x)
+        memory_allowed = src_mask[:, None, None, :].bool()
+        for block, layer in zip(self.blocks, cache.layers):
+            x = block(x, memory, memory_allowed, self.encoding, positions, bias, None, layer)
+        return x if self.post_norm else self.norm(x)
 
 
 def check_encoder_encoding(name: str) -> None:
@@ -215,9 +242,16 @@ class TranslationModel(TaskModule):
         logits[..., NEVER_GENERATED] = float("-inf")
         return logits.log_softmax(-1)
 
-    def next_log_probs(self, tokens: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
-        """tokens (B, t) prefixes -> (B, V) log-probabilities of the next token (whole prefix re-decoded)."""
-        return self.log_probs(self.logits(self.decode(tokens, memory, src_mask)[:, -1]))
+    def next_log_probs(self, tokens: Tensor, memory: Tensor, src_mask: Tensor, cache: KVCache | None = None) -> Tensor:
+        """tokens (B, t) prefixes -> (B, V) log-probabilities of the next token: with a `cache` holding the
+        first t - 1 tokens' state, only the last token is decoded; without, the whole prefix is re-decoded."""
+        if cache is None:
+            return self.log_probs(self.logits(self.decode(tokens, memory, src_mask)[:, -1]))
+        hidden = self.decoder.decode(self.token_emb(tokens[:, -1:]), memory, src_mask, cache)
+        return self.log_probs(self.logits(hidden[:, -1]))
+
+    def new_cache(self, cache: bool) -> KVCache | None:
+        return KVCache(len(self.decoder.blocks)) if cache else None
 
     # --- decoding --------------------------------------------------------------------------------------
 
@@ -226,13 +260,14 @@ class TranslationModel(TaskModule):
         return min(limit, self.arch.max_length) if max_len is None else max_len
 
     @torch.no_grad()
-    def greedy(self, src: Tensor, src_mask: Tensor, max_len: int | None = None) -> Tensor:
-        """(B, N) argmax continuation of BOS: each row ends at its first EOS, PAD after it (N <= max_len)."""
-        memory = self.encode(src, src_mask)  # (B, S, C)
+    def greedy(self, src: Tensor, src_mask: Tensor, max_len: int | None = None, cache: bool = True) -> Tensor:
+        """(B, N) argmax continuation of BOS: each row ends at its first EOS, PAD after it (N <= max_len).
+        `cache`: decode through a KV cache (the same result; False re-decodes every prefix)."""
+        memory, state = self.encode(src, src_mask), self.new_cache(cache)  # (B, S, C)
         tokens = torch.full((len(src), 1), BOS, dtype=torch.long, device=src.device)  # (B, 1)
         done = torch.zeros(len(src), dtype=torch.bool, device=src.device)
         for _ in range(self.decode_steps(max_len)):
-            step = self.next_log_probs(tokens, memory, src_mask).argmax(-1)  # (B,)
+            step = self.next_log_probs(tokens, memory, src_mask, state).argmax(-1)  # (B,)
             step = step.masked_fill(done, PAD)
             tokens = torch.cat([tokens, step[:, None]], dim=1)
             done |= step == EOS
@@ -241,7 +276,8 @@ class TranslationModel(TaskModule):
         return tokens[:, 1:]
 
     @torch.no_grad()
-    def beam_search(self, src: Tensor, src_mask: Tensor, beam_size: int | None = None, max_len: int | None = None):
+    def beam_search(self, src: Tensor, src_mask: Tensor, beam_size: int | None = None, max_len: int | None = None,
+                    cache: bool = True):  # fmt: skip
         """Batched beam search -> ((B, N) best hypotheses ending at EOS with PAD after, (B,) their scores).
 
         Score of a hypothesis y_1..y_n (y_n = EOS, or the last of max_len tokens when none ended) =
@@ -250,10 +286,12 @@ class TranslationModel(TaskModule):
         K * V extensions of the K live hypotheses by summed log-probability; an extension ending in EOS
         and ranked within the top K is finished, the K best other extensions stay live; a sentence is done
         once it has K finished hypotheses. The live ones at max_len also compete. beam_size=1 is greedy.
+        `cache`: decode through a KV cache, reordered with the surviving beams (the same result).
         """
         K, B, N = beam_size or self.hparams.beam_size, len(src), self.decode_steps(max_len)
         memory = self.encode(src, src_mask).repeat_interleave(K, dim=0)  # (B*K, S, C)
         mask = src_mask.repeat_interleave(K, dim=0)  # (B*K, S)
+        state = self.new_cache(cache)
         tokens = torch.full((B, K, 1), BOS, dtype=torch.long, device=src.device)  # (B, K, 1 + t)
         scores = torch.full((B, K), float("-inf"), device=src.device)  # summed log-probs of live beams
         scores[:, 0] = 0.0  # one live hypothesis (BOS) at the start
@@ -261,7 +299,7 @@ class TranslationModel(TaskModule):
         best_score = torch.full((B,), float("-inf"), device=src.device)
         finished = torch.zeros(B, dtype=torch.long, device=src.device)  # finished hypotheses per sentence
         for t in range(1, N + 1):  # t = length of the extended hypotheses
-            step = self.next_log_probs(tokens.view(B * K, t), memory, mask).view(B, K, -1)  # (B, K, V)
+            step = self.next_log_probs(tokens.view(B * K, t), memory, mask, state).view(B, K, -1)  # (B, K, V)
             candidates = (scores[:, :, None] + step).view(B, -1)  # (B, K*V)
             top, index = candidates.topk(min(2 * K, candidates.shape[1]), dim=-1)  # (B, 2K)
             beam, token = index // step.shape[-1], index % step.shape[-1]
@@ -272,6 +310,8 @@ class TranslationModel(TaskModule):
             live = top.masked_fill(token == EOS, float("-inf")).topk(K, dim=-1)  # K best non-EOS extensions
             beam, token = beam.gather(1, live.indices), token.gather(1, live.indices)  # (B, K)
             tokens = torch.cat([tokens.gather(1, beam[:, :, None].expand(-1, -1, t)), token[:, :, None]], dim=2)
+            if state is not None:
+                state.select((beam + K * torch.arange(B, device=src.device)[:, None]).flatten())  # (B*K,) rows
             scores = live.values
             if bool((finished >= K).all()):
                 return best, best_score

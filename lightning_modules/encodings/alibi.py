@@ -4,7 +4,7 @@ import torch
 from torch import Tensor
 
 from errors import ConfigError
-from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import relative_distance
 
 
@@ -32,6 +32,7 @@ class ALiBi(PositionalEncoding):
 
     name = "alibi"
     shift_invariant = True
+    flex = True
 
     def __init__(self, *, heads: int | None = None, **common):
         super().__init__(**common)
@@ -44,3 +45,7 @@ class ALiBi(PositionalEncoding):
     def bias(self, positions: Tensor) -> Tensor:
         distance = relative_distance(positions).abs().unsqueeze(-3).float()  # (..., 1, L, L)
         return -self.slopes * distance  # (..., H, L, L)
+
+    def score_mod(self, positions: Tensor) -> ScoreMod:
+        at, slopes = position_at(positions), self.slopes.flatten()  # (H,)
+        return lambda score, b, h, i, j: score - slopes[h] * (at(b, j) - at(b, i)).abs()

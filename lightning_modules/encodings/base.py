@@ -5,6 +5,7 @@ Positions are an explicit LongTensor of shape (L,) shared by the batch, or (B, L
 """
 
 import itertools
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -12,6 +13,26 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from errors import ConfigError
+
+# a FlexAttention score_mod: (score, b, h, i, j) -> score plus the logit term at batch b, head h, query slot i,
+# key slot j (scalar tensors; `torch.nn.attention.flex_attention`)
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def position_at(positions: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+    """(L,) or (B, L) positions -> (b, i) -> the position of slot i in row b, for a score_mod."""
+    if positions.dim() == 1:
+        return lambda b, i: positions[i]
+    return lambda b, i: positions[b, i]
+
+
+def chain_score_mods(*mods: ScoreMod | None) -> ScoreMod | None:
+    """One score_mod applying each given one in turn (None when none is given)."""
+    mods = [mod for mod in mods if mod is not None]
+    if len(mods) < 2:
+        return mods[0] if mods else None
+    first, second = mods
+    return lambda score, b, h, i, j: second(first(score, b, h, i, j), b, h, i, j)
 
 
 class PositionalEncoding(nn.Module):
@@ -26,6 +47,10 @@ class PositionalEncoding(nn.Module):
     - `attend(q, k, v, mask, ...)` in every layer: softmax attention through SDPA; overridden only by an
       encoding that needs the attention weights themselves (Shaw's relative values).
     Capabilities are class attributes, checked when the model is built.
+    FlexAttention (`flex = True`): the encoding's logit terms are also written as score_mods, evaluated inside
+    the fused kernel instead of read from a dense (B, H, L, L) mask: `score_mod(positions)` is `bias`
+    (built once per forward), `content_score_mod(q, k, positions)` is `content_bias` (every layer); the
+    Transformer then calls these instead of `bias` / `content_bias` when its attention backend is flex.
     `randomize_positions` (Ruoss et al. 2023, every encoding): at training time the Transformer feeds
     sorted distinct positions sampled from [0, randomize_positions) instead of 0..L-1, one draw per example for
     its own length (a padded batch's examples do not share the padded length's draw); evaluation uses 0..L-1,
@@ -54,6 +79,10 @@ class PositionalEncoding(nn.Module):
     # RoPE's dynamic NTK: given a padding mask, the Transformer passes (B, L) positions with padded slots at 0
     length_dependent: bool = False
     shift_invariant: ClassVar[bool] = False  # logits unchanged when every position moves by a constant
+    # every logit term it adds has a score_mod (FlexAttention can serve it); an instance may turn it off
+    flex: bool = False
+    # decoding may keep each layer's rotated keys and values (see `cacheable`); an instance may turn it off
+    kv_cache: bool = True
 
     def __init__(self, *, dim: int, num_heads: int, max_length: int, causal: bool, cls_first: bool = False,
                  randomize_positions: int | None = None, randomize_positions_eval: bool = False):  # fmt: skip
@@ -123,6 +152,35 @@ class PositionalEncoding(nn.Module):
     def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor | None:
         """Content-dependent relative logit term (B, H, L, L), or None."""
         return None
+
+    def score_mod(self, positions: Tensor) -> ScoreMod | None:
+        """`bias(positions)` as a FlexAttention score_mod (adds bias[b, h, i, j] to the scaled score), or None
+        without a bias; built once per forward."""
+        return None
+
+    def content_score_mod(self, q: Tensor, k: Tensor, positions: Tensor) -> ScoreMod | None:
+        """`content_bias(q, k, positions)` as a FlexAttention score_mod, or None without one; every layer."""
+        return None
+
+    @property
+    def adds_logit_terms(self) -> bool:
+        """Whether the encoding adds a bias or a content term to the logits (FlexAttention only helps then)."""
+        base = PositionalEncoding
+        return type(self).bias is not base.bias or type(self).content_bias is not base.content_bias
+
+    @property
+    def cacheable(self) -> bool:
+        """A KV cache decodes exactly: a key's rotation does not change when later tokens come (not so for a
+        `length_dependent` encoding, whose frequencies follow the longest position, nor for positions sampled
+        afresh at evaluation), and `kv_cache` is not turned off. The cached step calls the hooks with the new
+        tokens' positions for `embed` / `rotate`, and takes the new queries' rows of `bias` and `content_bias`
+        (each row depends only on its own query, and on all keys: CoPE's counts and FoX's gates included)."""
+        return self.kv_cache and not self.length_dependent and not self.randomize_positions_eval
+
+    @property
+    def flex_capable(self) -> bool:
+        """FlexAttention can serve it: every logit term has a score_mod, or it adds none."""
+        return self.flex or not self.adds_logit_terms
 
     def attention_scale(self) -> float:
         """Scale of the content logits q.k."""

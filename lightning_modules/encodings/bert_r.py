@@ -1,7 +1,7 @@
 from torch import Tensor, nn
 
 from lightning_modules.encodings.learned import LearnedAbsolute
-from lightning_modules.encodings.t5_bias import T5Bias, bucket_bias
+from lightning_modules.encodings.t5_bias import T5Bias, bucket_bias, distance_score_mod
 from lightning_modules.encodings.tupe import bert_init
 
 
@@ -17,6 +17,7 @@ class BertR(LearnedAbsolute):
     """
 
     name = "bert_r"
+    flex = True
 
     def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, **kwargs):
         super().__init__(**kwargs)
@@ -31,3 +32,6 @@ class BertR(LearnedAbsolute):
 
     def bias(self, positions: Tensor) -> Tensor:
         return bucket_bias(self.relative_table.weight, self.buckets(positions))  # (..., H, L, L)
+
+    def score_mod(self, positions: Tensor):
+        return distance_score_mod(self.relative_table.weight, self.distance_buckets, positions, self.table_length - 1)

@@ -2,7 +2,7 @@ import torch
 from torch import Tensor, nn
 
 from errors import ConfigError
-from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import distances, relative_distance
 
 
@@ -36,6 +36,7 @@ class DeBERTa(PositionalEncoding):
 
     name = "deberta"
     shift_invariant = True
+    flex = True
 
     def __init__(self, *, position_buckets: int = 256, max_relative_positions: int = 512, **common):
         super().__init__(**common)
@@ -91,3 +92,18 @@ class DeBERTa(PositionalEncoding):
         c2p = (q @ pos_k.transpose(-1, -2)).gather(-1, index)  # q_i . Kr[d(i, j)]
         p2c = (k @ pos_q.transpose(-1, -2)).gather(-1, index.transpose(-1, -2)).transpose(-1, -2)  # k_j . Qr[d(i, j)]
         return (c2p + p2c) * self.attention_scale()
+
+    def content_score_mod(self, q: Tensor, k: Tensor, positions: Tensor) -> ScoreMod:
+        """c2p and p2c over all 2S table rows, looked up per (i, j) as `content_bias`: q_i . Kr[d] + k_j . Qr[d]."""
+        r = self.norm(self.table.weight)  # (2S, C)
+        pos_k = self.pos_key(r).unflatten(-1, (self.num_heads, self.head_dim)).transpose(0, 1)  # (H, 2S, D)
+        pos_q = self.pos_query(r).unflatten(-1, (self.num_heads, self.head_dim)).transpose(0, 1)  # (H, 2S, D)
+        scale = self.attention_scale()
+        c2p, p2c = q @ pos_k.transpose(-1, -2) * scale, k @ pos_q.transpose(-1, -2) * scale  # (B, H, L, 2S)
+        at, rows, offset = position_at(positions), self.distance_rows, self.table_length - 1
+
+        def mod(score, b, h, i, j):
+            row = rows[at(b, j) - at(b, i) + offset]
+            return score + c2p[b, h, i, row] + p2c[b, h, j, row]
+
+        return mod

@@ -3,7 +3,7 @@ from torch import Tensor, nn
 
 from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding
-from lightning_modules.encodings.t5_bias import bucket_bias, distances, relative_distance
+from lightning_modules.encodings.t5_bias import bucket_bias, distance_score_mod, distances, relative_distance
 
 
 class DynamicBias(PositionalEncoding):
@@ -22,6 +22,7 @@ class DynamicBias(PositionalEncoding):
 
     name = "dynamic_bias"
     shift_invariant = True
+    flex = True
 
     def __init__(self, *, depth: int = 2, log_distance: bool = False, hidden_dim: int | None = None, **common):
         super().__init__(**common)
@@ -47,3 +48,6 @@ class DynamicBias(PositionalEncoding):
     def bias(self, positions: Tensor) -> Tensor:
         rows = relative_distance(positions) + self.table_length - 1  # (..., L, L) row of i - j
         return bucket_bias(self.mlp(self.distance_inputs), rows)  # (..., H, L, L)
+
+    def score_mod(self, positions: Tensor):
+        return distance_score_mod(self.mlp(self.distance_inputs), None, positions, self.table_length - 1)

@@ -1,7 +1,7 @@
 import torch
 from torch import Tensor, nn
 
-from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 
 
 class FIRE(PositionalEncoding):
@@ -19,6 +19,7 @@ class FIRE(PositionalEncoding):
     """
 
     name = "fire"
+    flex = True
 
     def __init__(self, *, mlp_width: int = 32, init_c: float = 0.1, init_threshold: float = 512.0,
                  eps: float = 1e-6, **common):  # fmt: skip
@@ -47,3 +48,18 @@ class FIRE(PositionalEncoding):
 
     def bias(self, positions: Tensor) -> Tensor:
         return self.mlp(self.normalized_distance(positions)[..., None]).movedim(-1, -3)  # (..., H, L, L)
+
+    def score_mod(self, positions: Tensor) -> ScoreMod:
+        """The MLP written out per (i, j) score, unrolled over its width (pointwise, so it fuses)."""
+        at, (w1, b1), (w2, b2) = position_at(positions), self.mlp[0].parameters(), self.mlp[2].parameters()
+        threshold = torch.abs(self.threshold_multiplier * self.init_threshold)
+
+        def mod(score, b, h, i, j):
+            query = at(b, i).float()
+            x = self.psi((query - at(b, j).float()).abs()) / (self.psi(torch.maximum(query, threshold)) + self.eps)
+            out = score + b2[h]
+            for w in range(w1.shape[0]):
+                out = out + w2[h, w] * torch.relu(w1[w, 0] * x + b1[w])
+            return out
+
+        return mod

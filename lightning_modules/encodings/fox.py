@@ -1,7 +1,7 @@
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.base import PositionalEncoding, ScoreMod
 
 
 class Fox(PositionalEncoding):
@@ -21,6 +21,7 @@ class Fox(PositionalEncoding):
 
     name = "fox"
     causal_only = True
+    flex = True
     shift_invariant = True  # positions enter only through the causal order
 
     def __init__(self, *, bias_init: float = 5.0, **common):
@@ -29,7 +30,15 @@ class Fox(PositionalEncoding):
         nn.init.constant_(self.gates.bias, bias_init)
 
     def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor:
+        cumulative = self.cumulative(k)  # (B, H, L)
+        return cumulative[..., :, None] - cumulative[..., None, :]  # (B, H, L, L); j > i is masked
+
+    def cumulative(self, k: Tensor) -> Tensor:
+        """(B, H, L, D) keys -> (B, H, L) the running sums c_t of log f_t."""
         B, H, L, D = k.shape
         keys = k.transpose(1, 2).reshape(B, L, H * D)  # (B, L, C)
-        cumulative = F.logsigmoid(self.gates(keys)).transpose(1, 2).cumsum(-1)  # (B, H, L)
-        return cumulative[..., :, None] - cumulative[..., None, :]  # (B, H, L, L); j > i is masked
+        return F.logsigmoid(self.gates(keys)).transpose(1, 2).cumsum(-1)  # (B, H, L)
+
+    def content_score_mod(self, q: Tensor, k: Tensor, positions: Tensor) -> ScoreMod:
+        cumulative = self.cumulative(k)
+        return lambda score, b, h, i, j: score + cumulative[b, h, i] - cumulative[b, h, j]

@@ -1,7 +1,7 @@
 import torch
 from torch import Tensor, nn
 
-from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import relative_distance
 
 
@@ -26,6 +26,7 @@ class KerpleLog(PositionalEncoding):
 
     name = "kerple_log"
     shift_invariant = True
+    flex = True
     eps = 1e-2
     r2_max: float | None = None
     init_ranges = (2.0, 1.0)  # r1 ~ U(0, 2), r2 ~ U(0, 1)
@@ -39,11 +40,19 @@ class KerpleLog(PositionalEncoding):
     def kernel(self, distance: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
         return -r1 * torch.log1p(r2 * distance)
 
-    def bias(self, positions: Tensor) -> Tensor:
+    def clamp_(self) -> None:
         self.r1.data.clamp_(min=self.eps)
         self.r2.data.clamp_(min=self.eps, max=self.r2_max)
+
+    def bias(self, positions: Tensor) -> Tensor:
+        self.clamp_()
         distance = abs_distance(positions)  # (..., 1, L, L)
         return self.kernel(distance, self.r1[:, None, None], self.r2[:, None, None])  # (..., H, L, L)
+
+    def score_mod(self, positions: Tensor) -> ScoreMod:
+        self.clamp_()
+        at, r1, r2 = position_at(positions), self.r1, self.r2
+        return lambda score, b, h, i, j: score + self.kernel((at(b, j) - at(b, i)).abs().float(), r1[h], r2[h])
 
 
 class KerplePower(KerpleLog):

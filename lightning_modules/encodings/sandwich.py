@@ -2,7 +2,7 @@ import torch
 from torch import Tensor
 
 from errors import ConfigError
-from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import distances, relative_distance
 
 
@@ -21,6 +21,7 @@ class Sandwich(PositionalEncoding):
 
     name = "sandwich"
     shift_invariant = True
+    flex = True
 
     def __init__(self, *, sandwich_dim: int = 128, **common):
         super().__init__(**common)
@@ -36,6 +37,15 @@ class Sandwich(PositionalEncoding):
     def bias(self, positions: Tensor) -> Tensor:
         inner = self.distance_inner[relative_distance(positions) + self.table_length - 1]  # (..., L, L)
         return inner.unsqueeze(-3) * self.head_scale  # (..., H, L, L)
+
+    def score_mod(self, positions: Tensor) -> ScoreMod:
+        at, inner, scale, offset = (
+            position_at(positions),
+            self.distance_inner,
+            self.head_scale.flatten(),
+            self.table_length - 1,
+        )
+        return lambda score, b, h, i, j: score + inner[at(b, j) - at(b, i) + offset] * scale[h]
 
     def distance_inner_table(self, positions: Tensor) -> Tensor:
         """(N,) positions 0..N-1 -> (2N - 1,) p_i . p_j - d'/2 = sum_k cos((j - i) w_k) - d'/2 for every distance."""

@@ -3,7 +3,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from errors import ConfigError
-from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import relative_distance
 
 
@@ -38,6 +38,7 @@ class Shaw(PositionalEncoding):
     """
 
     name = "shaw"
+    flex = True  # off with `values`
     shift_invariant = True
 
     def __init__(self, *, max_relative: int = 16, values: bool = False, **common):
@@ -45,6 +46,7 @@ class Shaw(PositionalEncoding):
         if max_relative < 1:
             raise ConfigError(f"shaw needs max_relative >= 1, got {max_relative}")
         self.max_relative = max_relative
+        self.flex = self.kv_cache = not values  # the value term needs the square attention weights
         self.key_table = nn.Embedding(2 * max_relative + 1, self.head_dim)  # a^K
         self.value_table = nn.Embedding(2 * max_relative + 1, self.head_dim) if values else None  # a^V
         for table in (self.key_table, self.value_table):
@@ -58,6 +60,11 @@ class Shaw(PositionalEncoding):
     def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor:
         index = self.relative_index(positions).unsqueeze(-3).expand(*q.shape[:-1], k.shape[-2])  # (B, H, L, L)
         return (q @ self.key_table.weight.T).gather(-1, index) * self.attention_scale()  # q_i . a^K_ij
+
+    def content_score_mod(self, q: Tensor, k: Tensor, positions: Tensor) -> ScoreMod:
+        per_row = (q @ self.key_table.weight.T) * self.attention_scale()  # (B, H, L, 2k + 1): q_i . a^K_r
+        at, m = position_at(positions), self.max_relative
+        return lambda score, b, h, i, j: score + per_row[b, h, i, (at(b, j) - at(b, i)).clamp(-m, m) + m]
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, is_causal: bool, dropout_p: float,
                scale: float, positions: Tensor) -> Tensor:  # fmt: skip

@@ -3,7 +3,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 
 
 def relative_distance(positions: Tensor) -> Tensor:
@@ -25,6 +25,16 @@ def bucket_bias(table: Tensor, buckets: Tensor) -> Tensor:
     heads = table.shape[-1]
     out = table.t().index_select(1, buckets.flatten()).view(heads, *buckets.shape)  # (H, ..., L, L)
     return out.movedim(0, -3)
+
+
+def distance_score_mod(table: Tensor, rows: Tensor | None, positions: Tensor, offset: int) -> ScoreMod:
+    """The score_mod of `bucket_bias(table, rows[relative_distance(positions) + offset])`: adds
+    table[rows[j - i + offset], h], a (N, H) table indexed through a position table over distances (`rows`), or
+    directly by the distance (rows None: table[j - i + offset, h])."""
+    at = position_at(positions)
+    if rows is None:
+        return lambda score, b, h, i, j: score + table[at(b, j) - at(b, i) + offset, h]
+    return lambda score, b, h, i, j: score + table[rows[at(b, j) - at(b, i) + offset], h]
 
 
 def t5_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
@@ -94,6 +104,7 @@ class T5Bias(PositionalEncoding):
 
     name = "t5_bias"
     shift_invariant = True
+    flex = True
 
     def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, init_std: float | None = None,
                  scale: float | None = None, **common):  # fmt: skip
@@ -117,3 +128,7 @@ class T5Bias(PositionalEncoding):
 
     def bias(self, positions: Tensor) -> Tensor:
         return bucket_bias(self.table.weight * self.scale, self.buckets(positions))  # (..., H, L, L)
+
+    def score_mod(self, positions: Tensor) -> ScoreMod:
+        return distance_score_mod(self.table.weight * self.scale, self.distance_buckets, positions,
+                                  self.table_length - 1)  # fmt: skip

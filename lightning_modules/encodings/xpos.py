@@ -17,6 +17,7 @@ class XPos(RoPE):
 
     name = "xpos"
     causal_only = True
+    kv_cache = False  # the centre of the decay moves with the longest position: cached keys would go stale
 
     def __init__(self, *, scale_base: float = 512.0, **options):
         super().__init__(**options)
