@@ -103,27 +103,20 @@ class SweepOptions:
 
 
 def check_options(opts: SweepOptions, sweep: dict | None = None) -> None:
-    """One line per bad option, before anything is written; resolves `--devices_per_trial` (from the sweep
-    file's own trainer.devices, if any) and `--workers auto`."""
-    if opts.devices_per_trial is None:
-        opts.devices_per_trial = default_devices_per_trial(sweep or {})
+    """One line per bad option, before any file or database is touched. Given the sweep file (or an explicit
+    --devices_per_trial), also resolves the GPUs per trial and `--workers auto` (`check_devices`)."""
     for option, minimum in (("heartbeat", 1), ("max_retries", 0), ("max_failures_in_a_row", 0),
                             ("devices_per_trial", 0), ("threads_per_trial", 0), ("trials_per_device", 1)):  # fmt: skip
         value = getattr(opts, option)
+        if option == "devices_per_trial" and value is None:  # the default: resolved with the sweep file
+            continue
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ConfigError(f"--{option} must be an integer >= {minimum}, got {value!r}")
-    if opts.trials_per_device > 1 and not opts.devices_per_trial:
-        raise ConfigError(
-            f"--trials_per_device {opts.trials_per_device} shares GPUs: it needs --devices_per_trial >= 1"
-        )
     if opts.cold_start and opts.warm_any:
         raise ConfigError("--cold_start and --warm_any contradict each other; pass one")
-    if opts.workers == "auto":
-        opts.workers = resolve_workers(opts)
-    if not isinstance(opts.workers, int) or isinstance(opts.workers, bool) or opts.workers < 1:
+    if opts.workers != "auto" and (not isinstance(opts.workers, int) or isinstance(opts.workers, bool)
+                                   or opts.workers < 1):  # fmt: skip
         raise ConfigError(f"--workers must be an integer >= 1 or auto, got {opts.workers!r}")
-    if opts.devices_per_trial:
-        check_gpu_slots(opts)
     if opts.study_name is not None:
         check_name("--study_name", opts.study_name)
     if opts.storage is not None and url_password(opts.storage):
@@ -131,6 +124,23 @@ def check_options(opts: SweepOptions, sweep: dict | None = None) -> None:
               f"${layout.STORAGE_ENV} or the password in PGPASSWORD or ~/.pgpass instead", file=sys.stderr)  # fmt: skip
     if opts.storage is None and os.environ.get(layout.STORAGE_ENV):
         opts.storage = os.environ[layout.STORAGE_ENV]
+    if sweep is not None or opts.devices_per_trial is not None:
+        check_devices(opts, sweep)
+
+
+def check_devices(opts: SweepOptions, sweep: dict | None) -> None:
+    """Resolve `--devices_per_trial` (default: from the sweep file's own trainer.devices and the visible GPUs)
+    and `--workers auto`, and check the GPU slots: one line each."""
+    if opts.devices_per_trial is None:
+        opts.devices_per_trial = default_devices_per_trial(sweep or {})
+    if opts.trials_per_device > 1 and not opts.devices_per_trial:
+        raise ConfigError(
+            f"--trials_per_device {opts.trials_per_device} shares GPUs: it needs --devices_per_trial >= 1"
+        )
+    if opts.workers == "auto":
+        opts.workers = resolve_workers(opts)
+    if opts.devices_per_trial:
+        check_gpu_slots(opts)
 
 
 def cpu_cores() -> int:
@@ -357,7 +367,7 @@ def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -
 def trial_threads(opts: SweepOptions) -> int:
     """--threads_per_trial, else the cores split between the trials that run at once and, on GPUs, between a
     trial's processes (one DDP rank per GPU with `trainer.devices: auto`)."""
-    return opts.threads_per_trial or max(1, cpu_cores() // (opts.workers * max(1, opts.devices_per_trial)))
+    return opts.threads_per_trial or max(1, cpu_cores() // (opts.workers * max(1, opts.devices_per_trial or 0)))
 
 
 def latest_record_path(trial_dir: Path) -> Path | None:
@@ -940,8 +950,10 @@ def name_study(opts: SweepOptions, sweep: dict, suffix: str = "") -> None:
 def run_sweep(opts: SweepOptions) -> optuna.Study:
     """Run (or resume) the sweep with a live status line, then print the trial table. Exits 130 / 143 on
     SIGINT / SIGTERM (trials re-queued), 1 if grid points are left unfinished or a worker stopped."""
+    check_options(opts)
     sweep, suffix = apply_overrides(sf.load_sweep(opts.file), opts.set.split(",") if opts.set else [])
-    check_options(opts, sweep)
+    if opts.devices_per_trial is None:  # GPUs per trial by default: one, unless the sweep file asks for more
+        check_devices(opts, sweep)
     name_study(opts, sweep, suffix)
 
     from rich.console import Console
