@@ -276,7 +276,10 @@ class PECLI(LightningCLI):
 
 def hpc_checkpoint(folder: str) -> str | None:
     """The newest of Lightning's SLURM requeue checkpoints (`hpc_ckpt_<n>.ckpt`) in `folder`, if any."""
-    found = [(int(p.stem.rsplit("_", 1)[1]), p) for p in Path(folder).glob("hpc_ckpt_*.ckpt") if p.stem[9:].isdigit()]
+    prefix = "hpc_ckpt_"
+    found = [
+        (int(p.stem[len(prefix) :]), p) for p in Path(folder).glob(f"{prefix}*.ckpt") if p.stem[len(prefix) :].isdigit()
+    ]
     return str(max(found)[1]) if found else None
 
 

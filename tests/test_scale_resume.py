@@ -13,7 +13,9 @@ README claims covered here:
 - "a sweep retry continues its predecessor's run folder, record and W&B run":
   test_a_sweep_retry_continues_the_dead_attempts_run
 - "rank > 0 processes make no run folder": test_launch_rank, test_ddp_fits_leave_one_folder_and_record_their_scale
-- "--trainer.default_root_dir is respected": test_default_root_dir_is_the_run_folders_out_dir
+- "--trainer.default_root_dir is respected ... a requeued job's fit, resumed by Lightning from the newest hpc_ckpt,
+  continues the run that wrote it": test_default_root_dir_is_the_run_folders_out_dir,
+  test_a_checkpoint_names_its_run, test_a_slurm_requeue_resumes_into_its_run
 """
 
 import json
@@ -294,3 +296,28 @@ def test_a_sweep_retry_continues_the_dead_attempts_run(tmp_path):
     steps = [h["step"] for h in record["history"]]
     assert steps == sorted(set(steps)) and steps[-1] == 8
     assert retry.user_attrs["wandb_run_id"] == dead_id
+
+
+ONE_TASK_JOB = {
+    "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_ID": "7",
+    "SLURM_JOB_NAME": "train", "SLURM_NTASKS_PER_NODE": "1", "SLURM_NNODES": "1",
+}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_slurm_requeue_resumes_into_its_run(tmp_path):
+    """--trainer.default_root_dir is kept: the run folder goes under it, and a requeued SLURM job (the same
+    command, no --ckpt_path) that Lightning resumes from its `hpc_ckpt_<n>.ckpt` there continues the same run.
+    The requeue checkpoint is the run's last.ckpt copied (Lightning's SIGUSR1 handler saves the same dump)."""
+    import shutil
+
+    job = tmp_path / "job"
+    args = ["fit", *TINY, f"--trainer.default_root_dir={job}"]
+    assert run_cli(*args).returncode == 0
+    (run_dir,) = (job / "runs").iterdir()
+    shutil.copy(run_dir / "checkpoints" / "last.ckpt", job / "hpc_ckpt_1.ckpt")
+    requeued = run_cli(*args, "--trainer.max_steps=6", **ONE_TASK_JOB)
+    assert requeued.returncode == 0, requeued.stderr[-3000:]
+    assert f"resuming run {run_dir}" in requeued.stdout and list((job / "runs").iterdir()) == [run_dir]
+    record = json.loads((run_dir / RECORD_FILE).read_text())
+    assert [h["step"] for h in record["history"]] == [2, 4, 6] and record["first_step"] == 5
