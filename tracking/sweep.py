@@ -84,10 +84,9 @@ class SweepOptions:
     # one per sweep file (its `name:` or file name), shared by the studies --set and --reseed make; per
     # --study_name when given
     workers: int | Literal["auto"] = 1  # trials run in parallel by this process; auto: see `resolve_workers`
-    # GPUs given to each trial (a subset of this sweep's CUDA_VISIBLE_DEVICES); default: 1 when GPUs are visible
-    # (so trials run side by side, one per GPU, never DDP over all of them), the sweep's own trainer.devices when
-    # its command or a fixed parameter sets a number; 0: not pinned (every visible GPU; the CPU without GPUs)
-    devices_per_trial: int | None = None
+    devices_per_trial: int | None = None  # GPUs given to each trial (of this sweep's CUDA_VISIBLE_DEVICES);
+    # default 1 when GPUs are visible (trials side by side, never DDP over all of them), or the number the
+    # sweep's own trainer.devices sets; 0: not pinned (every visible GPU; the CPU without GPUs)
     threads_per_trial: int = 0  # each trial's OMP_NUM_THREADS; 0 = the cores split evenly among the running trials
     trials_per_device: int = 1  # with --devices-per-trial: trials that share each GPU (small models)
     cold_start: bool = False  # start every trial as a new interpreter, never from the fork server
