@@ -36,12 +36,22 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI  # noqa:
 from cli_errors import OneLineErrors  # noqa: E402
 from cli_options import dashes_to_underscores, parse_options  # noqa: E402
 from errors import ConfigError, DivergedError  # noqa: E402
-from layout import DEFAULT_OUT_DIR, OUT_DIR_ENV, OUT_ROOT_ENV, SWEEP_ENV, new_run_dir, parent_run_dir  # noqa: E402
+from layout import (  # noqa: E402
+    DEFAULT_OUT_DIR,
+    OUT_DIR_ENV,
+    OUT_ROOT_ENV,
+    RECORD_FILE,
+    SWEEP_ENV,
+    checkpoint_run_dir,
+    launch_rank,
+    new_run_dir,
+    parent_run_dir,
+)
 from lightning_modules.arg_checks import check_model_args, check_not_linked, check_trainer_args  # noqa: E402
 from lightning_modules.encodings import check_encoding  # noqa: E402
 from lightning_modules.task_module import TaskModule  # noqa: E402
 from lightning_modules.task_modules import CLASS_PATHS  # noqa: E402
-from tracking.records import RunRecord, check_name, find_checkpoint  # noqa: E402
+from tracking.records import RunRecord, check_name, find_checkpoint, read_record  # noqa: E402
 from tracking.wandb_setup import (  # noqa: E402
     LogLearningRate,
     StepProgressBar,
@@ -187,12 +197,38 @@ class PECLI(LightningCLI):
 
     @staticmethod
     def _run_dir(out_dir: str, name: str) -> Path:
-        """A new run folder; in a DDP rank Lightning started from rank 0's process, rank 0's. Made now, so
-        that the ranks started later find it."""
-        shared = parent_run_dir(out_dir, name) if os.environ.get("LOCAL_RANK", "0") != "0" else None
-        run_dir = shared or new_run_dir(out_dir, name)
+        """A new run folder, made by global rank 0 only, now, so that the ranks Lightning starts later find it.
+        Another rank takes rank 0's when rank 0's process started it (its pid names the folder), else a path
+        it never creates: only rank 0 writes the record, checkpoints (ModelCheckpoint broadcasts rank 0's
+        folder) and W&B files, so a launcher's ranks (torchrun, srun) leave one folder."""
+        if launch_rank() > 0:
+            return parent_run_dir(out_dir, name) or new_run_dir(out_dir, name)
+        run_dir = new_run_dir(out_dir, name)
         run_dir.mkdir(parents=True, exist_ok=True)
         return run_dir
+
+    def _out_dir(self, run: RunOptions, config) -> str:
+        """`--run.out_dir`; `--trainer.default_root_dir` when given and --run.out_dir is left at its default
+        (Lightning keeps that folder for its own files, e.g. SLURM requeue checkpoints)."""
+        root = config.trainer.get("default_root_dir")
+        return str(root) if root and run.out_dir == os.environ.get(OUT_DIR_ENV, DEFAULT_OUT_DIR) else run.out_dir
+
+    def _resumed_run(self, config) -> tuple[Path, dict] | None:
+        """`fit` resuming from a checkpoint of a run (`--ckpt_path=<run>/checkpoints/last.ckpt`, a sweep's
+        retry, or Lightning's SLURM requeue checkpoint in --trainer.default_root_dir): that run's folder and
+        record, to be continued; None for a fresh run."""
+        if self.subcommand != "fit":  # validate / test / predict: a run of their own, the fit's record untouched
+            return None
+        checkpoint, root = config.get("ckpt_path"), config.trainer.get("default_root_dir")
+        if checkpoint is None and root:
+            from lightning_fabric.plugins.environments import SLURMEnvironment
+
+            checkpoint = hpc_checkpoint(root) if SLURMEnvironment.detect() else None
+        if not checkpoint or checkpoint in ("last", "best", "hpc", "registry") or not Path(checkpoint).is_file():
+            return None
+        run_dir = checkpoint_run_dir(checkpoint) or stored_run_dir(checkpoint)
+        previous = read_record(run_dir / RECORD_FILE, warn=False) if run_dir else None
+        return (run_dir, previous) if previous else None
 
     def instantiate_trainer(self, **kwargs):
         config = self.config[self.subcommand]
@@ -201,8 +237,16 @@ class PECLI(LightningCLI):
         encoding = self.model.run_encoding
         seed = config.seed_everything
         name = run.name or run_name(task, encoding, seed, sweep_params())
-        run_dir = self._run_dir(run.out_dir, name)
         sweep = run.sweep or os.environ.get("WANDB_SWEEP_ID")
+        resumed = self._resumed_run(config)
+        previous = resumed[1] if resumed else None
+        if resumed:  # the same run: its folder, name, sweep and W&B run
+            run_dir, name, sweep = resumed[0], previous.get("name") or name, sweep or previous.get("sweep")
+            if launch_rank() == 0:
+                wandb_id = (previous.get("wandb") or {}).get("id")
+                print(f"resuming run {run_dir}" + (f" (W&B run {wandb_id})" if wandb_id else ""), flush=True)
+        else:
+            run_dir = self._run_dir(self._out_dir(run, config), name)
         identity = {
             "name": name, "group": run_group(task, encoding, sweep or run.project), "task": task, "encoding": encoding,
             "seed": seed, "data_seed": getattr(self.datamodule, "seed", None), "sweep": sweep,
@@ -212,7 +256,7 @@ class PECLI(LightningCLI):
         model_args = resolved["model"]["init_args"]  # values linked at instantiation are not in `config`
         # (a None default is left out of the dump: a value linked into it, e.g. the class names, is added)
         model_args.update({k: v for k, v in self.model.hparams.items() if k in model_args or v is not None})
-        self.run_record = RunRecord(run_dir, identity, resolved)
+        self.run_record = RunRecord(run_dir, identity, resolved, previous)
         callbacks = [self.run_record]
         if config.trainer.enable_checkpointing is not False:
             callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True))
@@ -223,10 +267,14 @@ class PECLI(LightningCLI):
         kwargs["callbacks"] = callbacks + configured
         if run.wandb and config.trainer.logger in (None, True):
             tags = [task, encoding] + ([sweep] if sweep else [])
-            kwargs["logger"] = make_wandb_logger(run_dir, name, identity["group"], run.project, run.entity, tags)
+            run_id = ((previous or {}).get("wandb") or {}).get("id")  # a resumed run continues its W&B run
+            kwargs["logger"] = make_wandb_logger(
+                run_dir, name, identity["group"], run.project, run.entity, tags, run_id=run_id
+            )
             kwargs["callbacks"].append(LogLearningRate())
         quiet_lightning_tips()
-        kwargs.setdefault("default_root_dir", str(run_dir))
+        if not config.trainer.get("default_root_dir"):  # a user's is Lightning's (its SLURM requeue checkpoints)
+            kwargs["default_root_dir"] = str(run_dir)
         return super().instantiate_trainer(**kwargs)
 
     def after_fit(self) -> None:
@@ -235,6 +283,27 @@ class PECLI(LightningCLI):
             from tracking.summary import print_fit_summary
 
             print_fit_summary(self.run_record.record, self.run_record.path)
+
+
+def hpc_checkpoint(folder: str) -> str | None:
+    """The newest of Lightning's SLURM requeue checkpoints (`hpc_ckpt_<n>.ckpt`) in `folder`, if any."""
+    prefix = "hpc_ckpt_"
+    found = [
+        (int(p.stem[len(prefix) :]), p) for p in Path(folder).glob(f"{prefix}*.ckpt") if p.stem[len(prefix) :].isdigit()
+    ]
+    return str(max(found)[1]) if found else None
+
+
+def stored_run_dir(checkpoint: str) -> Path | None:
+    """The run folder a checkpoint names (`pe_run_dir`, written by RunRecord) when it still holds a record;
+    None for a checkpoint without one, or one that cannot be read."""
+    import torch
+
+    try:
+        stored = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False).get("pe_run_dir")
+    except Exception:  # not a readable checkpoint: Lightning reports it when it loads it
+        return None
+    return Path(stored) if stored and (Path(stored) / RECORD_FILE).is_file() else None
 
 
 def restore_option_nulls(config, model_class: type[TaskModule]) -> None:

@@ -2,7 +2,9 @@
 
 Output layout under a run's `--run.out_dir` (default `out`):
 
-    runs/<name>-<YYYYmmdd-HHMMSS>-<pid>/    one `cli.py fit`: record.json, config, checkpoints/, wandb/
+    runs/<name>-<YYYYmmdd-HHMMSS>-<pid>/    one `cli.py fit`: record.json, config, checkpoints/, wandb/; made by
+                                             global rank 0 only, and continued by a fit that resumes from
+                                             one of its checkpoints (`checkpoint_run_dir`)
     sweeps/<study>/optuna.db                 a local Optuna study (`cli.py sweep`), and its .lock
     sweeps/<study>/trial-<n>/                a trial's own out_dir (its runs/ below it)
 
@@ -43,6 +45,7 @@ LAUNCHER_ENV_PREFIXES = ("SLURM_", "TORCHELASTIC_", "JSM_NAMESPACE_", "OMPI_COMM
 
 DEFAULT_OUT_DIR = "out"
 RUNS, SWEEPS, STUDY_DB = "runs", "sweeps", "optuna.db"
+CHECKPOINTS, RECORD_FILE = "checkpoints", "record.json"  # in a run folder
 
 
 def runs_dir(out_dir: str | Path) -> Path:
@@ -59,6 +62,25 @@ def parent_run_dir(out_dir: str | Path, name: str) -> Path | None:
     our parent's), the newest if several; None when there is none (e.g. ranks started by torchrun)."""
     found = sorted(runs_dir(out_dir).glob(f"{name}-*-{os.getppid()}"))
     return found[-1] if found else None
+
+
+def launch_rank(environ=os.environ) -> int:
+    """This process's global rank as its launcher placed it, before any trainer exists: torchrun's RANK,
+    srun's SLURM_PROCID, jsrun's JSM_NAMESPACE_RANK, else Lightning's own launcher (NODE_RANK, LOCAL_RANK:
+    a rank other than 0 in either is not rank 0). 0 for a process no launcher placed."""
+    for name in ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    local, node = environ.get("LOCAL_RANK", "0"), environ.get("NODE_RANK", environ.get("GROUP_RANK", "0"))
+    return int(local.isdigit() and int(local) > 0 or node.isdigit() and int(node) > 0)
+
+
+def checkpoint_run_dir(checkpoint: str | Path) -> Path | None:
+    """The run folder a checkpoint was written in, `<run>/checkpoints/<file>.ckpt` with `<run>/record.json`;
+    None for a checkpoint elsewhere."""
+    path = Path(checkpoint)
+    run = path.parent.parent
+    return run if path.parent.name == CHECKPOINTS and (run / RECORD_FILE).is_file() else None
 
 
 def study_dir(out_dir: str | Path, study: str) -> Path:

@@ -63,7 +63,10 @@ def test_only_this_projects_cli_run_by_this_interpreter_starts_warm(tmp_path):
         ({"trials_per_device": 0}, "--trials_per_device must be an integer >= 1, got 0"),
         ({"workers": "auto", "devices_per_trial": 64}, "--devices_per_trial 64 is more than the"),  # no GPU here
         ({"workers": 0}, "--workers must be an integer >= 1 or auto, got 0"),
-        ({"trials_per_device": 2}, "--trials_per_device 2 shares GPUs: it needs --devices_per_trial >= 1"),
+        (
+            {"trials_per_device": 2, "devices_per_trial": 0},
+            "--trials_per_device 2 shares GPUs: it needs --devices_per_trial >= 1",
+        ),
         ({"cold_start": True, "warm_any": True}, "--cold_start and --warm_any contradict each other"),
     ],
 )
@@ -75,7 +78,7 @@ def test_bad_packing_options_are_one_line(options, message):
 def test_workers_auto_on_cpu_is_cores_over_threads_per_trial(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     for threads, workers in ((0, 8), (1, 8), (3, 2), (16, 1)):
-        opts = SweepOptions(file="s.yaml", workers="auto", threads_per_trial=threads)
+        opts = SweepOptions(file="s.yaml", workers="auto", threads_per_trial=threads, devices_per_trial=0)
         check_options(opts)
         assert opts.workers == workers
 

@@ -1,9 +1,11 @@
 """Local run records: one `record.json` per run that `cli.py compare` reads (and W&B mirrors).
 
-A record holds the resolved config, identity (task, encoding, seed, sweep), world size and precision, status
+A record holds the resolved config, identity (task, encoding, seed, sweep), what `devices: auto` resolved to
+(world size, devices, nodes, precision, the global batch), status
 (running / finished / failed / diverged / interrupted), the final and best value of every metric,
 and the history of validation metrics. It is rewritten atomically at every validation, so a run
-killed mid-way still leaves what it had measured.
+killed mid-way still leaves what it had measured. A fit resumed from one of the run's checkpoints continues
+the same record (its history cut back to the checkpoint's step; `resumes` says when) and W&B run.
 """
 
 import json
@@ -17,10 +19,10 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 
 from errors import ConfigError, DivergedError
+from layout import RECORD_FILE
 from lightning_modules.metrics import goal
 from tracking.wandb_setup import describe_run, log_by_length
 
-RECORD_FILE = "record.json"
 PROGRESS_EVERY_S = 5.0  # training progress (`step`) reaches the record at most this often between validations
 
 
@@ -28,11 +30,41 @@ def _scalars(metrics: dict) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
 
 
-class RunRecord(Callback):
-    """Write and keep up to date `<run_dir>/record.json` (rank 0 only)."""
+def run_scale(trainer: pl.Trainer) -> dict:
+    """What `devices: auto` resolved to, part of what defines a result (compare's SETUP): world size,
+    devices per node, nodes, precision and the global batch (per-device batch x world size x accumulation)."""
+    scale = {"world_size": trainer.world_size, "num_devices": trainer.num_devices, "num_nodes": trainer.num_nodes,
+             "precision": str(trainer.precision)}  # fmt: skip
+    per_device = getattr(trainer.datamodule, "batch_size", None)
+    if isinstance(per_device, int):
+        scale["global_batch_size"] = per_device * trainer.world_size * trainer.accumulate_grad_batches
+    return scale
 
-    def __init__(self, run_dir: Path, identity: dict, config: dict):
+
+def scale_line(trainer: pl.Trainer, scale: dict) -> str | None:
+    """One line for a fit spread over several processes: "DDP over 8 GPUs: global batch 256 = 32 x 8"."""
+    world = scale["world_size"]
+    if world <= 1:
+        return None
+    strategy = type(trainer.strategy).__name__.removesuffix("Strategy")
+    accelerator = type(trainer.accelerator).__name__.removesuffix("Accelerator")
+    devices = "GPUs" if accelerator == "CUDA" else f"{accelerator} processes"
+    line = f"{strategy} over {world} {devices}"
+    if "global_batch_size" in scale:
+        per_device = scale["global_batch_size"] // (world * trainer.accumulate_grad_batches)
+        line += f": global batch {scale['global_batch_size']} = {per_device} x {world}"
+        if trainer.accumulate_grad_batches > 1:
+            line += f" x {trainer.accumulate_grad_batches} (accumulate_grad_batches)"
+    return line
+
+
+class RunRecord(Callback):
+    """Write and keep up to date `<run_dir>/record.json` (rank 0 only). `previous`: the record of the run
+    this fit resumes (from one of its checkpoints), continued rather than replaced."""
+
+    def __init__(self, run_dir: Path, identity: dict, config: dict, previous: dict | None = None):
         self.path = Path(run_dir) / RECORD_FILE
+        kept = {k: previous[k] for k in ("final", "best", "history", "wandb") if k in (previous or {})}
         self.record = {
             **identity,
             "status": "running",
@@ -40,7 +72,12 @@ class RunRecord(Callback):
             "final": {},
             "best": {},
             "history": [],
+            **kept,
         }
+        self.resumed = previous is not None
+        if self.resumed:
+            resume = {"at": time.time(), "previous_status": previous.get("status")}
+            self.record["resumes"] = [*previous.get("resumes", []), resume]
 
     def write(self) -> None:
         self.record["updated_at"] = time.time()
@@ -49,20 +86,41 @@ class RunRecord(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
             self.record["started_at"] = time.time()
-            # part of what defines a result (compare's SETUP), whatever `devices: auto` resolved to
-            self.record["world_size"], self.record["precision"] = trainer.world_size, str(trainer.precision)
+            scale = run_scale(trainer)  # part of what defines a result, whatever `devices: auto` resolved to
+            self.record.update(scale)
+            if line := scale_line(trainer, scale):
+                print(line, flush=True)
             self.write()
             where = describe_run(trainer, self.record)
             if where:  # the W&B run (id, path, offline folder), for the sweep's trial attributes and `wandb sync`
-                self.record["wandb"] = where
+                folders = (self.record.get("wandb") or {}).get("dirs") or []  # a resumed run's earlier ones
+                if where.get("dir") and where["dir"] not in folders:
+                    folders = [*folders, where["dir"]]
+                self.record["wandb"] = {**where, "dirs": folders}
                 self.write()
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
         if "first_step" not in self.record and trainer.is_global_zero:
             self.record["first_step"] = trainer.global_step + 1  # > 1 when resumed from a checkpoint
             self.record["first_step_at"] = time.time()  # the live view's ETA counts from here
+            if self.resumed:  # validations after the checkpoint are done again: theirs are dropped
+                self.cut_history(trainer.global_step)
         if "startup_seconds" not in self.record and trainer.is_global_zero and "process_start" in self.record:
             self.record["startup_seconds"] = time.time() - self.record["process_start"]  # process start -> step 1
+
+    def cut_history(self, step: int) -> None:
+        """A resumed run's history up to its checkpoint's `step`, and the best values of its metrics again."""
+        history = [row for row in self.record["history"] if row.get("step", 0) <= step]
+        self.record["history"] = history
+        self.record["resumes"][-1]["step"] = step
+        for key in {k for row in history for k in row} - {"step", "wandb_step"}:
+            values = [row[key] for row in history if key in row]
+            self.record["best"][key] = (max if goal(key) == "max" else min)(values)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module, checkpoint: dict) -> None:
+        """The run folder, in every checkpoint: a fit resumed from one outside it (Lightning's SLURM requeue
+        checkpoint in --trainer.default_root_dir) continues this run."""
+        checkpoint["pe_run_dir"] = str(self.path.parent.resolve())
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         """Progress for the sweep's live view: the step and max_steps, written every PROGRESS_EVERY_S."""

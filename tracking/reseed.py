@@ -57,7 +57,7 @@ def check_protocol(sweep: dict, opts: SweepOptions) -> list[str]:
         raise ConfigError("--reseed needs --per KEY[,KEY] (the parameters tuned separately, e.g. model.arch.encoding)")
     if opts.reseed < 1:
         raise ConfigError(f"--per needs --reseed N with N >= 1 fresh seeds per configuration, got {opts.reseed}")
-    check_options(opts)  # and resolves --workers auto
+    check_options(opts, sweep)  # and resolves --devices_per_trial and --workers auto
     if len(sf.metric_names(sweep)) > 1:
         raise ConfigError(f"--reseed chooses each group's best setting on one metric; {opts.file} has metrics: "
                           f"{', '.join(sf.metric_names(sweep))} (give one metric:)")  # fmt: skip

@@ -93,7 +93,7 @@ def check_launcher_options(opts) -> None:
         value = getattr(slurm, option)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < minimum):
             raise ConfigError(f"--slurm.{option} must be an integer >= {minimum}, got {value!r}")
-    if opts.devices_per_trial > slurm.gpus_per_job:
+    if (opts.devices_per_trial or 0) > slurm.gpus_per_job:
         raise ConfigError(
             f"--devices_per_trial {opts.devices_per_trial} is more than the --slurm.gpus_per_job {slurm.gpus_per_job} "
             f"of each task; pass --slurm.gpus_per_job {opts.devices_per_trial} or more"

@@ -26,8 +26,8 @@ def summary_lines(record: dict, record_path) -> list[str]:
     """The record's path and, for an offline W&B run, the exact `wandb sync` command."""
     lines = [f"record: {record_path}"]
     where = record.get("wandb") or {}
-    if where.get("mode") == "offline" and where.get("dir"):
-        lines.append(f"W&B (offline): {sync_command([where['dir']])}")
+    if where.get("mode") == "offline" and where.get("dir"):  # a resumed run: one folder per start, one run id
+        lines.append(f"W&B (offline): {sync_command(where.get('dirs') or [where['dir']], where.get('id'))}")
     elif where.get("path"):
         lines.append(f"W&B run: {where['path']}")
     return lines

@@ -23,8 +23,9 @@ the studies `--set` and `--reseed` make from it (or `--storage postgresql://...`
 Finished trials are never repeated. A trial whose sweep process died is found either at once (same
 host and pid namespace, its pid is gone or reused) or by Optuna's heartbeat (any host), marked failed
 and re-queued; a trial whose child was killed by a signal or crashed is re-queued up to
-`--max_retries` times. A retry resumes from its predecessor's last checkpoint and continues its
-pruning steps. SIGINT / SIGTERM stop the children, re-queue their trials and exit 130 / 143.
+`--max_retries` times. A retry resumes from its predecessor's last checkpoint, in its predecessor's trial
+folder (the same run folder, record and W&B run), and continues its pruning steps. SIGINT / SIGTERM
+stop the children, re-queue their trials and exit 130 / 143.
 """
 
 import hashlib
@@ -84,7 +85,9 @@ class SweepOptions:
     # one per sweep file (its `name:` or file name), shared by the studies --set and --reseed make; per
     # --study_name when given
     workers: int | Literal["auto"] = 1  # trials run in parallel by this process; auto: see `resolve_workers`
-    devices_per_trial: int = 0  # GPUs given to each trial (a subset of this sweep's CUDA_VISIBLE_DEVICES); 0 = CPU
+    devices_per_trial: int | None = None  # GPUs given to each trial (of this sweep's CUDA_VISIBLE_DEVICES);
+    # default 1 when GPUs are visible (trials side by side, never DDP over all of them), or the number the
+    # sweep's own trainer.devices sets; 0: not pinned (every visible GPU; the CPU without GPUs)
     threads_per_trial: int = 0  # each trial's OMP_NUM_THREADS; 0 = the cores split evenly among the running trials
     trials_per_device: int = 1  # with --devices-per-trial: trials that share each GPU (small models)
     cold_start: bool = False  # start every trial as a new interpreter, never from the fork server
@@ -104,25 +107,21 @@ class SweepOptions:
     slurm: SlurmOptions = field(default_factory=SlurmOptions)  # with --launcher slurm: each task's sbatch options
 
 
-def check_options(opts: SweepOptions) -> None:
-    """One line per bad option, before any file or database is touched; resolves `--workers auto`."""
+def check_options(opts: SweepOptions, sweep: dict | None = None) -> None:
+    """One line per bad option, before any file or database is touched. Given the sweep file (or an explicit
+    --devices_per_trial), also resolves the GPUs per trial and `--workers auto` (`check_devices`)."""
     for option, minimum in (("heartbeat", 1), ("max_retries", 0), ("max_failures_in_a_row", 0),
                             ("devices_per_trial", 0), ("threads_per_trial", 0), ("trials_per_device", 1)):  # fmt: skip
         value = getattr(opts, option)
+        if option == "devices_per_trial" and value is None:  # the default: resolved with the sweep file
+            continue
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ConfigError(f"--{option} must be an integer >= {minimum}, got {value!r}")
-    if opts.trials_per_device > 1 and not opts.devices_per_trial:
-        raise ConfigError(
-            f"--trials_per_device {opts.trials_per_device} shares GPUs: it needs --devices_per_trial >= 1"
-        )
     if opts.cold_start and opts.warm_any:
         raise ConfigError("--cold_start and --warm_any contradict each other; pass one")
-    if opts.workers == "auto":
-        opts.workers = resolve_workers(opts)
-    if not isinstance(opts.workers, int) or isinstance(opts.workers, bool) or opts.workers < 1:
+    if opts.workers != "auto" and (not isinstance(opts.workers, int) or isinstance(opts.workers, bool)
+                                   or opts.workers < 1):  # fmt: skip
         raise ConfigError(f"--workers must be an integer >= 1 or auto, got {opts.workers!r}")
-    if opts.devices_per_trial:
-        check_gpu_slots(opts)
     if opts.study_name is not None:
         check_name("--study_name", opts.study_name)
     if opts.storage is not None and url_password(opts.storage):
@@ -130,6 +129,23 @@ def check_options(opts: SweepOptions) -> None:
               f"${layout.STORAGE_ENV} or the password in PGPASSWORD or ~/.pgpass instead", file=sys.stderr)  # fmt: skip
     if opts.storage is None and os.environ.get(layout.STORAGE_ENV):
         opts.storage = os.environ[layout.STORAGE_ENV]
+    if sweep is not None or opts.devices_per_trial is not None:
+        check_devices(opts, sweep)
+
+
+def check_devices(opts: SweepOptions, sweep: dict | None) -> None:
+    """Resolve `--devices_per_trial` (default: from the sweep file's own trainer.devices and the visible GPUs)
+    and `--workers auto`, and check the GPU slots: one line each."""
+    if opts.devices_per_trial is None:
+        opts.devices_per_trial = default_devices_per_trial(sweep or {})
+    if opts.trials_per_device > 1 and not opts.devices_per_trial:
+        raise ConfigError(
+            f"--trials_per_device {opts.trials_per_device} shares GPUs: it needs --devices_per_trial >= 1"
+        )
+    if opts.workers == "auto":
+        opts.workers = resolve_workers(opts)
+    if opts.devices_per_trial:
+        check_gpu_slots(opts)
 
 
 def cpu_cores() -> int:
@@ -148,6 +164,33 @@ def visible_gpus() -> list[str]:
     if mask is None:
         return [str(index) for index in range(count)]
     return [entry.strip() for entry in mask.split(",") if entry.strip()][:count]
+
+
+def sweep_devices(sweep: dict):
+    """The trainer.devices a sweep file sets: a fixed parameter's `value`, or `--trainer.devices X` in its
+    command; "varied" for a parameter with several values; None when it sets none."""
+    for key, spec in (sweep.get("parameters") or {}).items():
+        if key in ("trainer.devices", "trainer.init_args.devices") and isinstance(spec, dict):
+            return spec["value"] if "value" in spec else "varied"
+    command = [str(chunk) for chunk in sweep.get("command") or []]
+    for index, chunk in enumerate(command):
+        option, equals, value = chunk.partition("=")
+        if option in ("--trainer.devices", "--trainer.init_args.devices"):
+            return value if equals else (command[index + 1] if index + 1 < len(command) else None)
+    return None
+
+
+def default_devices_per_trial(sweep: dict) -> int:
+    """GPUs per trial when --devices_per_trial is not given: the number the sweep's trainer.devices asks for,
+    not pinned (0) when it asks for something else (auto, -1, a list, several values), else one GPU per trial
+    when GPUs are visible (the shipped configs' `devices: auto` would otherwise make every trial DDP over all
+    of them, with a global batch N times the config's); 0 without GPUs."""
+    if not visible_gpus():
+        return 0
+    asked = sweep_devices(sweep)
+    if asked is None:
+        return 1
+    return int(asked) if str(asked).isdigit() and int(asked) > 0 else 0
 
 
 def gpu_slots(opts: SweepOptions, visible: int) -> int:
@@ -329,7 +372,7 @@ def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -
 def trial_threads(opts: SweepOptions) -> int:
     """--threads_per_trial, else the cores split between the trials that run at once and, on GPUs, between a
     trial's processes (one DDP rank per GPU with `trainer.devices: auto`)."""
-    return opts.threads_per_trial or max(1, cpu_cores() // (opts.workers * max(1, opts.devices_per_trial)))
+    return opts.threads_per_trial or max(1, cpu_cores() // (opts.workers * max(1, opts.devices_per_trial or 0)))
 
 
 def latest_record_path(trial_dir: Path) -> Path | None:
@@ -464,15 +507,18 @@ class TrialRun:
 
     def run(self, trial: optuna.Trial) -> None:
         params = self.search.draw(trial)
-        trial_dir = layout.trial_dir(self.opts.out_dir, self.study.study_name, trial.number)
+        dead = predecessors(self.study, trial._trial_id)
+        resumed = resume_checkpoint(dead)
+        # a retry that resumes continues in the folder of the attempt whose checkpoint it resumes: that run's
+        # folder, record and W&B run (cli.py resumes a fit into its checkpoint's run), and its output.log
+        trial_dir = Path(resumed[1].user_attrs["trial_dir"]) if resumed else None
+        trial_dir = trial_dir or layout.trial_dir(self.opts.out_dir, self.study.study_name, trial.number)
         trial_dir.mkdir(parents=True, exist_ok=True)
         trial.set_user_attr("trial_dir", str(trial_dir))
         argv = build_command(self.sweep, params, trial_dir)
-        dead = predecessors(self.study, trial._trial_id)
         failpoint("retry:started" if dead else "trial:started")
         if self.adopt_finished(trial, dead):  # its reason says whose retry it is
             return
-        resumed = resume_checkpoint(dead)
         if resumed:
             checkpoint, writer = resumed
             argv.append(f"--ckpt_path={checkpoint}")
@@ -911,6 +957,8 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
     SIGINT / SIGTERM (trials re-queued), 1 if grid points are left unfinished or a worker stopped."""
     check_options(opts)
     sweep, suffix = apply_overrides(sf.load_sweep(opts.file), opts.set.split(",") if opts.set else [])
+    if opts.devices_per_trial is None:  # GPUs per trial by default: one, unless the sweep file asks for more
+        check_devices(opts, sweep)
     name_study(opts, sweep, suffix)
 
     from rich.console import Console

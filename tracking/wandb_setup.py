@@ -23,6 +23,8 @@ SWEEP_PARAMS_ENV = "PE_SWEEP_PARAMS"
 # per-length metrics (`<prefix><n>`) -> the name they take against the `length` axis
 BY_LENGTH = {"val/acc_len_": "val_by_length/acc", "val/tok_acc_len_": "val_by_length/tok_acc",
              "val/ppl_ctx_": "val_by_length/ppl"}  # fmt: skip
+# the record's resolved scale (tracking/records.py `run_scale`), in the W&B config too
+SCALE = ("world_size", "num_devices", "num_nodes", "precision", "global_batch_size")
 IN_NAME = ("task", "seed_everything")  # already in every run name, with the encoding parameters (`in_name`)
 
 
@@ -102,12 +104,15 @@ def run_group(task: str, encoding: str, prefix: str | None = None) -> str:
     return "/".join(filter(None, [prefix, task, encoding]))
 
 
-def make_wandb_logger(run_dir: Path, name: str, group: str, project: str, entity: str | None, tags: list[str]):
-    """A Lightning WandbLogger writing under run_dir; never needs network when offline."""
+def make_wandb_logger(
+    run_dir: Path, name: str, group: str, project: str, entity: str | None, tags: list[str], run_id: str | None = None
+):
+    """A Lightning WandbLogger writing under run_dir; never needs network when offline. `run_id`: the W&B run
+    a resumed fit continues (WandbLogger passes `resume="allow"` to `wandb.init`)."""
     default_wandb_mode()
     return DirectedWandbLogger(
         name=name, group=group, project=project, entity=entity, save_dir=str(run_dir), tags=tags,
-        job_type="train",
+        job_type="train", id=run_id,
     )  # fmt: skip
 
 
@@ -159,6 +164,7 @@ def describe_run(trainer, record: dict) -> dict:
     identity = {k: record.get(k) for k in ("task", "encoding", "sweep")}
     identity.update({short_key(k): v for k, v in sweep_params().items() if not in_name(k)})
     identity.update(seed=record.get("seed"), seed_everything=record.get("seed"), data_seed=data_seed)
+    identity.update({k: record[k] for k in SCALE if k in record})  # what `devices: auto` resolved to
     run.config.update({**identity, "resolved_config": config}, allow_val_change=True)
     return wandb_location(run)
 
@@ -245,6 +251,10 @@ def quiet_lightning_tips() -> None:
             logger.addFilter(DropLightningTips())
 
 
-def sync_command(folders: list[str]) -> str | None:
-    """The `wandb sync` command for offline run folders (None when there are none)."""
-    return f"wandb sync {' '.join(folders)}" if folders else None
+def sync_command(folders: list[str], run_id: str | None = None) -> str | None:
+    """The `wandb sync` command for offline run folders (None when there are none); several folders of one
+    resumed run are synced into its one id, in order of start time."""
+    if not folders:
+        return None
+    one_run = f"--id {run_id} " if run_id and len(folders) > 1 else ""
+    return f"wandb sync {one_run}{' '.join(folders)}"
