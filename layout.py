@@ -14,9 +14,12 @@ variables (`LAUNCHER_ENV`, `LAUNCHER_ENV_PREFIXES`): a sweep started as task 1 o
 torchrun rank is one process of a job, and its trials are jobs of their own, never rank 1 of that job.
 """
 
+import errno
 import os
 import time
 from pathlib import Path
+
+from errors import ConfigError
 
 OUT_DIR_ENV = "PE_OUT_DIR"  # default of --run.out_dir
 OUT_ROOT_ENV = "PE_OUT_ROOT"  # default of --run.out_root
@@ -59,6 +62,19 @@ def parent_run_dir(out_dir: str | Path, name: str) -> Path | None:
     our parent's), the newest if several; None when there is none (e.g. ranks started by torchrun)."""
     found = sorted(runs_dir(out_dir).glob(f"{name}-*-{os.getppid()}"))
     return found[-1] if found else None
+
+
+def make_dir(path: Path, option: str) -> Path:
+    """`mkdir -p path`; a folder that cannot be made (a file in the way, read-only, no permission, a name too
+    long) is a one-line ConfigError naming `option`. A full disk keeps its OSError (cli.py: `disk full`)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise
+        reason = "a file is in the way" if error.errno in (errno.EEXIST, errno.ENOTDIR) else error.strerror
+        raise ConfigError(f"{option}: cannot create the folder {path} ({reason}); choose a writable folder") from None
+    return path
 
 
 def study_dir(out_dir: str | Path, study: str) -> Path:
