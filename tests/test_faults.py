@@ -15,6 +15,14 @@ README claims covered here:
   labelled GLUE TSV, a truncated or garbage checkpoint, a malformed sweep command, --heartbeat 0, a W&B key W&B
   rejects": test_every_bad_input_is_one_line_exit_2, test_names_that_leave_the_output_folder_are_refused,
   test_good_names_pass, test_crafted_checkpoint_never_runs_code (--model.arch.vocab_size: test_cli.py)
+- "a fit with no limit (max_steps=-1 and no max_epochs or max_time ...), --trainer.val_check_interval not an integer
+  >= 1 or a fraction in (0, 1], a --seed_everything outside [0, 2^32 - 1]", "a binary corpus or CSV", "a binary GLUE
+  TSV", "a missing checkpoint (--ckpt_path)", "an --model.arch.* option given with --ckpt_path that differs from the
+  checkpoint's", "an output folder that cannot be made", "a study database that is corrupt or from another Optuna
+  version", "a position table with NaN": test_every_bad_input_is_one_line_exit_2,
+  test_ckpt_path_refuses_only_given_arch_options_that_differ, test_trainer_limits,
+  test_seeds_outside_numpys_range_are_refused, test_a_trial_parameter_fit_refuses_fails_its_trial_in_one_line
+  (compare: test_compare.py; a corpus line over 1,000,000 bytes: test_text.py)
 - "... and a run:NAME that matches runs of different encodings (the candidates are listed)":
   test_ambiguous_run_reference_names_the_candidates
 - "Checkpoints named by the user (--model.init_from) are read with torch.load(weights_only=True): tensors and plain
