@@ -149,16 +149,14 @@ def check_text_file(path: Path, data: bytes) -> None:
         raise ConfigError(
             f"data file {path} is not UTF-8 text (byte {error.start}); a corpus is a plain text file"
         ) from None
-    start, line = 0, 1
-    while start < len(data):
-        end = data.find(b"\n", start)
-        end = len(data) if end < 0 else end
-        if end - start > MAX_LINE_BYTES:
-            raise ConfigError(
-                f"data file {path}: line {line} is {end - start:,} bytes; a line is at most {MAX_LINE_BYTES:,} "
-                "(the tokenizer holds a whole line in memory): break the text into lines"
-            )
-        start, line = end + 1, line + 1
+    breaks = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n"))
+    lengths = np.diff(breaks, prepend=-1, append=len(data)) - 1  # bytes of each line, without its line break
+    over = np.flatnonzero(lengths > MAX_LINE_BYTES)
+    if len(over):
+        raise ConfigError(
+            f"data file {path}: line {over[0] + 1} is {lengths[over[0]]:,} bytes; a line is at most "
+            f"{MAX_LINE_BYTES:,} (the tokenizer holds a whole line in memory): break the text into lines"
+        )
 
 
 def read_corpus(task: str, data_dir: str, hub_name: str | None) -> tuple[tuple[str, str, str], str]:
