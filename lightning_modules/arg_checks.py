@@ -64,7 +64,7 @@ def check_trainer_args(trainer_args: dict, fit: bool = True) -> None:
 def check_val_interval(interval) -> None:
     """An integer >= 1 (training batches) or a fraction in (0, 1] of an epoch; 0 divided by zero in Lightning.
     A time ("DD:HH:MM:SS", a dict or timedelta) is left to Lightning."""
-    if interval is None or isinstance(interval, (str, dict)) or not isinstance(interval, (int, float)):
+    if not isinstance(interval, (int, float)):
         return
     if isinstance(interval, bool) or (interval < 1 if isinstance(interval, int) else not 0 < interval <= 1):
         raise ConfigError(

@@ -43,8 +43,9 @@ def load_table_file(path: str, option: str = "init_from") -> Tensor:
         raise ConfigError(f"{option}: cannot read {path!r} as a table ({reason})") from None
     if not isinstance(table, Tensor) or table.dim() != 2:
         raise ConfigError(f"{option}: {path!r} must hold one 2-D (positions, width) table")
-    check_finite_rows(table.detach().float().cpu().numpy(), f"{option}: {path!r}")
-    return table.detach().float().cpu()
+    table = table.detach().float().cpu()
+    check_finite_rows(table.numpy(), f"{option}: {path!r}")
+    return table
 
 
 def check_finite_rows(table: np.ndarray, what: str) -> None:
