@@ -44,10 +44,18 @@ from layout import (  # noqa: E402
     SWEEP_ENV,
     checkpoint_run_dir,
     launch_rank,
+    make_dir,
     new_run_dir,
     parent_run_dir,
 )
-from lightning_modules.arg_checks import check_model_args, check_not_linked, check_trainer_args  # noqa: E402
+from lightning_modules.arg_checks import (  # noqa: E402
+    check_model_args,
+    check_not_linked,
+    check_seed,
+    check_trainer_args,
+    given_arch_keys,
+)
+from lightning_modules.checkpoint_io import check_given_arch, load_checkpoint  # noqa: E402
 from lightning_modules.encodings import check_encoding  # noqa: E402
 from lightning_modules.task_module import TaskModule  # noqa: E402
 from lightning_modules.task_modules import CLASS_PATHS  # noqa: E402
@@ -157,7 +165,8 @@ class PECLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check registry names before anything is seeded, logged or instantiated."""
-        check_not_linked([a for a in (args if isinstance(args, list) else sys.argv[1:]) if isinstance(a, str)])
+        argv = [a for a in (args if isinstance(args, list) else sys.argv[1:]) if isinstance(a, str)]
+        check_not_linked(argv)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand) if subcommand else self.config
@@ -165,7 +174,8 @@ class PECLI(LightningCLI):
             check_name("--run.name", config.run.name)
         model_args = config.get("model.init_args") or {}
         check_model_args(model_args)
-        check_trainer_args(config.get("trainer") or {})
+        check_trainer_args(config.get("trainer") or {}, fit=subcommand in (None, "fit"))
+        check_seed(config.get("seed_everything"))
         model_class = locate(config.get("model.class_path") or "")
         if isinstance(model_class, type) and issubclass(model_class, TaskModule):
             restore_option_nulls(config, model_class)
@@ -183,6 +193,11 @@ class PECLI(LightningCLI):
         check_args = getattr(locate(data_class), "check_args", None) if data_class else None
         if check_args:
             check_args(**vars(config.data.init_args))
+        if config.get("ckpt_path"):  # read before LightningCLI puts its hyper-parameters in the config
+            checkpoint = load_checkpoint(config.ckpt_path, "--ckpt_path")
+            if config.get("model.init_args.arch") is not None:
+                check_given_arch(config.ckpt_path, checkpoint, config.model.init_args.arch.as_dict(),
+                                 given_arch_keys(argv))  # fmt: skip
         check_given_gpus()  # a sweep's trial given GPUs never trains on the CPU instead
 
     def before_instantiate_classes(self) -> None:
@@ -203,9 +218,7 @@ class PECLI(LightningCLI):
         folder) and W&B files, so a launcher's ranks (torchrun, srun) leave one folder."""
         if launch_rank() > 0:
             return parent_run_dir(out_dir, name) or new_run_dir(out_dir, name)
-        run_dir = new_run_dir(out_dir, name)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        return run_dir
+        return make_dir(new_run_dir(out_dir, name), "--run.out_dir")
 
     def _out_dir(self, run: RunOptions, config) -> str:
         """`--run.out_dir`; `--trainer.default_root_dir` when given and --run.out_dir is left at its default

@@ -16,9 +16,12 @@ variables (`LAUNCHER_ENV`, `LAUNCHER_ENV_PREFIXES`): a sweep started as task 1 o
 torchrun rank is one process of a job, and its trials are jobs of their own, never rank 1 of that job.
 """
 
+import errno
 import os
 import time
 from pathlib import Path
+
+from errors import ConfigError
 
 OUT_DIR_ENV = "PE_OUT_DIR"  # default of --run.out_dir
 OUT_ROOT_ENV = "PE_OUT_ROOT"  # default of --run.out_root
@@ -81,6 +84,19 @@ def checkpoint_run_dir(checkpoint: str | Path) -> Path | None:
     path = Path(checkpoint)
     run = path.parent.parent
     return run if path.parent.name == CHECKPOINTS and (run / RECORD_FILE).is_file() else None
+
+
+def make_dir(path: Path, option: str) -> Path:
+    """`mkdir -p path`; a folder that cannot be made (a file in the way, read-only, no permission, a name too
+    long) is a one-line ConfigError naming `option`. A full disk keeps its OSError (cli.py: `disk full`)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise
+        reason = "a file is in the way" if error.errno in (errno.EEXIST, errno.ENOTDIR) else error.strerror
+        raise ConfigError(f"{option}: cannot create the folder {path} ({reason}); choose a writable folder") from None
+    return path
 
 
 def study_dir(out_dir: str | Path, study: str) -> Path:

@@ -83,7 +83,8 @@ def read_split(path: Path, spec: GlueTask) -> tuple[list[tuple[str, ...]], list[
         texts = list(zip(*([str(v).strip() for v in table[c]] for c in spec.text_columns)))
         raw = [str(v).strip() for v in table[spec.label_column]]
     except Exception as error:  # noqa: BLE001 - ragged rows, missing columns: pandas and datasets raise many kinds
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[-1][:160]
+        cause = error.__cause__ or error  # datasets' "An error occurred while generating the dataset" names none
+        reason = (str(cause).strip().splitlines() or [type(cause).__name__])[-1][:160]
         raise ConfigError(f"{path} cannot be read ({reason}); {expected}") from None
     if not raw:
         raise ConfigError(f"{path} has no rows; {expected}")

@@ -37,6 +37,9 @@ from vocab import IGNORE_INDEX, SPECIAL_TOKENS  # noqa: F401 - IGNORE_INDEX: a c
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZERS = ("auto", "char", "word", "bpe")
+# the tokenizers hold a whole line in memory (about 400 bytes per character at character level; a 1 GB line
+# aborted the process): a longer line is refused
+MAX_LINE_BYTES = 1_000_000
 TRAIN_FRACTION, VAL_FRACTION = 0.90, 0.05  # tinyshakespeare; the test split is the rest (5 %)
 WIKITEXT_TRAIN_FRACTION = 0.90  # of valid.txt; the rest is validation
 
@@ -138,16 +141,36 @@ def files_stamp(paths) -> str:
     return "-".join(f"{p.stat().st_size}-{int(p.stat().st_mtime)}" for p in paths)
 
 
+def check_text_file(path: Path, data: bytes) -> None:
+    """UTF-8 text whose lines are at most MAX_LINE_BYTES long; a one-line ConfigError otherwise."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"data file {path} is not UTF-8 text (byte {error.start}); a corpus is a plain text file"
+        ) from None
+    breaks = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n"))
+    lengths = np.diff(breaks, prepend=-1, append=len(data)) - 1  # bytes of each line, without its line break
+    over = np.flatnonzero(lengths > MAX_LINE_BYTES)
+    if len(over):
+        raise ConfigError(
+            f"data file {path}: line {over[0] + 1} is {lengths[over[0]]:,} bytes; a line is at most "
+            f"{MAX_LINE_BYTES:,} (the tokenizer holds a whole line in memory): break the text into lines"
+        )
+
+
 def read_corpus(task: str, data_dir: str, hub_name: str | None) -> tuple[tuple[str, str, str], str]:
     """((train, validation, test) text, cache key of the source), from the hub or local files."""
     if hub_name:
         return read_hub(hub_name, data_dir), "hub-" + re.sub(r"[^\w.-]", "_", hub_name)
     paths = corpus_paths(task, data_dir)
     for path in paths.values():
-        if not path.read_bytes().strip():
+        data = path.read_bytes()
+        if not data.strip():
             raise ConfigError(
                 f"data file {path} is empty; --data.task={task} needs its text there (or set --data.data_dir)"
             )
+        check_text_file(path, data)
     texts = CORPORA[task][2](read_local(paths))
     for split, text in zip(("train", "validation", "test"), texts):
         if not text.strip():

@@ -122,7 +122,13 @@ def read_table(path: Path, fmt: str, header: bool, column_names: list[str] | Non
 
     if not path.is_file():
         raise ConfigError(f"data file not found: {path}")
-    if not path.read_text(encoding="utf-8-sig").strip():
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {error.start}); expected a {fmt} file of text and labels"
+        ) from None
+    if not text.strip():
         raise ConfigError(f"{path}: empty file")
     if fmt == "jsonl":
         kwargs = {}

@@ -43,7 +43,18 @@ def load_table_file(path: str, option: str = "init_from") -> Tensor:
         raise ConfigError(f"{option}: cannot read {path!r} as a table ({reason})") from None
     if not isinstance(table, Tensor) or table.dim() != 2:
         raise ConfigError(f"{option}: {path!r} must hold one 2-D (positions, width) table")
-    return table.detach().float().cpu()
+    table = table.detach().float().cpu()
+    check_finite_rows(table.numpy(), f"{option}: {path!r}")
+    return table
+
+
+def check_finite_rows(table: np.ndarray, what: str) -> None:
+    """A position table with NaN or infinite values is a one-line ConfigError naming its first such row."""
+    bad = np.argwhere(~np.isfinite(table))
+    if len(bad):
+        raise ConfigError(
+            f"{what} holds NaN or infinite values (first in row {bad[0][0]}); a position table must be finite"
+        )
 
 
 @contextmanager

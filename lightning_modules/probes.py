@@ -38,7 +38,7 @@ from cli_options import parse_options
 from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, check_encoding_name
-from lightning_modules.position_tables import hf_position_table, load_table_file
+from lightning_modules.position_tables import check_finite_rows, hf_position_table, load_table_file
 from lightning_modules.transformer import Transformer
 
 TABLE = "embedding table"
@@ -462,6 +462,7 @@ def run_probe(opts: ProbeOptions) -> ProbeResult:
         transformer, length, notes, trained = resolve(opts)
         name = transformer.encoding.name
         E, source = position_vectors(transformer, length, opts.token, opts.hidden)
+    check_finite_rows(E, f"the {source} of {opts.table or opts.hf_model or opts.ckpt or opts.encoding}")
     E, identical = collapse_rounding_noise(E)
     if trained is not None and trained < len(E):
         notes.append(

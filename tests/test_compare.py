@@ -226,6 +226,30 @@ def test_bad_input_is_one_clear_error(tmp_path):
         C.compare_main([f"--out_dir={tmp_path}", "--sweep=b"])
 
 
+def test_unwritable_report_and_unreadable_studies_are_one_line(tmp_path):
+    """--report onto a file, and a sweep's optuna.db that is corrupt or of a newer Optuna's schema (`sweep` said
+    so in one line, `compare` printed an 88-line traceback): one line naming the file."""
+    import sqlite3
+
+    import optuna
+
+    write_records(tmp_path, [rec(sweep="s"), rec(seed=1, sweep="s")])
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ConfigError, match=f"--report: cannot create the folder {tmp_path}/a_file \\(a file is in"):
+        C.compare_main([f"--out_dir={tmp_path}", f"--report={tmp_path / 'a_file'}"])
+    db = tmp_path / "sweeps" / "s" / "optuna.db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)
+    with pytest.raises(ConfigError, match=f"cannot open sweep storage sqlite:///{db}: .* file is not a database"):
+        C.compare_main([f"--out_dir={tmp_path}", "--sweep=s"])
+    db.unlink()
+    optuna.create_study(study_name="s", storage=f"sqlite:///{db}")
+    with sqlite3.connect(db) as connection:  # as a newer Optuna would leave it
+        connection.execute("UPDATE alembic_version SET version_num = 'v9.9.9'")
+    with pytest.raises(ConfigError, match="optuna.db: The runtime optuna version .* no longer compatible with the"):
+        C.compare_main([f"--out_dir={tmp_path}", "--sweep=s"])
+
+
 def write_records(root: Path, records: list[dict]) -> None:
     for i, record in enumerate(records):
         path = root / "runs" / f"run-{i}" / "record.json"

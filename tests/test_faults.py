@@ -15,6 +15,14 @@ README claims covered here:
   labelled GLUE TSV, a truncated or garbage checkpoint, a malformed sweep command, --heartbeat 0, a W&B key W&B
   rejects": test_every_bad_input_is_one_line_exit_2, test_names_that_leave_the_output_folder_are_refused,
   test_good_names_pass, test_crafted_checkpoint_never_runs_code (--model.arch.vocab_size: test_cli.py)
+- "a fit with no limit (max_steps=-1 and no max_epochs or max_time ...), --trainer.val_check_interval not an integer
+  >= 1 or a fraction in (0, 1], a --seed_everything outside [0, 2^32 - 1]", "a binary corpus or CSV", "a binary GLUE
+  TSV", "a missing checkpoint (--ckpt_path)", "an --model.arch.* option given with --ckpt_path that differs from the
+  checkpoint's", "an output folder that cannot be made", "a study database that is corrupt or from another Optuna
+  version", "a position table with NaN": test_every_bad_input_is_one_line_exit_2,
+  test_ckpt_path_refuses_only_given_arch_options_that_differ, test_trainer_limits,
+  test_seeds_outside_numpys_range_are_refused, test_a_trial_parameter_fit_refuses_fails_its_trial_in_one_line
+  (compare: test_compare.py; a corpus line over 1,000,000 bytes: test_text.py)
 - "... and a run:NAME that matches runs of different encodings (the candidates are listed)":
   test_ambiguous_run_reference_names_the_candidates
 - "Checkpoints named by the user (--model.init_from) are read with torch.load(weights_only=True): tensors and plain
@@ -25,11 +33,13 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -346,6 +356,28 @@ print("RESULTS " + json.dumps(results), flush=True)  # W&B may print more at exi
 """
 
 
+def rope32_checkpoint(path: Path) -> Path:
+    """A checkpoint of TINY's architecture (rope, dim 32): only its hyper-parameters, which --ckpt_path checks
+    before any weight is read."""
+    import torch
+
+    from lightning_modules.arch import ArchConfig
+
+    arch = ArchConfig(encoding="rope", dim=32, depth=1, num_heads=4, vocab_size=13, max_length=9).as_dict()
+    torch.save({"state_dict": {}, "hyper_parameters": {"arch": arch}}, path)
+    return path
+
+
+def study_from_a_newer_optuna(out_dir: Path) -> Path:
+    """<out_dir>/sweeps/f/optuna.db whose schema version is one this Optuna does not know (a newer Optuna's)."""
+    path = out_dir / "sweeps" / "f" / "optuna.db"
+    path.parent.mkdir(parents=True)
+    optuna.create_study(study_name="f", storage=f"sqlite:///{path}")
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE alembic_version SET version_num = 'v9.9.9'")
+    return out_dir
+
+
 def write_glue(root: Path, train: str) -> Path:
     folder = root / "glue" / "SST-2"
     folder.mkdir(parents=True)
@@ -370,6 +402,28 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
     empty_tsv = write_glue(tmp_path / "g1", "")
     ragged_tsv = write_glue(tmp_path / "g2", "sentence\tlabel\na\t1\tx\ty\n")
     wrong_label = write_glue(tmp_path / "g3", "sentence\tlabel\nfine\t7\n")
+    noise = random.Random(0).randbytes(4096)
+    garbage = tmp_path / "garbage.ckpt"
+    garbage.write_bytes(noise)
+    rope32 = rope32_checkpoint(tmp_path / "rope32.ckpt")
+    binary_text = tmp_path / "binary"
+    (binary_text / "tinyshakespeare").mkdir(parents=True)
+    (binary_text / "tinyshakespeare" / "input.txt").write_bytes(noise)
+    binary_tsv = write_glue(tmp_path / "g4", "")
+    (binary_tsv / "glue" / "SST-2" / "train.tsv").write_bytes(noise)
+    binary_csv = tmp_path / "binary.csv"
+    binary_csv.write_bytes(noise)
+    a_file = tmp_path / "a_file"  # tests run as root, whom chmod does not stop: a folder under a file cannot be made
+    a_file.write_text("x")
+    nan_table = tmp_path / "nan.npy"
+    np.save(nan_table, np.where(np.arange(64).reshape(16, 4) == 13, np.nan, 1.0))
+    newer, corrupt = study_from_a_newer_optuna(tmp_path / "newer"), tmp_path / "corrupt" / "sweeps" / "f" / "optuna.db"
+    corrupt.parent.mkdir(parents=True)
+    corrupt.write_bytes(noise)
+    values_3 = tmp_path / "values_3.yaml"
+    values_3.write_text(yaml.safe_dump({**yaml.safe_load(sweep.read_text()), "parameters": {"x": {"values": 3}}}))
+    metric_5 = tmp_path / "metric_5.yaml"
+    metric_5.write_text(yaml.safe_dump({**yaml.safe_load(sweep.read_text()), "metric": {"name": 5}}))
     cases = {
         "dim=0": ([*fit, "--model.arch.dim=0"], {}, "--model.arch.dim must be an integer >= 1"),
         "num_heads=0": ([*fit, "--model.arch.num_heads=0"], {}, "--model.arch.num_heads must be an integer >= 1"),
@@ -419,6 +473,76 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
             {},
             "is not a readable checkpoint",
         ),
+        "ckpt_path arch differs": (
+            [*fit, f"--ckpt_path={rope32}", "--model.arch.encoding=learned"],
+            {},
+            "the checkpoint has arch.encoding='rope' but --model.arch.encoding='learned' was given",
+        ),
+        "ckpt_path dim differs": (
+            [*fit, f"--ckpt_path={rope32}", "--model.arch.dim=64"],
+            {},
+            "the checkpoint has arch.dim=32 but --model.arch.dim=64 was given; a checkpoint keeps its architecture",
+        ),
+        "garbage ckpt_path fit": ([*fit, f"--ckpt_path={garbage}"], {}, "--ckpt_path: '"),
+        "garbage ckpt_path test": (["test", *TINY, f"--ckpt_path={garbage}"], {}, "is not a readable checkpoint"),
+        "missing ckpt_path fit": ([*fit, f"--ckpt_path={tmp_path}/none.ckpt"], {}, "--ckpt_path: no checkpoint file"),
+        "missing ckpt_path test": (["test", *TINY, f"--ckpt_path={tmp_path}/none.ckpt"], {}, "no checkpoint file"),
+        "max_steps=-1 without max_epochs": (
+            [*fit, "--trainer.max_steps=-1"],
+            {},
+            "--trainer.max_steps=-1 (no step limit) needs --trainer.max_epochs N (or -1: until stopped)",
+        ),
+        "val_check_interval=0": (
+            [*fit, "--trainer.val_check_interval=0"],
+            {},
+            "--trainer.val_check_interval must be an integer >= 1 (training batches) or a fraction in (0, 1]",
+        ),
+        "seed 2**64": (
+            [*fit, "--seed_everything=18446744073709551616"],
+            {},
+            "--seed_everything must be an integer in [0, 4294967295]",
+        ),
+        "binary corpus": (
+            ["fit", "--config=configs/lm_tinyshakespeare.yaml", f"--data.data_dir={binary_text}"],
+            {},
+            "input.txt is not UTF-8 text (byte ",
+        ),
+        "binary tsv": ([*glue, f"--data.data_dir={binary_tsv}"], {}, "train.tsv cannot be read ('utf-8' codec can't"),
+        "binary csv": (
+            [
+                "fit",
+                "--config=configs/pe_study_cls.yaml",
+                "--data.preset=null",
+                f"--data.train_file={binary_csv}",
+                "--data.text_column=text",
+                "--trainer.max_steps=2",
+            ],
+            {},
+            "binary.csv: not UTF-8 text (byte ",
+        ),  # fmt: skip
+        "out_dir under a file": (
+            [*fit, f"--run.out_dir={a_file}/out"],
+            {},
+            f"--run.out_dir: cannot create the folder {a_file}/out/runs/copy-rope-s0-",
+        ),
+        "sweep out_dir under a file": (
+            ["sweep", str(sweep), f"--out_dir={a_file}/out"],
+            {},
+            f"--out_dir: cannot create the folder {a_file}/out/sweeps/f (a file is in the way)",
+        ),
+        "sweep values: 3": (["sweep", str(values_3), f"--out_dir={tmp_path}"], {}, "non-empty `values` list, got 3"),
+        "sweep metric name 5": (["sweep", str(metric_5), f"--out_dir={tmp_path}"], {}, "metric needs a name and goal"),
+        "sweep corrupt study": (
+            ["sweep", str(sweep), f"--out_dir={corrupt.parents[2]}"],
+            {},
+            "optuna.db: (sqlite3.DatabaseError) file is not a database",
+        ),
+        "sweep study of a newer optuna": (
+            ["sweep", str(sweep), f"--out_dir={newer}"],
+            {},
+            "is no longer compatible with the table schema",
+        ),
+        "probe nan table": (["probe", f"--table={nan_table}"], {}, "holds NaN or infinite values (first in row 3)"),
         "heartbeat 0": (
             ["sweep", str(sweep), f"--out_dir={tmp_path}", "--heartbeat=0"],
             {},
@@ -452,7 +576,7 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
         ),
     }
     for name, (args, _, _) in cases.items():
-        if args[0] == "fit":
+        if args[0] == "fit" and not any(a.startswith("--run.out_dir=") for a in args):
             args.append(f"--run.out_dir={tmp_path / 'out' / name.replace(' ', '_')}")
     payload = json.dumps([[args, env] for args, env, _ in cases.values()])
     result = subprocess.run([sys.executable, "-c", RUNNER, payload], cwd=ROOT, capture_output=True, text=True,
@@ -514,6 +638,86 @@ def test_good_names_pass():
 
     for name in ("copy-rope-s0", "tupe_mlm-tupe_r", "lr=0.001", "x" * 200):
         check_name("--run.name", name)
+
+
+def test_ckpt_path_refuses_only_given_arch_options_that_differ(tmp_path):
+    """LightningCLI gives the model the checkpoint's arguments: an `--model.arch.*` on the command line that
+    differs would be dropped silently (a rope dim-32 run resumed with `--model.arch.encoding=learned`); options
+    not given (a --config's defaults) are the checkpoint's, as before."""
+    from errors import ConfigError
+    from lightning_modules.arch import ArchConfig
+    from lightning_modules.arg_checks import given_arch_keys
+    from lightning_modules.checkpoint_io import check_given_arch, load_checkpoint
+
+    path = str(rope32_checkpoint(tmp_path / "c.ckpt"))
+    checkpoint = load_checkpoint(path, "--ckpt_path")
+    config = ArchConfig(encoding="alibi", dim=128, depth=2, num_heads=4).as_dict()  # another config file's values
+    check_given_arch(path, checkpoint, config, given_arch_keys(["--config=c.yaml", "--model.lr=0.1"]))
+    check_given_arch(path, checkpoint, {**config, "dim": 32}, given_arch_keys(["--model.arch.dim=32"]))
+    for argv, key in [
+        (["--model.arch.encoding=alibi"], "encoding='rope' but --model.arch.encoding='alibi'"),
+        (["--model.init_args.arch.depth", "2"], "depth=1 but --model.arch.depth=2"),
+        (["--model.arch={dim: 128}"], "dim=32 but --model.arch.dim=128"),
+    ]:
+        with pytest.raises(ConfigError, match=f"the checkpoint has arch.{key} was given"):
+            check_given_arch(path, checkpoint, config, given_arch_keys(argv))
+
+
+@pytest.mark.parametrize(
+    "trainer, fit, refused",
+    [
+        ({"max_steps": -1, "max_epochs": 30}, True, False),  # configs/pe_study_cls.yaml: epochs bound the run
+        ({"max_steps": -1, "max_epochs": -1}, True, False),  # until stopped, asked for
+        ({"max_steps": -1, "max_epochs": None, "max_time": "00:01:00:00"}, True, False),
+        ({"max_steps": -1, "max_epochs": None}, False, False),  # test / validate / predict do not train
+        ({"max_steps": -1, "max_epochs": None}, True, True),  # Lightning would train 1000 epochs
+        ({"max_steps": 4, "val_check_interval": 0.5}, True, False),
+        ({"max_steps": 4, "val_check_interval": "00:00:01:00"}, True, False),  # a time: Lightning's to parse
+        ({"max_steps": 4, "val_check_interval": 0}, True, True),  # ZeroDivisionError in Lightning
+        ({"max_steps": 4, "val_check_interval": 0.0}, True, True),
+        ({"max_steps": 4, "val_check_interval": 1.5}, True, True),
+        ({"max_steps": 4, "val_check_interval": -2}, True, True),
+    ],
+)
+def test_trainer_limits(trainer, fit, refused):
+    from errors import ConfigError
+    from lightning_modules.arg_checks import check_trainer_args
+
+    if refused:
+        with pytest.raises(ConfigError, match="--trainer"):
+            check_trainer_args(trainer, fit=fit)
+    else:
+        check_trainer_args(trainer, fit=fit)
+
+
+def test_seeds_outside_numpys_range_are_refused():
+    from errors import ConfigError
+    from lightning_modules.arg_checks import check_seed
+
+    for seed in (0, 2**32 - 1, True, None):
+        check_seed(seed)
+    for seed in (-1, 2**32, 2**64):
+        with pytest.raises(ConfigError, match=r"--seed_everything must be an integer in \[0, 4294967295\]"):
+            check_seed(seed)
+
+
+@pytest.mark.slow
+def test_a_trial_parameter_fit_refuses_fails_its_trial_in_one_line(tmp_path):
+    """`trainer.max_steps: -1` as a sweep parameter: the trial's fit refuses it in one line, the sweep ends with
+    that line (exit 1: no trial succeeded), never a traceback or a 1000-epoch run."""
+    from conftest import TINY
+
+    sweep = {
+        "program": "cli.py", "method": "grid", "metric": {"name": "val/acc", "goal": "maximize"},
+        "parameters": {"trainer.max_steps": {"values": [-1]}},
+        "command": ["${env}", "${interpreter}", "${program}", "fit", *TINY, "${args}"],
+    }  # fmt: skip
+    path = tmp_path / "steps.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    result = subprocess.run(sweep_cmd(path, tmp_path), cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 1 and "Traceback" not in result.stderr and len(errors) == 1, result.stderr[-2000:]
+    assert "exit code 2: error: --trainer.max_steps=-1 (no step limit) needs --trainer.max_epochs" in errors[0]
 
 
 def test_corrupt_record_is_skipped_with_a_warning_everywhere(tmp_path, capsys):

@@ -118,6 +118,21 @@ def test_missing_file_is_one_line_config_error(tmp_path):
     assert "\n" not in message and str(tmp_path / "tinyshakespeare" / "input.txt") in message
 
 
+def test_a_line_longer_than_the_tokenizer_holds_is_one_line(tmp_path, monkeypatch):
+    """The tokenizers hold a whole line in memory (about 400 bytes a character at character level): a 1 GB line
+    aborted the process. Checked here at a lowered limit; a binary file is one line too."""
+    monkeypatch.setattr(text, "MAX_LINE_BYTES", 1000)
+    corpus = tmp_path / "tinyshakespeare" / "input.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("Speak.\n" * 50 + "y" * 1001 + "\n" + "Speak.\n" * 50)
+    with pytest.raises(ConfigError, match="input.txt: line 51 is 1,001 bytes; a line is at most 1,000"):
+        text.read_corpus("tinyshakespeare", str(tmp_path), None)
+    text.check_text_file(corpus, ("Speak.\n" * 50 + "y" * 1000).encode())  # at the limit, last line unended
+    corpus.write_bytes(b"Speak.\n\xff\xfe")
+    with pytest.raises(ConfigError, match="input.txt is not UTF-8 text \\(byte 7\\)"):
+        text.read_corpus("tinyshakespeare", str(tmp_path), None)
+
+
 def test_unknown_task_and_tokenizer_are_one_line_errors(tiny_fit_args, capsys):
     with pytest.raises(ConfigError, match="choose one of: tinyshakespeare, wikitext2"):
         TextDataModule(task="ptb")

@@ -4,6 +4,7 @@ test_compare.py::test_offline_wandb_fit_logs_directions_and_length_table."""
 
 import logging
 import os
+import re
 
 import pytest
 
@@ -22,6 +23,22 @@ def test_run_names_carry_the_parameters_a_sweep_varies(monkeypatch):
     assert ws.sweep_params() == {"model.lr": 0.001}
     monkeypatch.setenv(ws.SWEEP_PARAMS_ENV, "not json")
     assert ws.sweep_params() == {}
+
+
+def test_a_derived_name_too_long_for_a_folder_is_shortened_with_a_hash():
+    """Long varied values (e.g. encoding options with a path) made a name over 255 bytes: the run folder could not
+    be made. Such a name keeps its start and ends with a hash of the whole, so trials still differ."""
+    from tracking.records import MAX_NAME_BYTES, check_name
+
+    assert ws.run_name("copy", "rope", 0, {"model.lr": 0.001}) == "copy-rope-lr=0.001-s0"  # short: as before
+    names = {
+        ws.run_name("copy", "rope", 0, {"model.arch.encoding_options": {"init_from": "x" * n}}) for n in (300, 301)
+    }
+    assert len(names) == 2
+    for name in names:
+        check_name("--run.name", name)  # a valid folder name, at most MAX_NAME_BYTES
+        assert len(name.encode()) == MAX_NAME_BYTES and name.startswith("copy-rope-encoding_options=init_from_xx")
+        assert re.fullmatch(r".*x-h[0-9a-f]{10}-s0", name), name
 
 
 def test_a_wandb_agents_run_is_named_by_its_sweep_parameters(tmp_path, monkeypatch):

@@ -604,15 +604,21 @@ def sweep_spec(out_dir: str, sweep: str | None) -> dict:
     if sweep is None:
         return {}
     import optuna
+    import sqlalchemy
+
+    from tracking.storage import storage_error
 
     own = study_db(out_dir, sweep)
     for path in [own, *sorted(p for p in (Path(out_dir) / SWEEPS).glob(f"*/{STUDY_DB}") if p != own)]:
         if not path.is_file():
             continue
+        url = f"sqlite:///{path.resolve()}"
         try:
-            study = optuna.load_study(study_name=sweep, storage=f"sqlite:///{path.resolve()}")
+            study = optuna.load_study(study_name=sweep, storage=url)
         except KeyError:
             continue
+        except (sqlalchemy.exc.SQLAlchemyError, RuntimeError) as error:  # corrupt, or another Optuna's schema
+            raise storage_error(url, error) from None
         spec = dict(study.user_attrs.get("sweep") or {})
         if study.user_attrs.get("compare_rows"):  # a reseed study: one row per tuned group (tracking/reseed.py)
             spec["compare_rows"] = study.user_attrs["compare_rows"]

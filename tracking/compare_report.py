@@ -25,6 +25,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from layout import make_dir
 from tracking.across_tasks import PROFILE_RESAMPLES, performance_profile
 from tracking.comparison import Comparison, cell_text, legend, lookup, notes
 
@@ -216,7 +217,7 @@ STYLE = "body{font-family:sans-serif;margin:2em} td,th{border:1px solid #ccc;pad
 
 def write_report(comp: Comparison, out: Path) -> Path:
     """Write the plots (PNG and SVG) and index.html into out; returns the page's path."""
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out, "--report")
     for stale in [p for name, *_ in PLOTS for p in (out / name, (out / name).with_suffix(".svg")) if p.exists()]:
         stale.unlink()  # a plot skipped this time must not survive from an earlier report
     title = f"compare: {comp.value} {comp.metric}"

@@ -102,8 +102,8 @@ def open_storage(url: str, heartbeat: int) -> optuna.storages.BaseStorage:
             if isinstance(error, sqlalchemy.exc.OperationalError) and "already exists" not in str(error):
                 break
             time.sleep(0.5 + attempt)
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
-            failure = error
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, RuntimeError) as error:
+            failure = error  # RuntimeError: tables of another Optuna version's schema (Optuna names the fix)
             break
     raise storage_error(url, failure) from None
 

@@ -280,7 +280,7 @@ def storage_url(opts: SweepOptions, storage_name: str) -> str:
     if opts.storage is not None:
         return quote_password(opts.storage)
     path = study_db(opts.out_dir, storage_name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    layout.make_dir(path.parent, "--out_dir")
     return f"sqlite:///{path.resolve()}"
 
 

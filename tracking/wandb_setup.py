@@ -2,6 +2,7 @@
 run adds to W&B beyond Lightning's logging (identity and resolved config, summaries with a direction,
 per-length results against a `length` axis and as a table, the learning rate)."""
 
+import hashlib
 import json
 import logging
 import netrc
@@ -93,9 +94,16 @@ def short_value(value) -> str:
 
 def run_name(task: str, encoding: str, seed: int, varied: dict | None = None) -> str:
     """`<task>-<encoding>[-<key>=<value>...]-s<seed>`, with every parameter a sweep varies (short form) so
-    that two trials of one sweep never share a name."""
+    that two trials of one sweep never share a name. A name longer than a folder name may be (long varied
+    values, e.g. encoding options) keeps its start and ends with a hash of the whole: `...-h<hash>-s<seed>`."""
+    from tracking.records import MAX_NAME_BYTES  # records imports this module
+
     extra = [f"{short_key(k)}={short_value(v)}" for k, v in (varied or {}).items() if not in_name(k)]
-    return "-".join([task, encoding, *extra, f"s{seed}"])
+    name = "-".join([task, encoding, *extra, f"s{seed}"])
+    if len(name.encode()) <= MAX_NAME_BYTES:
+        return name
+    tail = f"-h{hashlib.sha1(name.encode()).hexdigest()[:10]}-s{seed}"
+    return name.encode()[: MAX_NAME_BYTES - len(tail)].decode(errors="ignore").rstrip("-_.") + tail
 
 
 def run_group(task: str, encoding: str, prefix: str | None = None) -> str:
