@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import Callback
 
 from errors import ConfigError, DivergedError
@@ -51,6 +52,7 @@ class RunRecord(Callback):
             self.record["started_at"] = time.time()
             # part of what defines a result (compare's SETUP), whatever `devices: auto` resolved to
             self.record["world_size"], self.record["precision"] = trainer.world_size, str(trainer.precision)
+            self.record["matmul_precision"] = torch.get_float32_matmul_precision()  # "high": TF32 on CUDA
             self.write()
             where = describe_run(trainer, self.record)
             if where:  # the W&B run (id, path, offline folder), for the sweep's trial attributes and `wandb sync`
