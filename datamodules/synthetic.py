@@ -170,7 +170,7 @@ class SyntheticDataModule(SplitDataModule):
         eval_per_length: int = 64,
         batch_size: int = 64,
         seed: int = 0,
-        num_workers: int = 0,
+        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -178,7 +178,7 @@ class SyntheticDataModule(SplitDataModule):
         eval_max_len = 4 * train_max_len if eval_max_len is None else eval_max_len
         _check_sizes(min_len, train_max_len, eval_max_len, eval_length_stride, num_symbols)
         _check_counts(train_size=train_size, eval_per_length=eval_per_length, batch_size=batch_size)
-        if num_workers < 0:
+        if num_workers is not None and num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
         self.task, self.task_options, self.causal, self.seed = task, dict(task_options or {}), causal, seed
         self.min_len, self.train_max_len, self.eval_max_len = min_len, train_max_len, eval_max_len

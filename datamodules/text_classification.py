@@ -265,7 +265,7 @@ class TextClassificationDataModule(SplitDataModule):
         max_train_examples: int | None = None,
         max_eval_examples: int | None = None,
         seed: int = 0,
-        num_workers: int = 0,
+        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
     ):
         super().__init__()
         self.save_hyperparameters()
