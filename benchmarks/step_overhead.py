@@ -99,7 +99,7 @@ def call_site() -> str:
 def build(args, seed: int = 0) -> tuple[SyntheticTaskModel, SyntheticDataModule]:
     torch.manual_seed(seed)
     data = SyntheticDataModule(task="copy", train_max_len=16, train_size=args.batch_size * (args.steps + 10),
-                               batch_size=args.batch_size, seed=seed)  # fmt: skip
+                               batch_size=args.batch_size, seed=seed, num_workers=args.num_workers)  # fmt: skip
     data.setup("fit")
     arch = ArchConfig(encoding=args.encoding, dim=args.dim, depth=args.depth, num_heads=args.heads,
                       vocab_size=data.vocab_size, max_length=data.max_seq_len)  # fmt: skip
@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--encoding", default="rope")
+    parser.add_argument("--num-workers", type=int, default=None, help="loader workers (default: 2 on CUDA, 0 on CPU)")
     parser.add_argument("--per-encoding", action="store_true", help="host syncs per step of every encoding")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # a tiny model: threads only add noise on a shared machine
@@ -223,8 +224,10 @@ def main(argv: list[str] | None = None) -> None:
         plain.append(plain_loop(args))
         ours.append(lightning_fit(args))
     ratios = [o / p for o, p in zip(ours, plain)]
-    print(f"\ntiny model: dim {args.dim}, depth {args.depth}, {args.encoding}, batch {args.batch_size}, "
-          f"steps {args.warmup}..{args.steps}, {args.repeats} repeats, torch threads 1")  # fmt: skip
+    print(
+        f"\ntiny model: dim {args.dim}, depth {args.depth}, {args.encoding}, batch {args.batch_size}, steps "
+        f"{args.warmup}..{args.steps}, {args.repeats} repeats, 1 thread, loader workers {args.num_workers}"
+    )
     print(f"{'':8} {'ms/step (median, min-max)':>28} {'host syncs/step':>16}")
     for label, times, syncs in (("plain", plain, plain_syncs), ("ours", ours, ours_syncs)):
         ms = [1000 * t for t in times]
