@@ -90,12 +90,14 @@ class DeBERTa(PositionalEncoding):
         return index - lo, lo, hi
 
     def row_range(self, bound: int) -> tuple[int, int]:
-        """Table rows [lo, hi) of the distances between positions below `bound` (on the CPU, cached)."""
-        cache = vars(self).setdefault("row_ranges", {})
-        if bound not in cache:
-            rows = self.distance_rows_table(torch.arange(bound))
-            cache[bound] = (int(rows.min()), int(rows.max()) + 1)
-        return cache[bound]
+        """Table rows [lo, hi) of the distances between positions below `bound` (<= the table's length): the
+        rows of the two extreme distances, read from a host copy of `distance_rows` (built on the CPU once
+        per table length)."""
+        if len(getattr(self, "host_rows", ())) != 2 * self.table_length - 1:
+            self.host_rows = self.distance_rows_table(torch.arange(self.table_length)).tolist()
+        centre = self.table_length - 1
+        ends = self.host_rows[centre - bound + 1], self.host_rows[centre + bound - 1]
+        return min(ends), max(ends) + 1
 
     def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor:
         if torch.compiler.is_compiling():  # the used rows have a data-dependent count: all of them
