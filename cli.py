@@ -199,6 +199,7 @@ class PECLI(LightningCLI):
                 check_given_arch(config.ckpt_path, checkpoint, config.model.init_args.arch.as_dict(),
                                  given_arch_keys(argv))  # fmt: skip
         check_given_gpus()  # a sweep's trial given GPUs never trains on the CPU instead
+        default_cuda_precision(config)
 
     def before_instantiate_classes(self) -> None:
         """A null `data.seed` (the configs' default) becomes the run's seed, so over seeds the data (training
@@ -317,6 +318,33 @@ def stored_run_dir(checkpoint: str) -> Path | None:
     except Exception:  # not a readable checkpoint: Lightning reports it when it loads it
         return None
     return Path(stored) if stored and (Path(stored) / RECORD_FILE).is_file() else None
+
+
+def trains_on_cuda_with_bf16(accelerator) -> bool:
+    """Whether `--trainer.accelerator` resolves to CUDA devices with native bf16 (Ampere or later), as
+    Lightning's `auto` / `gpu` choose (CUDA when `CUDAAccelerator.is_available()`)."""
+    import torch
+    from pytorch_lightning.accelerators import CUDAAccelerator
+
+    if accelerator not in ("auto", "gpu", "cuda") or not CUDAAccelerator.is_available():
+        return False
+    return torch.cuda.device_count() > 0 and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def default_cuda_precision(config) -> None:
+    """On CUDA with bf16, a run that does not set `--trainer.precision` trains in `bf16-mixed` (SDPA's
+    FlashAttention kernels take only fp16 / bf16) with TF32 matmuls for what stays in fp32; set into the parsed
+    config, so the run's config.yaml and record say so. `--trainer.precision=32-true` keeps full fp32; on the
+    CPU nothing changes (fp32)."""
+    trainer = config.get("trainer")
+    if trainer is None or not trains_on_cuda_with_bf16(trainer.get("accelerator") or "auto"):
+        return
+    if trainer.get("precision") is None:
+        config["trainer.precision"] = "bf16-mixed"
+    if str(config["trainer.precision"]) not in ("32-true", "32", "64-true", "64"):
+        import torch
+
+        torch.set_float32_matmul_precision("high")  # TF32 (recorded as the record's matmul_precision)
 
 
 def restore_option_nulls(config, model_class: type[TaskModule]) -> None:

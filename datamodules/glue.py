@@ -221,7 +221,7 @@ class GLUEDataModule(pl.LightningDataModule):
         max_train_examples: int | None = None,
         max_eval_examples: int | None = None,
         seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
-        num_workers: int = 0,
+        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
         hub_name: str | None = None,  # e.g. "glue" (config from the task) or "glue:sst2"
     ):
         super().__init__()

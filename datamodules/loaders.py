@@ -6,6 +6,8 @@ import torch.distributed as dist
 from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset
 
+CUDA_WORKERS = 2  # default loader processes per training process on CUDA
+
 
 def data_seed(seed: int | None) -> int:
     """A data module's seed: `cli.py` fills a null `data.seed` with the run's `seed_everything`, so data and
@@ -13,10 +15,19 @@ def data_seed(seed: int | None) -> int:
     return 0 if seed is None else seed
 
 
-def seeded_loader(dataset: Dataset | None, *, batch_size: int, shuffle: bool, seed: int, num_workers: int,
+def loader_workers(num_workers: int | None) -> int:
+    """`data.num_workers` as given; by default (None) 2 on CUDA, where collating the next batches in worker
+    processes overlaps the GPU's step, and 0 on the CPU, where workers would take cores from the step itself."""
+    if num_workers is not None:
+        return num_workers
+    return CUDA_WORKERS if torch.cuda.is_available() else 0
+
+
+def seeded_loader(dataset: Dataset | None, *, batch_size: int, shuffle: bool, seed: int, num_workers: int | None,
                   collate_fn=None) -> DataLoader:  # fmt: skip
     """Batches of `dataset`, shuffled (when asked) in an order fixed by `seed`, so runs with the same seed
-    see the same batches; memory is pinned for fast host-to-GPU copies when CUDA is available.
+    see the same batches (whatever the number of workers); memory is pinned for fast host-to-GPU copies when
+    CUDA is available; workers (`loader_workers`) are kept between epochs and validations.
 
     An evaluation loader (shuffle=False) in a multi-process run gives each process every world_size-th
     example, none twice (`UnrepeatedDistributedSampler`): the DistributedSampler Lightning would add pads
@@ -27,9 +38,11 @@ def seeded_loader(dataset: Dataset | None, *, batch_size: int, shuffle: bool, se
     sampler = None
     if not shuffle and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)  # Lightning keeps a DistributedSampler
+    workers = loader_workers(num_workers)
     return DataLoader(
         dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler, generator=generator,
-        collate_fn=collate_fn, num_workers=num_workers, pin_memory=torch.cuda.is_available(),
+        collate_fn=collate_fn, num_workers=workers, pin_memory=torch.cuda.is_available(),
+        persistent_workers=workers > 0,
     )  # fmt: skip
 
 

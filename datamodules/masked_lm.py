@@ -79,7 +79,7 @@ class MaskedLMDataModule(SplitDataModule):
         max_train_blocks: int | None = None,
         max_eval_blocks: int | None = None,
         seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
-        num_workers: int = 0,
+        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
         hub_name: str | None = None,
     ):
         super().__init__()

@@ -173,7 +173,7 @@ class SyntheticDataModule(SplitDataModule):
         eval_per_train_length: int | None = None,  # examples per length <= train_max_len; default eval_per_length
         batch_size: int = 64,
         seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
-        num_workers: int = 0,
+        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -183,7 +183,7 @@ class SyntheticDataModule(SplitDataModule):
         eval_per_train_length = eval_per_length if eval_per_train_length is None else eval_per_train_length
         _check_counts(train_size=train_size, eval_per_length=eval_per_length,
                       eval_per_train_length=eval_per_train_length, batch_size=batch_size)  # fmt: skip
-        if num_workers < 0:
+        if num_workers is not None and num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
         self.task, self.task_options, self.causal = task, dict(task_options or {}), causal
         self.seed = data_seed(seed)

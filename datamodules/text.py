@@ -367,7 +367,7 @@ class TextDataModule(pl.LightningDataModule):
         max_train_blocks: int | None = None,
         max_eval_tokens: int | None = None,
         seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
-        num_workers: int = 0,
+        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
         hub_name: str | None = None,
         eval_stride: int | None = None,  # sliding-window evaluation stride; None: non-overlapping only
     ):

@@ -12,7 +12,7 @@ from errors import ConfigError
 from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import check_finite, check_lr_decay
+from lightning_modules.optim import check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import Transformer
 from vocab import IGNORE_INDEX
@@ -112,8 +112,8 @@ class CausalLMModel(TaskModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         loss = self.token_losses(batch["tokens"], batch["targets"]).mean()
-        check_finite(loss, self.global_step, self.hparams.lr)
-        self.log(M.TRAIN_LOSS, loss, prog_bar=True)
+        self.watch_loss(loss)
+        self.log(M.TRAIN_LOSS, loss)  # not prog_bar: Lightning reads those every step
         return loss
 
     def servable(self, context: int) -> bool:

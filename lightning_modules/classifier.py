@@ -18,7 +18,7 @@ from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.checkpoint_io import load_checkpoint
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import check_finite, check_lr_decay
+from lightning_modules.optim import check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import Transformer
 
@@ -145,8 +145,8 @@ class SequenceClassifier(TaskModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         loss, _ = self.loss_and_predictions(batch)
-        check_finite(loss, self.global_step, self.hparams.lr)
-        self.log(M.TRAIN_LOSS, loss, prog_bar=True)
+        self.watch_loss(loss)
+        self.log(M.TRAIN_LOSS, loss)  # not prog_bar: Lightning reads those every step
         return loss
 
     def _eval_step(self, batch: dict, stage: str) -> None:

@@ -47,9 +47,37 @@ def adamw_with_schedule(
 
 
 def check_finite(loss: torch.Tensor, step: int, lr: float) -> None:
-    """Stop a diverged run with one line that says where and what to try (its record says `diverged`)."""
+    """Stop a diverged run with one line that says where and what to try (its record says `diverged`).
+    Reads the loss on the host (a device sync): the training steps use `DivergenceWatch` instead."""
     if not torch.isfinite(loss):
         raise DivergedError(
             f"train/loss is {loss.item()} at step {step}; "
             f"lower --model.lr (now {lr:g}) or set --trainer.gradient_clip_val"
         )
+
+
+class DivergenceWatch:
+    """The first non-finite training loss, found without a host sync per step.
+
+    `watch(loss, step)` keeps, on the loss's device, the first step whose loss was not finite and that loss
+    (two small device ops, no read); `check(lr)` reads them once (a device sync) and raises `check_finite`'s
+    one-line DivergedError naming that step. The task modules check every `log_every_n_steps` steps (when
+    Lightning reads the logged loss anyway), before each validation and when training ends.
+    """
+
+    def __init__(self):
+        self.step: torch.Tensor | None = None  # first non-finite step, -1 while none
+        self.loss: torch.Tensor | None = None
+
+    def watch(self, loss: torch.Tensor, step: int) -> None:
+        loss = loss.detach().float()
+        if self.step is None or self.step.device != loss.device:
+            self.step = torch.full((), -1, dtype=torch.long, device=loss.device)
+            self.loss = torch.zeros((), device=loss.device)
+        first = ~torch.isfinite(loss) & (self.step < 0)
+        self.step = torch.where(first, step, self.step)
+        self.loss = torch.where(first, loss, self.loss)
+
+    def check(self, lr: float) -> None:
+        if self.step is not None and (step := int(self.step)) >= 0:
+            check_finite(self.loss, step, lr)

@@ -7,7 +7,7 @@ from torchmetrics import MaxMetric, MeanMetric, SumMetric
 from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import check_finite, check_lr_decay
+from lightning_modules.optim import check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import Transformer
 
@@ -61,8 +61,8 @@ class SyntheticTaskModel(TaskModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         loss = self.loss(self(batch), batch["targets"])
-        check_finite(loss, self.global_step, self.hparams.lr)
-        self.log(M.TRAIN_LOSS, loss, prog_bar=True)
+        self.watch_loss(loss)
+        self.log(M.TRAIN_LOSS, loss)  # not prog_bar: Lightning reads those every step
         return loss
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

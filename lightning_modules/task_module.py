@@ -7,7 +7,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import PositionalEncoding
-from lightning_modules.optim import adamw_with_schedule
+from lightning_modules.optim import DivergenceWatch, adamw_with_schedule
 
 
 def dotted_get(values, path: str):
@@ -24,7 +24,10 @@ class TaskModule(pl.LightningModule):
     `_eval_epoch_end(stage)` (stage "val" or "test"), which accumulate in torchmetrics and log once per
     epoch. The optimizer is AdamW with linear warm-up then the `lr_decay` schedule, read from the
     hyper-parameters `lr`, `weight_decay`, `warmup_steps` and `lr_decay` (see lightning_modules/optim.py);
-    `warmup(total_steps)` may be overridden (the classifier's warm-up ratio).
+    `warmup(total_steps)` may be overridden (the classifier's warm-up ratio). A training step passes its loss
+    to `watch_loss`, which keeps the first non-finite one on the device: a diverged run stops with one line
+    at the next check (every `log_every_n_steps` steps, before a validation, at the end of training), with no
+    host sync in the other steps.
 
     Encodings are declared, not guessed: `ENCODING_ARGS` names, per role, the init argument holding an
     encoding and the one holding its options (dotted paths into the arguments). The CLI checks them before
@@ -72,6 +75,28 @@ class TaskModule(pl.LightningModule):
             for module in self.modules():
                 if isinstance(module, PositionalEncoding) and (note := module.untrained_note(int(train_length))):
                     rank_zero_warn(note)
+
+    def watch_loss(self, loss) -> None:
+        """Note a non-finite training loss for the next divergence check (no host sync)."""
+        if getattr(self, "divergence", None) is None:
+            self.divergence = DivergenceWatch()
+        self.divergence.watch(loss, self.global_step)
+
+    def check_diverged(self) -> None:
+        """One line and a stop (DivergedError) if a training loss since the start was not finite (one read)."""
+        if getattr(self, "divergence", None) is not None:
+            self.divergence.check(self.hparams.lr)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if self.global_step % (self.trainer.log_every_n_steps or 50) == 0:
+            self.check_diverged()
+
+    def on_validation_start(self) -> None:
+        if not self.trainer.sanity_checking:
+            self.check_diverged()
+
+    def on_train_end(self) -> None:
+        self.check_diverged()
 
     def _eval_step(self, batch: dict, stage: str) -> None:
         raise NotImplementedError

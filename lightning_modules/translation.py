@@ -17,7 +17,7 @@ from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.encodings import ENCODINGS
-from lightning_modules.optim import check_finite, check_lr_decay
+from lightning_modules.optim import check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import (
     Attention,
@@ -349,19 +349,19 @@ class TranslationModel(TaskModule):
 
     # --- training and evaluation -------------------------------------------------------------------------
 
-    def token_losses(self, batch: dict, label_smoothing: float) -> tuple[Tensor, int]:
-        """(mean loss over the real target tokens, their count)."""
+    def token_losses(self, batch: dict, label_smoothing: float) -> tuple[Tensor, Tensor]:
+        """(mean loss over the real target tokens, their count), both on the device (no host sync)."""
         logits = self(batch["src"], batch["src_mask"], batch["tgt_in"])  # (B, T, V)
         targets = batch["tgt_out"]
         loss = F.cross_entropy(
             logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing
         )  # fmt: skip
-        return loss, int((targets != IGNORE_INDEX).sum())
+        return loss, (targets != IGNORE_INDEX).sum()
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         loss, _ = self.token_losses(batch, self.hparams.label_smoothing)
-        check_finite(loss, self.global_step, self.hparams.lr)
-        self.log(M.TRAIN_LOSS, loss, prog_bar=True, batch_size=len(batch["src"]))
+        self.watch_loss(loss)
+        self.log(M.TRAIN_LOSS, loss, batch_size=len(batch["src"]))  # not prog_bar (a read per step)
         return loss
 
     def detokenize(self, ids: Tensor) -> list[str]:

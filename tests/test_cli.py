@@ -314,3 +314,69 @@ def test_optimizer_and_lr_scheduler_are_refused_in_one_line(arg, capsys):
     assert (
         len(err) == 1 and err[0].startswith(f"error: {arg.split('=')[0]} is not supported") and "--model.lr" in err[0]
     )
+
+
+class Parsed(Exception):
+    """Stops a LightningCLI right after parsing (nothing is instantiated)."""
+
+
+def parsed_trainer_config(args: list[str], monkeypatch) -> dict:
+    """The resolved `trainer` section `cli.py ARGS` would save in config.yaml and the record (no trainer built)."""
+    import cli
+
+    def stop(self):
+        raise Parsed(yaml.safe_load(self._parser(self.subcommand).dump(self.config[self.subcommand]))["trainer"])
+
+    monkeypatch.setattr(cli.PECLI, "before_instantiate_classes", stop)
+    with pytest.raises(Parsed) as parsed:
+        cli.make_cli(args)
+    return parsed.value.args[0]
+
+
+@pytest.fixture
+def mocked_cuda(monkeypatch):
+    """A CUDA device with bf16 as torch and Lightning's `auto` accelerator see it (no GPU needed); the global
+    float32 matmul precision a run sets is restored afterwards."""
+    import torch
+    from pytorch_lightning.accelerators import CUDAAccelerator
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: True))
+    before = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
+def test_cuda_runs_default_to_bf16_mixed_and_tf32_an_explicit_precision_is_kept(tiny_fit_args, mocked_cuda,
+                                                                                monkeypatch):  # fmt: skip
+    """Issue 26: on CUDA with bf16 a run that does not set trainer.precision trains in bf16-mixed (SDPA's
+    FlashAttention needs fp16 / bf16) with TF32 matmuls, saved in its resolved config; --trainer.precision wins
+    (32-true: full fp32 matmuls too)."""
+    import torch
+
+    torch.set_float32_matmul_precision("highest")
+
+    def precision(*args: str) -> str | None:
+        return parsed_trainer_config([*tiny_fit_args, *args], monkeypatch).get("precision")  # None: not set
+
+    assert precision() == "bf16-mixed"
+    assert torch.get_float32_matmul_precision() == "high"
+    torch.set_float32_matmul_precision("highest")
+    assert precision("--trainer.precision=32-true") == "32-true"
+    assert torch.get_float32_matmul_precision() == "highest"
+    assert precision("--trainer.precision=16-mixed") == "16-mixed"
+    assert precision("--trainer.accelerator=cpu") is None
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)  # pre-Ampere
+    assert precision() is None
+
+
+def test_cpu_runs_keep_fp32(tiny_fit_args, monkeypatch):
+    import torch
+    from pytorch_lightning.accelerators import CUDAAccelerator
+
+    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: False))
+    before = torch.get_float32_matmul_precision()
+    assert parsed_trainer_config(tiny_fit_args, monkeypatch).get("precision") is None  # Lightning's 32-true
+    assert torch.get_float32_matmul_precision() == before

@@ -7,6 +7,7 @@ import os
 import re
 
 import pytest
+import torch
 
 from tracking import wandb_setup as ws
 
@@ -134,7 +135,8 @@ def test_wandb_silent_is_not_forced(monkeypatch, tmp_path):
     assert "WANDB_SILENT" not in os.environ
 
 
-def test_learning_rate_is_logged_every_step():
+def test_learning_rate_is_logged_every_logged_step_only():
+    """Issue 26: a float logged is copied to the device (a sync on CUDA): only on the steps Lightning logs."""
     logged = {}
 
     class Module:
@@ -143,7 +145,11 @@ def test_learning_rate_is_logged_every_step():
 
     class Trainer:
         optimizers = [type("Opt", (), {"param_groups": [{"lr": 0.25}, {"lr": 0.25}]})()]
+        _logger_connector = type("Connector", (), {"should_update_logs": False})()
 
+    ws.LogLearningRate().on_train_batch_start(Trainer(), Module(), None, 0)
+    assert logged == {}
+    Trainer._logger_connector.should_update_logs = True
     ws.LogLearningRate().on_train_batch_start(Trainer(), Module(), None, 0)
     assert logged == {"train/lr": 0.25}
 
@@ -184,3 +190,10 @@ def test_progress_bar_shows_steps_not_epoch_of_minus_two():
                                     global_step=120, max_epochs=-1)  # fmt: skip
     assert bar.get_metrics(trainer, None) == {"step": "120/3000", "train/loss": 1.5}
     assert bar._get_train_description(0).strip() == "Epoch 0"
+    # train/loss (logged without prog_bar) is read from the callback metrics, while training (a device sync)
+    # only every log_every_n_steps steps
+    trainer.training, trainer.log_every_n_steps, trainer.progress_bar_metrics = True, 50, {}
+    trainer.global_step, trainer.callback_metrics = 150, {"train/loss": torch.tensor(1.25)}
+    assert bar.get_metrics(trainer, None) == {"step": "150/3000", "train/loss": 1.25}
+    trainer.global_step, trainer.callback_metrics = 151, {"train/loss": torch.tensor(1.0)}
+    assert bar.get_metrics(trainer, None) == {"step": "151/3000", "train/loss": 1.25}

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import Callback
 
 from errors import ConfigError, DivergedError
@@ -90,6 +91,7 @@ class RunRecord(Callback):
             self.record.update(scale)
             if line := scale_line(trainer, scale):
                 print(line, flush=True)
+            self.record["matmul_precision"] = torch.get_float32_matmul_precision()  # "high": TF32 on CUDA
             self.write()
             where = describe_run(trainer, self.record)
             if where:  # the W&B run (id, path, offline folder), for the sweep's trial attributes and `wandb sync`

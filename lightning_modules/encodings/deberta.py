@@ -69,16 +69,36 @@ class DeBERTa(PositionalEncoding):
         """(..., L) positions -> (..., L, L) table rows bucket(i - j) + S, clipped to [0, 2S)."""
         return self.distance_rows[relative_distance(positions) + self.table_length - 1]
 
+    def reserve(self, length: int) -> None:
+        """The Transformer reserves the positions of every forward before calling the hooks: all of them are
+        below `length`, so their distances lie within +-(length - 1) (what `used_rows` bounds them by)."""
+        super().reserve(length)
+        self.positions_below = length
+
     def used_rows(self, positions: Tensor) -> tuple[Tensor, int, int]:
-        """`relative_index` shifted to the first table row it uses, and the rows [lo, hi) it uses: only those
+        """`relative_index` shifted to the first table row it uses, and rows [lo, hi) covering it: only those
         need the LayerNorm and the projections, and the c2p / p2c products and gathers shrink to them (at
-        L = 256 with the defaults, 385 of 512 rows; at L = 32, 63). For 1-D positions; other positions
-        keep all 2S rows (finding the range would cost a host sync per forward)."""
+        L = 256 with the defaults, 385 of 512 rows; at L = 32, 63). For 1-D positions, all below the last
+        `reserve` (or the table's length), the range is that of the distances +-(bound - 1), computed on the host
+        from the bound alone: no host sync (reading the index's range was two per layer). Other positions keep
+        all 2S rows. Rows are monotone in the distance, so a position beyond the bound (a hook called
+        directly, without `reserve`) makes the gathers fail loudly, never read a wrong row."""
         index = self.relative_index(positions)
         if positions.dim() != 1 or positions.is_meta:
             return index, 0, 2 * self.span
-        lo, hi = int(index.min()), int(index.max()) + 1
+        bound = getattr(self, "positions_below", self.table_length)
+        lo, hi = self.row_range(bound if len(positions) <= bound else self.table_length)
         return index - lo, lo, hi
+
+    def row_range(self, bound: int) -> tuple[int, int]:
+        """Table rows [lo, hi) of the distances between positions below `bound` (<= the table's length): the
+        rows of the two extreme distances, read from a host copy of `distance_rows` (built on the CPU once
+        per table length)."""
+        if len(getattr(self, "host_rows", ())) != 2 * self.table_length - 1:
+            self.host_rows = self.distance_rows_table(torch.arange(self.table_length)).tolist()
+        centre = self.table_length - 1
+        ends = self.host_rows[centre - bound + 1], self.host_rows[centre + bound - 1]
+        return min(ends), max(ends) + 1
 
     def content_bias(self, q: Tensor, k: Tensor, positions: Tensor) -> Tensor:
         if torch.compiler.is_compiling():  # the used rows have a data-dependent count: all of them

@@ -3,6 +3,7 @@ from torch import Tensor, nn
 
 from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.precision import compute_dtype, fp32_mlp
 from lightning_modules.encodings.t5_bias import bucket_bias, distance_score_mod, distances, relative_distance
 
 
@@ -16,7 +17,8 @@ class DynamicBias(PositionalEncoding):
     does not re-initialise it.
     Added unscaled, shared by all layers. The MLP runs on every (i, j) pair, so positions need not be
     contiguous. As x-transformers, the MLP runs once per distance (the 2N - 1 distances between the N
-    positions of its table, instead of L^2 pairs) and the pairs look their row up.
+    positions of its table, instead of L^2 pairs) and the pairs look their row up. The MLP runs in fp32 whatever
+    the compute dtype (bf16 rounds distances past 256), its output cast once (encodings/precision.py).
     Shapes: bias (H, L, L) or (B, H, L, L).
     """
 
@@ -34,11 +36,12 @@ class DynamicBias(PositionalEncoding):
             layers += [nn.Linear(width, width), nn.SiLU()]
         self.mlp = nn.Sequential(*layers, nn.Linear(width, self.num_heads))
         self.log_distance = log_distance
-        self.register_position_table("distance_inputs", "distance_inputs_table")  # (2N - 1, 1)
+        # integers: a float table would be rounded by `.to(torch.bfloat16)` (bf16-true)
+        self.register_position_table("signed_distances", "signed_distances_table")  # (2N - 1,)
 
-    def distance_inputs_table(self, positions: Tensor) -> Tensor:
-        """(N,) positions 0..N-1 -> (2N - 1, 1) the MLP input of every distance i - j, from N - 1 down."""
-        return self.inputs(-distances(len(positions), positions.device))[:, None]
+    def signed_distances_table(self, positions: Tensor) -> Tensor:
+        """(N,) positions 0..N-1 -> (2N - 1,) every distance i - j between them, from N - 1 down."""
+        return -distances(len(positions), positions.device)
 
     def inputs(self, distance: Tensor) -> Tensor:
         """Integer distances i - j -> the MLP's float input, sign(x) log(|x| + 1) with `log_distance`."""
@@ -47,7 +50,13 @@ class DynamicBias(PositionalEncoding):
 
     def bias(self, positions: Tensor) -> Tensor:
         rows = relative_distance(positions) + self.table_length - 1  # (..., L, L) row of i - j
-        return bucket_bias(self.mlp(self.distance_inputs), rows)  # (..., H, L, L)
+        return bucket_bias(self.distance_table(), rows)  # (..., H, L, L)
+
+    def distance_table(self) -> Tensor:
+        """(2N - 1, H) the MLP at every distance i - j, in fp32 (bf16 rounds distances past 256), cast once to
+        the compute dtype (encodings/precision.py)."""
+        table = fp32_mlp(self.mlp, self.inputs(self.signed_distances)[:, None])
+        return table.to(compute_dtype(self.mlp[0].weight))
 
     def score_mod(self, positions: Tensor):
-        return distance_score_mod(self.mlp(self.distance_inputs), None, positions, self.table_length - 1)
+        return distance_score_mod(self.distance_table(), None, positions, self.table_length - 1)

@@ -2,6 +2,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
+from lightning_modules.encodings.precision import compute_dtype, fp32_mlp
 
 
 class FIRE(PositionalEncoding):
@@ -15,7 +16,8 @@ class FIRE(PositionalEncoding):
     U(-1/sqrt(fan_in), 1/sqrt(fan_in))). i is the query's position, so the bias depends on where the query sits
     (not shift-invariant once i > L_thr). Causal: i - j >= 0 under the mask (the paper); bidirectional: the
     same formula on |i - j| (our choice). One MLP shared by all layers.
-    Checked against the closed form with a hand-set MLP. Shapes: bias (H, L, L) or (B, H, L, L).
+    Computed in fp32 whatever the compute dtype, cast once (encodings/precision.py). Checked against the closed
+    form with a hand-set MLP. Shapes: bias (H, L, L) or (B, H, L, L).
     """
 
     name = "fire"
@@ -31,7 +33,7 @@ class FIRE(PositionalEncoding):
         self.eps = eps
 
     def psi(self, x: Tensor) -> Tensor:
-        return torch.log(torch.abs(self.c * x) + 1)
+        return torch.log(torch.abs(self.c.float() * x) + 1)
 
     @staticmethod
     def distance(positions: Tensor) -> tuple[Tensor, Tensor]:
@@ -42,12 +44,14 @@ class FIRE(PositionalEncoding):
     def normalized_distance(self, positions: Tensor) -> Tensor:
         """(..., L) positions -> (..., L, L) psi(|i - j|) / psi(max(i, L_thr)), i the query position."""
         pos, distance = self.distance(positions)
-        threshold = torch.abs(self.threshold_multiplier * self.init_threshold)
+        threshold = torch.abs(self.threshold_multiplier.float() * self.init_threshold.float())
         normalizer = torch.maximum(pos, threshold)[..., :, None]  # (..., L, 1)
         return self.psi(distance) / (self.psi(normalizer) + self.eps)
 
     def bias(self, positions: Tensor) -> Tensor:
-        return self.mlp(self.normalized_distance(positions)[..., None]).movedim(-1, -3)  # (..., H, L, L)
+        # in fp32 (bf16 keeps about 100 distinct inputs of 1024), cast once to the compute dtype
+        bias = fp32_mlp(self.mlp, self.normalized_distance(positions)[..., None])  # (..., L, L, H)
+        return bias.to(compute_dtype(self.c)).movedim(-1, -3)  # (..., H, L, L)
 
     def score_mod(self, positions: Tensor) -> ScoreMod:
         """The MLP written out per (i, j) score, unrolled over its width (pointwise, so it fuses)."""
