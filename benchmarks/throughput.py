@@ -1,7 +1,7 @@
 """Training throughput, peak memory and MFU of every registered encoding, ours vs x-transformers.
 
 To run: python benchmarks/throughput.py [--encodings all|rope,alibi] [--device cpu|cuda] [--preset bert-base]
-[--compile]
+[--precision bf16|fp32] [--compile]
 
 Per encoding: training tokens/s (forward + backward + AdamW step, next-token loss over random tokens) of our
 `Transformer` + a linear head, and of an x-transformers `TransformerWrapper(Decoder(...))` of the same size
@@ -26,6 +26,9 @@ torch.compile's defaults; compiling happens in the untimed warm-up steps (at lea
 reset per encoding (our encodings share the block code, and past dynamo's recompile limit it would silently
 run eager), the memory probe is skipped (a forked child would compile again) and the Lightning-overhead run
 stays eager. Results go to throughput_<device>[_<preset>]_compile.json / .md.
+`--precision`: bf16 runs both models' forward under `torch.autocast(dtype=bfloat16)` on the device (CUDA or
+CPU; Lightning's bf16-mixed in the overhead run), fp32 without autocast; default bf16 on CUDA, fp32 on the
+CPU. A precision other than the device's default adds `_<precision>` to the result files' names.
 Not a timed test: measure only. The ratio column is the median (min-max) of per-repeat ratios, so it need
 not equal the ratio of the two median tok/s columns. Noise: repeats on a loaded 2-core machine vary by 2x.
 """
@@ -137,8 +140,18 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def train_step(model: nn.Module, optimizer, tokens: Tensor, device: str) -> None:
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+def default_precision(device: str) -> str:
+    return "bf16" if device == "cuda" else "fp32"
+
+
+def autocast(device: str, precision: str | None):
+    """bf16 autocast on `device` for precision bf16 (default: bf16 on CUDA, fp32 on the CPU), else off."""
+    precision = precision or default_precision(device)
+    return torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def train_step(model: nn.Module, optimizer, tokens: Tensor, device: str, precision: str | None = None) -> None:
+    with autocast(device, precision):
         logits = model(tokens[:, :-1])  # (B, L, V)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
     loss.backward()
@@ -155,11 +168,11 @@ SDPA_BACKENDS = {  # aten op that SDPA dispatched to -> backend (CUDA and CPU na
 }
 
 
-def sdpa_backends(model: nn.Module, tokens: Tensor, device: str) -> str:
+def sdpa_backends(model: nn.Module, tokens: Tensor, device: str, precision: str | None = None) -> str:
     """The SDPA backend(s) one training-mode forward of `model` dispatched to, read from the profiler's op
     names ("-" when no SDPA ran, e.g. an explicit softmax)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+        with autocast(device, precision):
             model(tokens[:, :-1])
     used = sorted({SDPA_BACKENDS[e.name] for e in prof.events() if e.name in SDPA_BACKENDS})
     return ", ".join(used) or "-"
@@ -171,12 +184,12 @@ def make_batches(args, count: int, seed: int = 0) -> list[Tensor]:
     return [torch.randint(0, VOCAB, (args.batch, args.length + 1), generator=generator) for _ in range(count)]
 
 
-def timed_steps(model, optimizer, batches: list[Tensor], device: str) -> float:
+def timed_steps(model, optimizer, batches: list[Tensor], device: str, precision: str | None = None) -> float:
     """Seconds for one training step per batch."""
     sync(device)
     start = time.perf_counter()
     for tokens in batches:
-        train_step(model, optimizer, tokens, device)
+        train_step(model, optimizer, tokens, device, precision)
     sync(device)
     return time.perf_counter() - start
 
@@ -201,7 +214,7 @@ def peak_memory(impl: str, encoding: str, args, batches: list[Tensor]) -> float 
         base = torch.cuda.memory_allocated()
         model = build(impl, encoding, args).cuda()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        timed_steps(model, optimizer, [b.cuda() for b in batches[:1]], "cuda")
+        timed_steps(model, optimizer, [b.cuda() for b in batches[:1]], "cuda", args.precision)
         peak = torch.cuda.max_memory_allocated() - base
         del model, optimizer
         return peak / 2**20
@@ -215,7 +228,7 @@ def peak_memory(impl: str, encoding: str, args, batches: list[Tensor]) -> float 
             base = rss_bytes()
             model = build(impl, encoding, args)
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-            timed_steps(model, optimizer, batches[:1], "cpu")
+            timed_steps(model, optimizer, batches[:1], "cpu", args.precision)
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
             os.write(write, str(peak).encode())
         finally:
@@ -259,16 +272,16 @@ def bench_encoding(encoding: str, args, batches: list[Tensor]) -> dict:
     for name, model in impls.items():
         model.to(args.device).train()
         optimizers[name] = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        timed_steps(model, optimizers[name], device_batches[: args.warmup], args.device)  # warm-up, excluded
+        timed_steps(model, optimizers[name], device_batches[: args.warmup], args.device, args.precision)  # warm-up
     tokens = args.batch * args.length * args.steps
     for _ in range(args.repeats):
         for name, model in impls.items():  # A B A B ...
-            seconds = timed_steps(model, optimizers[name], device_batches[args.warmup :], args.device)
+            seconds = timed_steps(model, optimizers[name], device_batches[args.warmup :], args.device, args.precision)
             rates[name].append(tokens / seconds)
     row = {"encoding": encoding, "note": (xt_kwargs(encoding, args.dim // args.heads) or ({}, {}, ""))[2]}
     for name, model in impls.items():
         row[name] = {
-            "sdpa": sdpa_backends(model, device_batches[0], args.device),
+            "sdpa": sdpa_backends(model, device_batches[0], args.device, args.precision),
             "tokens_per_s": statistics.median(rates[name]),
             "tokens_per_s_all": rates[name],
             "params": sum(p.numel() for p in model.parameters()),
@@ -325,14 +338,14 @@ def lightning_overhead(encoding: str, args, batches: list[Tensor]) -> dict:
         model = OurLM(encoding, args).to(args.device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         device_batches = [b.to(args.device) for b in batches]
-        timed_steps(model, optimizer, device_batches[: args.warmup], args.device)
-        plain_times.append(timed_steps(model, optimizer, device_batches[args.warmup :], args.device))
+        timed_steps(model, optimizer, device_batches[: args.warmup], args.device, args.precision)
+        plain_times.append(timed_steps(model, optimizer, device_batches[args.warmup :], args.device, args.precision))
         torch.manual_seed(0)
         clock = Clock()
         trainer = pl.Trainer(
             max_steps=len(batches), accelerator="gpu" if args.device == "cuda" else "cpu", devices=1, logger=False,
             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[clock],
-            precision="bf16-mixed" if args.device == "cuda" else "32-true", num_sanity_val_steps=0,
+            precision="bf16-mixed" if args.precision == "bf16" else "32-true", num_sanity_val_steps=0,
         )  # fmt: skip
         trainer.fit(TinyLM(OurLM(encoding, args)), train_dataloaders=loader)
         lightning_times.append(clock.seconds)
@@ -354,6 +367,8 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (CPU)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--preset", choices=sorted(PRESETS), help="sizes (and encodings unless given) of a preset")
+    parser.add_argument("--precision", choices=("bf16", "fp32"), help="bf16: torch.autocast bf16 for both models; "
+                        "default bf16 on cuda, fp32 on cpu")  # fmt: skip
     parser.add_argument("--steps", type=int, default=2, help="timed training steps per repeat")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per model")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before timing")
@@ -372,6 +387,7 @@ def parse_args(argv=None):
     if unknown:
         parser.error(f"unknown encoding {unknown[0]!r}; choose from: {', '.join(ENCODINGS)}")
     args.encodings = names
+    args.precision = args.precision or default_precision(args.device)
     if args.compile:
         args.memory, args.warmup = False, max(args.warmup, 1)
     return args
@@ -412,7 +428,8 @@ def report(result: dict, out: Path) -> None:
     header, rows = table_rows(result)
     title = (f"{result['device']} | dim {result['config']['dim']} depth {result['config']['depth']} heads "
              f"{result['config']['heads']} L {result['config']['length']} B {result['config']['batch']} | "
-             f"matmul peak {result['matmul_peak_flops'] / 1e9:,.0f} GFLOP/s ({result['peak_dtype']})"
+             f"{result['config']['precision']} | matmul peak {result['matmul_peak_flops'] / 1e9:,.0f} GFLOP/s "
+             f"({result['peak_dtype']})"
              + (" | torch.compile" if result["config"].get("compile") else ""))  # fmt: skip
     table = Table(*header, title=title)
     for cells in rows:
@@ -430,6 +447,8 @@ def report(result: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     stem = f"throughput_{result['device']}" + (f"_{result['config']['preset']}" if result["config"]["preset"] else "")
     stem += "_compile" if result["config"].get("compile") else ""
+    precision = result["config"]["precision"]
+    stem += f"_{precision}" if precision != default_precision(result["device"]) else ""
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     md = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(cells) + " |" for cells in rows]

@@ -22,7 +22,8 @@ README claims covered here:
   (AdamW with weight decay 0, betas 0.9/0.98), batch 32, 30 epochs, BPE word pieces":
   test_classifier_presets_are_pe_studys
 - Throughput "python benchmarks/throughput.py (options: --dim --depth --heads --length --batch --encodings --threads
-  --device cpu|cuda --preset bert-base --repeats) ... writes JSON and markdown under benchmarks/results/ ... --compile":
+  --device cpu|cuda --preset bert-base --precision bf16|fp32 --repeats) ... writes JSON and markdown under
+  benchmarks/results/ ... --compile":
   test_throughput_benchmark_takes_the_readmes_options
 """
 
@@ -185,4 +186,6 @@ def test_throughput_benchmark_takes_the_readmes_options():
     assert Path(args.out) == Path("benchmarks/results")
     bert = throughput.parse_args(["--preset", "bert-base", "--device", "cuda"])
     assert (bert.dim, bert.depth, bert.heads) == (768, 12, 12) and bert.device == "cuda"
+    assert (bert.precision, args.precision) == ("bf16", "fp32")  # the device's default
+    assert throughput.parse_args(["--precision", "bf16"]).precision == "bf16"
     assert throughput.parse_args([]).encodings == list(ENCODINGS)
