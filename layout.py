@@ -47,6 +47,7 @@ LAUNCHER_ENV = (
 LAUNCHER_ENV_PREFIXES = ("SLURM_", "TORCHELASTIC_", "JSM_NAMESPACE_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_")
 
 DEFAULT_OUT_DIR = "out"
+MAX_NAME_BYTES = 200  # a run directory adds -<date>-<time>-<pid> (< 40 bytes); file systems allow 255
 RUNS, SWEEPS, STUDY_DB = "runs", "sweeps", "optuna.db"
 CHECKPOINTS, RECORD_FILE = "checkpoints", "record.json"  # in a run folder
 

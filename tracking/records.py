@@ -20,7 +20,7 @@ import torch
 from pytorch_lightning.callbacks import Callback
 
 from errors import ConfigError, DivergedError
-from layout import RECORD_FILE
+from layout import MAX_NAME_BYTES, RECORD_FILE
 from lightning_modules.metrics import goal
 from tracking.wandb_setup import describe_run, log_by_length
 
@@ -155,6 +155,9 @@ class RunRecord(Callback):
             self._update(trainer)
             self.record["status"] = "interrupted" if trainer.interrupted else "finished"
             self.record["global_step"] = trainer.global_step
+            # resumed from its last checkpoint, with no step left to train: it would have started here
+            self.record.setdefault("first_step", trainer.global_step + 1)
+            self.record.setdefault("first_step_at", time.time())
             self.write()
             log_by_length(trainer, self.record)
 
@@ -235,7 +238,6 @@ def load_records(root: Path) -> list[dict]:
 
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+,@-]*")
-MAX_NAME_BYTES = 200  # a run directory adds -<date>-<time>-<pid> (< 40 bytes); file systems allow 255
 
 
 def check_name(option: str, name: str) -> None:

@@ -60,7 +60,7 @@ from tracking.children import stop_child
 from tracking.failpoints import failpoint
 from tracking.records import RECORD_FILE, check_name, read_record
 from tracking.search import SAMPLER_ATTR, Search, build_search, check_sampler
-from tracking.slurm import SlurmOptions
+from tracking.slurm_options import SlurmOptions
 from tracking.storage import grace_period, open_storage, quote_password, storage_error, url_password
 from tracking.study_lock import StudyLock
 from tracking.wandb_setup import SWEEP_PARAMS_ENV, short_value
