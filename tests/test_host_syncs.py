@@ -2,8 +2,8 @@
 each such read waits for the GPU) while the synthetic task module trains, while DeBERTa's content terms are
 built, and a diverged loss still stops the run with one line naming its first non-finite step."""
 
-import contextlib
-import traceback
+import importlib.util
+from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
@@ -14,32 +14,15 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.synthetic_model import SyntheticTaskModel
 from lightning_modules.transformer import Transformer
 
-HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "cpu", "numpy", "nonzero")
+ROOT = Path(__file__).resolve().parents[1]
 
 
-@contextlib.contextmanager
-def counting_host_reads(counter: list):
-    """Append the call site of every host read of a tensor made while `counter[0]` is True (index 0 is the
-    switch). Reads inside torch.optim are left out: AdamW's step counters are CPU tensors on every device."""
-    originals = {name: getattr(torch.Tensor, name) for name in HOST_READS}
-
-    def wrap(name, original):
-        def read(tensor, *args, **kwargs):
-            if counter[0]:
-                stack = traceback.extract_stack()[:-1]
-                if not any("torch/optim/" in frame.filename for frame in stack[-6:]):
-                    counter.append(f"{name} at {stack[-1].filename}:{stack[-1].lineno}")
-            return original(tensor, *args, **kwargs)
-
-        return read
-
-    for name, original in originals.items():
-        setattr(torch.Tensor, name, wrap(name, original))
-    try:
-        yield counter
-    finally:
-        for name, original in originals.items():
-            setattr(torch.Tensor, name, original)
+def host_reads():
+    """benchmarks/step_overhead.py's counter of host reads by call site (one definition for both)."""
+    spec = importlib.util.spec_from_file_location("step_overhead", ROOT / "benchmarks" / "step_overhead.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.HostReads()
 
 
 def tiny_fit(tmp_path, max_steps: int, callbacks=(), log_every_n_steps: int = 50, model=None, **trainer):
@@ -66,15 +49,15 @@ def tiny_fit(tmp_path, max_steps: int, callbacks=(), log_every_n_steps: int = 50
 def test_no_host_reads_inside_synthetic_training_steps(tmp_path):
     """Steps 1-4 of a fit with our callbacks (record, progress bar, learning rate) and a logger: forward, loss,
     backward, AdamW, the schedule and every hook in between read nothing on the host."""
-    counter = [False]
+    reads = host_reads()
 
     class Window(pl.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            counter[0] = 1 <= trainer.global_step < 5
+            reads.counting = 1 <= trainer.global_step < 5
 
-    with counting_host_reads(counter):
+    with reads.patched():
         tiny_fit(tmp_path, max_steps=6, callbacks=[Window()])
-    assert counter[1:] == []
+    assert reads.total() == 0, reads.sites
 
 
 @pytest.mark.parametrize("every", [50, 2])
@@ -104,10 +87,12 @@ def test_deberta_content_terms_read_nothing_on_the_host_and_match_all_rows():
     model = Transformer(ArchConfig("deberta", dim=16, depth=3, num_heads=2, vocab_size=12, max_length=64), causal=True)
     model(torch.randint(0, 12, (2, 7)))  # the host copy of the table's rows is built once
     tokens = torch.randint(0, 12, (2, 20))
-    counter = [True]
-    with counting_host_reads(counter):
+    reads = host_reads()
+    with reads.patched():
+        reads.counting = True
         out = model(tokens)
-    assert counter[1:] == []
+        reads.counting = False
+    assert reads.total() == 0, reads.sites
     encoding = model.encoding
     all_rows = lambda positions: (encoding.relative_index(positions), 0, 2 * encoding.span)  # noqa: E731
     encoding.used_rows = all_rows
