@@ -158,3 +158,10 @@ def test_filesystem_type_reads_the_longest_mount_point(tmp_path):
     assert storage.filesystem_type(Path("/home/u"), mounts) == "nfs4"
     assert storage.filesystem_type(Path("/home/a b/c"), mounts) == "nfs"
     assert storage.filesystem_type(Path("/homex"), mounts) == "ext4"
+
+
+def test_a_journal_in_a_missing_folder_is_refused_and_the_folder_not_made(tmp_path):
+    missing = tmp_path / "typo" / "j.log"
+    with pytest.raises(ValueError, match="no folder"):
+        StudyLock(str(missing), "s")  # the lock is taken before the storage opens: it must not make the folder
+    assert not missing.parent.exists()

@@ -105,6 +105,14 @@ class HeartbeatJournalStorage(optuna.storages.JournalStorage):
         return self.heartbeats.stale([t._trial_id for t in running])
 
 
+def journal_file(url: str) -> Path:
+    """The journal file a `--storage` path names; its folder must exist (a typo is not created silently)."""
+    path = Path(url).expanduser().resolve()
+    if not path.parent.is_dir():
+        raise ValueError(f"no folder {path.parent} for the journal file")
+    return path
+
+
 def redis_client(url: str):
     import redis
 
@@ -117,9 +125,7 @@ def open_journal(url: str, grace: int) -> HeartbeatJournalStorage:
         client = redis_client(url)
         client.ping()  # fail now, in one line, rather than at the first write
         return HeartbeatJournalStorage(JournalRedisBackend(url), RedisHeartbeats(client, "", grace), url)
-    path = Path(url).expanduser().resolve()
-    if not path.parent.is_dir():
-        raise FileNotFoundError(f"no folder {path.parent} for the journal file")
+    path = journal_file(url)
     return HeartbeatJournalStorage(JournalFileBackend(str(path)), FileHeartbeats(path, grace), url)
 
 

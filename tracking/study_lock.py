@@ -16,7 +16,6 @@ included, so a killed sweep never leaves the study locked.
 
 import hashlib
 import threading
-from pathlib import Path
 
 import sqlalchemy
 from filelock import FileLock
@@ -63,7 +62,7 @@ def cross_process_lock(url: str, name: str):
     if journal.is_redis(url):
         return journal.RedisLock(url, name)
     if journal.is_journal_file(url):
-        return FileLock(f"{Path(url).expanduser().resolve()}.study-lock")  # Optuna's own lock is <journal>.lock
+        return FileLock(f"{journal.journal_file(url)}.study-lock")  # Optuna's own lock is <journal>.lock
     backend = sqlalchemy.engine.make_url(url)
     if backend.get_backend_name() == "sqlite":
         return FileLock(f"{backend.database}.lock") if backend.database and backend.database != ":memory:" else None
