@@ -714,6 +714,14 @@ def test_identity_is_the_setup_allowlist():
     assert C.compare(world, "val/acc").excluded[0].reason == "config differs: world_size=8 (kept: missing)"
 
 
+def test_the_data_seed_is_a_seed_not_a_setup():
+    """The configs' data seed follows seed_everything, so seeds differ in it: one cell, not 'mixed configs' (the
+    quick start's comparison was empty)."""
+    runs = [with_setup(rec(seed=s), **{"data.init_args.seed": s}) for s in range(3)]
+    comp = C.compare(runs, "val/acc")
+    assert comp.cells["rope", "copy"].n == 3 and not comp.excluded
+
+
 def test_a_column_mixing_setups_is_refused_in_one_line(tmp_path, capsys):
     import cli
 

@@ -78,7 +78,8 @@ SETUP = ("data", "model", "optimizer", "lr_scheduler",  # data, model and optimi
          "trainer.gradient_clip_algorithm", "trainer.limit_train_batches", "trainer.limit_val_batches",  # steps
          "trainer.precision", "precision",  # precision
          "trainer.devices", "trainer.num_nodes", "world_size")  # world size  # fmt: skip
-NOT_SETUP = ("data.num_workers", "model.compile", "model._class_path", "model._instantiator")  # within SETUP
+# within SETUP but not what defines a result: `data.seed` is a seed (it follows seed_everything), varied like it
+NOT_SETUP = ("data.seed", "data.num_workers", "model.compile", "model._class_path", "model._instantiator")
 FORMATS = ("table", "csv", "json", "markdown", "latex")
 VALUES = ("final", "best")
 AGGREGATES = ("mean", "median")
