@@ -437,7 +437,7 @@ def measure(url: str, out: Path, points: int) -> dict:
     import optuna
     from optuna.trial import TrialState
 
-    from tracking.storage import open_storage
+    from pe_sweeps.tracking.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     trials = optuna.load_study(study_name=STUDY, storage=open_storage(url, 1)).get_trials(deepcopy=False)

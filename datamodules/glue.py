@@ -34,9 +34,9 @@ from datamodules.text import (
     resolve_dir,
     tokenizer_cache_dir,
 )
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.checkpoint_io import load_checkpoint
+from pe_sweeps.errors import ConfigError
 
 PAD, CLS, SEP = (SPECIAL_TOKENS.index(t) for t in ("[PAD]", "[CLS]", "[SEP]"))
 
@@ -212,7 +212,7 @@ class GLUEDataModule(pl.LightningDataModule):
     def __init__(
         self,
         task: str = "sst2",
-        data_dir: str = "../shared/data",
+        data_dir: str | None = None,
         init_from: str | None = None,  # linked from model.init_from: use the checkpoint's tokenizer
         tokenizer: str = "bpe",  # without init_from: "bpe" | "word" | "char", trained on the train split
         vocab_size_limit: int = 8000,

@@ -29,7 +29,7 @@ from datamodules.text import (
     load_or_train_tokenizer,
     read_corpus,
 )
-from errors import ConfigError
+from pe_sweeps.errors import ConfigError
 
 PAD, CLS, SEP, MASK = (SPECIAL_TOKENS.index(t) for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]"))
 NUM_SPECIAL = len(SPECIAL_TOKENS)  # ids below this are special and never masked or sampled
@@ -70,7 +70,7 @@ class MaskedLMDataModule(SplitDataModule):
     def __init__(
         self,
         task: str = "wikitext2",
-        data_dir: str = "../shared/data",
+        data_dir: str | None = None,
         tokenizer: str = "bpe",  # "bpe" | "word" | "char" | "auto" (the corpus's LM default)
         vocab_size_limit: int = 8000,
         block_size: int = 128,

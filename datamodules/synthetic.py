@@ -28,7 +28,7 @@ from datamodules.tasks.tokens import (  # noqa: F401 (re-exported: the token ids
     index_token,
     vocab_size,
 )
-from errors import ConfigError
+from pe_sweeps.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------------------
 # Formatting and batching

@@ -15,7 +15,8 @@ Splits (deterministic):
   last 10 % = validation, test.txt = test. Numbers are therefore not comparable with published
   WikiText-2 perplexities (far less training data).
 
-Relative `data_dir`s are resolved against the repository root, not the current directory.
+Without `--data.data_dir` the files are read under one data root ($PE_DATA_ROOT, else the checkout's
+../shared/data), whatever the current directory.
 Shape legend: B batch, L window (context) length.
 """
 
@@ -31,11 +32,11 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.loaders import data_seed, seeded_loader
-from errors import ConfigError
-from layout import TOKENIZER_CACHE_ENV as CACHE_ENV
-from vocab import IGNORE_INDEX, SPECIAL_TOKENS  # noqa: F401 - IGNORE_INDEX: a context-only token's target
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.layout import TOKENIZER_CACHE_ENV as CACHE_ENV
+from pe_sweeps.layout import data_root
+from pe_sweeps.vocab import IGNORE_INDEX, SPECIAL_TOKENS  # noqa: F401 - IGNORE_INDEX: a context-only token's target
 
-ROOT = Path(__file__).resolve().parents[1]
 TOKENIZERS = ("auto", "char", "word", "bpe")
 # the tokenizers hold a whole line in memory (about 400 bytes per character at character level; a 1 GB line
 # aborted the process): a longer line is refused
@@ -84,10 +85,10 @@ def check_tokenizer(tokenizer: str) -> None:
         raise ConfigError(f"unknown tokenizer {tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
 
 
-def resolve_dir(data_dir: str) -> Path:
-    """`data_dir` as given when absolute, else relative to the repository root."""
-    path = Path(data_dir).expanduser()
-    return path if path.is_absolute() else ROOT / path
+def resolve_dir(data_dir: str | None) -> Path:
+    """`--data.data_dir` as given (relative to the current folder), or the data root when not given
+    ($PE_DATA_ROOT, else the checkout's ../shared/data: pe_sweeps/layout.py `data_root`)."""
+    return data_root() if data_dir is None else Path(data_dir).expanduser()
 
 
 def corpus_paths(task: str, data_dir: str) -> dict[str, Path]:
@@ -358,7 +359,7 @@ class TextDataModule(pl.LightningDataModule):
         self,
         task: str = "tinyshakespeare",
         causal: bool = True,  # linked from the model; a causal LM needs causal attention
-        data_dir: str = "../shared/data",
+        data_dir: str | None = None,
         tokenizer: str = "auto",  # "auto" | "char" | "word" | "bpe"
         vocab_size_limit: int = 8000,
         block_size: int = 128,

@@ -32,7 +32,7 @@ import numpy as np
 from datamodules.glue import Examples, encode_examples_cached
 from datamodules.loaders import SplitDataModule, data_seed
 from datamodules.text import check_tokenizer, load_or_train_tokenizer, resolve_dir
-from errors import ConfigError
+from pe_sweeps.errors import ConfigError
 
 FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 SENTEVAL_SEED = 1111  # SentEval's k-fold seed
@@ -262,7 +262,7 @@ class TextClassificationDataModule(SplitDataModule):
         val_fraction: float = 0.1,
         test_fraction: float = 0.1,
         split_seed: int | None = None,  # default: 1111 (SentEval's) for presets, else 0
-        data_dir: str = "../shared/data",
+        data_dir: str | None = None,
         hub_name: str | None = None,  # load from the hub instead (online), e.g. the preset's `hub`
         tokenizer: str = "bpe",
         vocab_size_limit: int = 8000,

@@ -23,8 +23,8 @@ from torch.utils.data import Dataset
 
 from datamodules.loaders import SplitDataModule, data_seed
 from datamodules.text import SPECIAL_TOKENS, load_or_train_tokenizer, resolve_dir
-from errors import ConfigError
-from vocab import BOS, EOS, IGNORE_INDEX, PAD  # [CLS] begins a target, [SEP] ends it; padding: no loss
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.vocab import BOS, EOS, IGNORE_INDEX, PAD  # [CLS] begins a target, [SEP] ends it; padding: no loss
 
 SOURCE, TARGET = "en", "de"
 SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}  # split -> file stem
@@ -165,7 +165,7 @@ class TranslationDataModule(SplitDataModule):
 
     def __init__(
         self,
-        data_dir: str = "../shared/data",
+        data_dir: str | None = None,
         vocab_size_limit: int = 8000,
         max_length: int = 64,
         batch_size: int = 64,

@@ -3,7 +3,7 @@ a bad size or rate is one line before anything is built, seeded or written."""
 
 import math
 
-from errors import ConfigError
+from pe_sweeps.errors import ConfigError
 
 AT_LEAST_ONE = ("dim", "num_heads", "depth", "decoder_depth", "ffn_mult", "max_length", "beam_size", "max_decode_len")
 NOT_NEGATIVE = ("weight_decay", "warmup_steps", "label_smoothing")

@@ -8,14 +8,14 @@ from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from errors import ConfigError
 from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import Transformer
-from vocab import IGNORE_INDEX
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.vocab import IGNORE_INDEX
 
 PPL = "ppl"
 

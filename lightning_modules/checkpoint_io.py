@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
+from pe_sweeps.errors import ConfigError
 
 
 def load_checkpoint(path: str, option: str = "init_from") -> dict:

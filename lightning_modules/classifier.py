@@ -13,7 +13,6 @@ from torchmetrics.classification import (
 )
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
-from errors import ConfigError
 from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.checkpoint_io import load_checkpoint
@@ -21,6 +20,7 @@ from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import Transformer
+from pe_sweeps.errors import ConfigError
 
 # GLUE's metrics per task (Wang et al. 2019); the task score is their mean, as on the GLUE leaderboard.
 GLUE_METRICS = {

@@ -5,7 +5,7 @@ import math
 import torch
 from torch import nn
 
-from errors import ConfigError, DivergedError
+from pe_sweeps.errors import ConfigError, DivergedError
 
 LR_DECAYS = ("constant", "linear", "cosine")
 

@@ -34,12 +34,12 @@ import torch
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.model_selection import KFold
 
-from cli_options import parse_options
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, check_encoding_name
 from lightning_modules.position_tables import check_finite_rows, hf_position_table, load_table_file
 from lightning_modules.transformer import Transformer
+from pe_sweeps.cli_options import parse_options
+from pe_sweeps.errors import ConfigError
 
 TABLE = "embedding table"
 HIDDEN = "first-layer hidden states of a constant input"

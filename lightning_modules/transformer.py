@@ -11,10 +11,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding, build_encoding
 from lightning_modules.encodings.base import ScoreMod, chain_score_mods
+from pe_sweeps.errors import ConfigError
 
 BACKENDS = ("auto", "sdpa", "flex")
 

@@ -12,7 +12,6 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.text import SacreBLEUScore
 
-from errors import ConfigError
 from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
@@ -32,7 +31,8 @@ from lightning_modules.transformer import (
     init_weights,
     layer_masks,
 )
-from vocab import BOS, EOS, IGNORE_INDEX, PAD
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.vocab import BOS, EOS, IGNORE_INDEX, PAD
 
 PPL, BLEU, BLEU_GREEDY = "ppl", "bleu", "bleu_greedy"
 NEVER_GENERATED = [PAD, BOS, 3, 4]  # [PAD], [CLS], [MASK], [UNK]: masked out when decoding

@@ -346,7 +346,7 @@ def trial_precision(record: str | None) -> str | None:
 def sweep_section(setup, result: dict) -> None:
     import optuna
 
-    import layout
+    from pe_sweeps import layout
 
     gpus = (
         ["--devices_per_trial", "1", "--trials_per_device", "2"]
@@ -611,7 +611,7 @@ def main(argv=None) -> int:
     if not args.cpu and not torch.cuda.is_available():
         print("gpu_check: no CUDA device is visible; GPU_CHECK_CPU=1 runs the CPU dry run", file=sys.stderr)
         return 2
-    from errors import ConfigError
+    from pe_sweeps.errors import ConfigError
 
     try:
         setup = Setup(args)

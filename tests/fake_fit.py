@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tracking.children import start_watchdog  # noqa: E402  (stdlib only: starts in milliseconds)
+from pe_sweeps.tracking.children import start_watchdog  # noqa: E402  (stdlib only: starts in milliseconds)
 
 start_watchdog(interval=0.2)
 

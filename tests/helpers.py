@@ -79,7 +79,7 @@ def kill_once_started(process, started, timeout: float, what: str) -> None:
 def cli_in_process(args: list[str], capsys, monkeypatch, root) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of `cli.py ARGS` run in this process from `root`: what a subprocess would
     show for commands that exit before training (--print_config, bad input), without paying its imports."""
-    from cli import cli_main
+    from pe_sweeps.cli import cli_main
 
     monkeypatch.chdir(root)
     monkeypatch.setenv("WANDB_MODE", "disabled")

@@ -33,10 +33,10 @@ import yaml
 from conftest import TINY
 from helpers import cli_in_process
 
-from cli import cli_main
 from datamodules.synthetic import TASKS
 from lightning_modules.encodings import ENCODINGS
-from tracking.records import load_records
+from pe_sweeps.cli import cli_main
+from pe_sweeps.tracking.records import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +104,7 @@ def test_wandb_offline_without_key(tiny_fit_args, tmp_path):
 
 
 def test_wandb_mode_is_offline_without_a_key_and_an_explicit_one_is_respected(tmp_path, monkeypatch):
-    from tracking.wandb_setup import default_wandb_mode
+    from pe_sweeps.tracking.wandb_setup import default_wandb_mode
 
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -161,9 +161,9 @@ def test_parse_errors_are_one_line_naming_the_key(args, expected, capsys, monkey
 
 
 def test_learned_table_too_short_is_clear(tiny_fit_args):
-    from errors import ConfigError
     from lightning_modules.arch import ArchConfig
     from lightning_modules.transformer import Transformer
+    from pe_sweeps.errors import ConfigError
 
     model = Transformer(ArchConfig("learned", dim=16, num_heads=2, vocab_size=8, max_length=4))
     import torch
@@ -207,8 +207,8 @@ def test_data_seed_follows_the_seed_unless_given(tiny_fit_args, args, data_seed)
 
 def test_linked_model_arguments_cannot_be_given():
     """--model.arch.vocab_size and --model.arch.max_length come from the data; given on the line they are refused."""
-    from errors import ConfigError
     from lightning_modules.arg_checks import check_not_linked
+    from pe_sweeps.errors import ConfigError
 
     check_not_linked(["--model.arch.dim=32", "--data.train_max_len=4"])
     for arg in ("--model.arch.vocab_size=3", "--model.arch.max_length=9", "--model.init_args.arch.max_length=9"):
@@ -247,7 +247,7 @@ def test_ddp_fit_on_two_cpu_processes(tiny_fit_args, tmp_path):
 
 
 def test_top_level_help_lists_every_subcommand(capsys):
-    import cli
+    from pe_sweeps import cli
 
     cli_main(["--help"])
     out = capsys.readouterr().out
@@ -258,14 +258,14 @@ def test_top_level_help_lists_every_subcommand(capsys):
 
 @pytest.mark.parametrize(
     "module, name",
-    [("tracking.sweep", "SweepOptions"), ("tracking.slurm", "SlurmOptions"), ("tracking.compare", "CompareOptions"),
-     ("lightning_modules.probes", "ProbeOptions")],
+    [("pe_sweeps.tracking.sweep", "SweepOptions"), ("pe_sweeps.tracking.slurm", "SlurmOptions"),
+     ("pe_sweeps.tracking.compare", "CompareOptions"), ("lightning_modules.probes", "ProbeOptions")],
 )  # fmt: skip
 def test_every_option_of_sweep_compare_probe_has_help_and_choices(module, name):
     import dataclasses
     import importlib
 
-    from cli_options import field_help, options_parser
+    from pe_sweeps.cli_options import field_help, options_parser
 
     options = getattr(importlib.import_module(module), name)
     helps = field_help(options)
@@ -278,15 +278,15 @@ def test_every_option_of_sweep_compare_probe_has_help_and_choices(module, name):
 
 
 def test_compare_format_shows_its_choices():
-    from cli_options import options_parser
-    from tracking.compare import CompareOptions
+    from pe_sweeps.cli_options import options_parser
+    from pe_sweeps.tracking.compare import CompareOptions
 
     text = " ".join(options_parser(CompareOptions).format_help().split())
     assert "choices: table, csv, json, markdown, latex" in text and text.startswith("usage: cli.py compare")
 
 
 def test_short_class_names_are_expanded():
-    from cli import expand_class_names
+    from pe_sweeps.cli import expand_class_names
 
     argv = ["fit", "--model.help", "SyntheticTaskModel", "--data=TextDataModule", "--model.arch.dim=SyntheticTaskModel"]
     assert expand_class_names(argv) == [
@@ -322,7 +322,7 @@ class Parsed(Exception):
 
 def parsed_trainer_config(args: list[str], monkeypatch) -> dict:
     """The resolved `trainer` section `cli.py ARGS` would save in config.yaml and the record (no trainer built)."""
-    import cli
+    from pe_sweeps import cli
 
     def stop(self):
         raise Parsed(yaml.safe_load(self._parser(self.subcommand).dump(self.config[self.subcommand]))["trainer"])

@@ -68,12 +68,12 @@ from conftest import TINY
 from rich.console import Console
 from scipy import stats
 
-from errors import ConfigError
-from tracking import compare as C
-from tracking.compare_report import PLOTS, write_report
-from tracking.comparison import interval_text
-from tracking.records import load_records
-from tracking.wandb_records import wandb_record
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import compare as C
+from pe_sweeps.tracking.compare_report import PLOTS, write_report
+from pe_sweeps.tracking.comparison import interval_text
+from pe_sweeps.tracking.records import load_records
+from pe_sweeps.tracking.wandb_records import wandb_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -401,7 +401,7 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
 def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():
     import yaml
 
-    from tracking.compare import default_rows
+    from pe_sweeps.tracking.compare import default_rows
 
     spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "sweeps/pe_study_mt.yaml").read_text())
     assert default_rows(spec) == "encoding"
@@ -451,7 +451,7 @@ def test_interval_coverage_is_what_its_label_says(n):
     """Issue 24, finding 1: on normal data the mean's Student-t interval covers the true mean 95 % of the
     time at every seed count (the percentile bootstrap it replaces: about 50 % at n = 2, 75 % at n = 3),
     and the median's order-statistic interval covers the true median at the level it is labelled with."""
-    from tracking.comparison import LEVEL, median_interval, t_interval
+    from pe_sweeps.tracking.comparison import LEVEL, median_interval, t_interval
 
     rng = np.random.default_rng(n)
     values = rng.normal(loc=3.0, scale=2.0, size=(COVERAGE_REPLICATES, n))
@@ -515,7 +515,7 @@ def test_several_metrics_side_by_side_and_latex(tmp_path, capsys):
 
 
 def test_best_over_a_key_that_does_not_vary_is_one_line_exit_2(tmp_path, capsys):
-    import cli
+    from pe_sweeps import cli
 
     write_records(tmp_path, grid())
     with pytest.raises(SystemExit) as exit_info:
@@ -544,7 +544,7 @@ def test_end_of_sweep_comparison_shows_in_distribution_and_beyond_length(tmp_pat
 def test_several_metrics_rank_by_the_declared_goal_and_show_their_pareto_front(tmp_path, capsys):
     """Per-metric statistics (ranks by the sweep file's goal when given, else by the name) and, for several
     metrics, the Pareto front of the rows' aggregates (Optuna's rule, per column)."""
-    from tracking.pareto import comparison_front
+    from pe_sweeps.tracking.pareto import comparison_front
 
     cost = {"rope": 3.0, "alibi": 1.0, "none": 0.5}  # "cost" has no loss/ppl/error in its name: max by name
     records = [dict(r, final={**r["final"], "val/cost": cost[r["encoding"]]}) for r in grid()]
@@ -566,7 +566,7 @@ def test_report_plots_agree_on_colours_show_seed_bands_units_and_log_perplexity(
     per-context curves; units and the training length / context marked; perplexity on a log axis; SVG."""
     from matplotlib.colors import to_hex
 
-    from tracking.compare_report import bar_chart, length_curves, ppl_context, row_colors
+    from pe_sweeps.tracking.compare_report import bar_chart, length_curves, ppl_context, row_colors
 
     records = [dict(r, final={**r["final"], "val/ppl_ctx_8": 3.0 + r["seed"], "val/ppl_ctx_16": 50.0}) for r in grid()]
     for r in records:
@@ -668,7 +668,7 @@ def test_a_row_missing_a_column_is_left_out_of_the_aggregates_and_named():
 
 
 def test_iqm_and_its_stratified_bootstrap_follow_rliable():
-    from tracking.across_tasks import iqm, iqm_interval, performance_profile
+    from pe_sweeps.tracking.across_tasks import iqm, iqm_interval, performance_profile
 
     assert iqm([[1, 2, 3, 4], [5, 6, 7, 8]]) == pytest.approx(4.5)  # 25 % trimmed: mean of 3, 4, 5, 6
     assert iqm([[8, 1], [3, 100, 5, 7, 2, 4]]) == pytest.approx(np.mean([3, 4, 5, 7]))
@@ -723,7 +723,7 @@ def test_the_data_seed_is_a_seed_not_a_setup():
 
 
 def test_a_column_mixing_setups_is_refused_in_one_line(tmp_path, capsys):
-    import cli
+    from pe_sweeps import cli
 
     short = [with_setup(rec("alibi", seed=s), **{"trainer.max_steps": 10, "data.init_args.train_max_len": 16})
              for s in range(2)]  # fmt: skip

@@ -18,7 +18,6 @@ import torch._dynamo
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.causal_lm import CausalLMModel
 from lightning_modules.classifier import SequenceClassifier
@@ -28,6 +27,7 @@ from lightning_modules.masked_lm import MaskedLMModel
 from lightning_modules.synthetic_model import SyntheticTaskModel
 from lightning_modules.transformer import Transformer
 from lightning_modules.translation import TranslationModel
+from pe_sweeps.errors import ConfigError
 
 pytestmark = pytest.mark.slow  # generates and builds C++ kernels: a few seconds per encoding on one core
 

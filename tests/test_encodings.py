@@ -57,7 +57,6 @@ from x_transformers.x_transformers import (
     apply_rotary_pos_emb,
 )
 
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding, encoding_options, option_parameters
 from lightning_modules.encodings.alibi import alibi_slopes
@@ -65,6 +64,7 @@ from lightning_modules.encodings.sinusoidal import sinusoid_table
 from lightning_modules.encodings.t5_bias import t5_bucket, untrained_buckets
 from lightning_modules.encodings.tupe import TupeA
 from lightning_modules.transformer import Transformer
+from pe_sweeps.errors import ConfigError
 
 DIM, HEADS, MAX_LEN = 32, 4, 64
 HEAD_DIM = DIM // HEADS

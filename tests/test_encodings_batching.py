@@ -21,10 +21,10 @@ import torch
 from helpers import randomize_
 from scipy import stats
 
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding
 from lightning_modules.transformer import Transformer, sample_positions
+from pe_sweeps.errors import ConfigError
 
 DIM, HEADS, VOCAB, MAX_LEN = 32, 4, 50, 64
 CAUSAL = [True, False]

@@ -46,13 +46,13 @@ from x_transformers.x_transformers import (
     apply_rotary_pos_emb,
 )
 
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding
 from lightning_modules.encodings.deberta import log_bucket_position
 from lightning_modules.encodings.learned import transfer_table
 from lightning_modules.encodings.sinusoidal import sinusoid_table
 from lightning_modules.transformer import Transformer, attention_masks, sample_positions
+from pe_sweeps.errors import ConfigError
 
 DIM, HEADS, MAX_LEN, VOCAB = 32, 4, 64, 50
 HEAD_DIM = DIM // HEADS

@@ -29,10 +29,10 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from x_transformers.x_transformers import AlibiPositionalBias, CoPE, DataDependentAlibi
 
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import build_encoding
 from lightning_modules.transformer import Transformer
+from pe_sweeps.errors import ConfigError
 
 DIM, HEADS, MAX_LEN = 32, 4, 64
 HEAD_DIM = DIM // HEADS

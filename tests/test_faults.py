@@ -46,7 +46,7 @@ import yaml
 from helpers import fresh_postgres_database, fresh_redis_database
 from optuna.trial import TrialState
 
-from tracking.storage import open_storage
+from pe_sweeps.tracking.storage import open_storage
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "fake_fit.py"
@@ -335,7 +335,7 @@ def test_kills_aimed_at_every_window_lose_nothing_and_train_nothing_twice(tmp_pa
 
 RUNNER = """
 import contextlib, io, json, os, sys, traceback
-from cli import cli_main
+from pe_sweeps.cli import cli_main
 results = []
 for args, env in json.loads(sys.argv[1]):
     saved = dict(os.environ)
@@ -605,9 +605,9 @@ class Evil:
 def test_crafted_checkpoint_never_runs_code(tmp_path, monkeypatch):
     import torch
 
-    from errors import ConfigError
     from lightning_modules.checkpoint_io import load_checkpoint
-    from tracking.sweep import readable
+    from pe_sweeps.errors import ConfigError
+    from pe_sweeps.tracking.sweep import readable
 
     marker = tmp_path / "pwned"
     monkeypatch.setenv("PE_EVIL_MARKER", str(marker))
@@ -626,15 +626,15 @@ def test_crafted_checkpoint_never_runs_code(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "-flag", "x" * 201, "", "a\x00b"])
 def test_names_that_leave_the_output_folder_are_refused(name):
-    from errors import ConfigError
-    from tracking.records import check_name
+    from pe_sweeps.errors import ConfigError
+    from pe_sweeps.tracking.records import check_name
 
     with pytest.raises(ConfigError, match="--run.name"):
         check_name("--run.name", name)
 
 
 def test_good_names_pass():
-    from tracking.records import check_name
+    from pe_sweeps.tracking.records import check_name
 
     for name in ("copy-rope-s0", "tupe_mlm-tupe_r", "lr=0.001", "x" * 200):
         check_name("--run.name", name)
@@ -644,10 +644,10 @@ def test_ckpt_path_refuses_only_given_arch_options_that_differ(tmp_path):
     """LightningCLI gives the model the checkpoint's arguments: an `--model.arch.*` on the command line that
     differs would be dropped silently (a rope dim-32 run resumed with `--model.arch.encoding=learned`); options
     not given (a --config's defaults) are the checkpoint's, as before."""
-    from errors import ConfigError
     from lightning_modules.arch import ArchConfig
     from lightning_modules.arg_checks import given_arch_keys
     from lightning_modules.checkpoint_io import check_given_arch, load_checkpoint
+    from pe_sweeps.errors import ConfigError
 
     path = str(rope32_checkpoint(tmp_path / "c.ckpt"))
     checkpoint = load_checkpoint(path, "--ckpt_path")
@@ -680,8 +680,8 @@ def test_ckpt_path_refuses_only_given_arch_options_that_differ(tmp_path):
     ],
 )
 def test_trainer_limits(trainer, fit, refused):
-    from errors import ConfigError
     from lightning_modules.arg_checks import check_trainer_args
+    from pe_sweeps.errors import ConfigError
 
     if refused:
         with pytest.raises(ConfigError, match="--trainer"):
@@ -691,8 +691,8 @@ def test_trainer_limits(trainer, fit, refused):
 
 
 def test_seeds_outside_numpys_range_are_refused():
-    from errors import ConfigError
     from lightning_modules.arg_checks import check_seed
+    from pe_sweeps.errors import ConfigError
 
     for seed in (0, 2**32 - 1, True, None):
         check_seed(seed)
@@ -721,9 +721,9 @@ def test_a_trial_parameter_fit_refuses_fails_its_trial_in_one_line(tmp_path):
 
 
 def test_corrupt_record_is_skipped_with_a_warning_everywhere(tmp_path, capsys):
-    from tracking.compare import read_records
-    from tracking.records import find_checkpoint, load_records
-    from tracking.sweep import latest_record
+    from pe_sweeps.tracking.compare import read_records
+    from pe_sweeps.tracking.records import find_checkpoint, load_records
+    from pe_sweeps.tracking.sweep import latest_record
 
     good = tmp_path / "runs" / "good"
     (good / "checkpoints").mkdir(parents=True)
@@ -741,8 +741,8 @@ def test_corrupt_record_is_skipped_with_a_warning_everywhere(tmp_path, capsys):
 
 
 def test_ambiguous_run_reference_names_the_candidates(tmp_path):
-    from errors import ConfigError
-    from tracking.records import find_checkpoint
+    from pe_sweeps.errors import ConfigError
+    from pe_sweeps.tracking.records import find_checkpoint
 
     for encoding in ("rope", "alibi"):
         run = tmp_path / "runs" / encoding
@@ -757,7 +757,7 @@ def test_ambiguous_run_reference_names_the_candidates(tmp_path):
 def test_disk_full_leaves_no_temp_file_and_the_old_record(tmp_path, monkeypatch, capsys):
     import errno
 
-    from tracking.records import RunRecord, write_atomic
+    from pe_sweeps.tracking.records import RunRecord, write_atomic
 
     path = tmp_path / "record.json"
     write_atomic(path, '{"status": "running"}')
@@ -786,8 +786,8 @@ def test_disk_full_during_fit_ends_the_run_failed_in_one_line(tiny_fit_args, tmp
 
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from cli import cli_main
-    from tracking.records import load_records
+    from pe_sweeps.cli import cli_main
+    from pe_sweeps.tracking.records import load_records
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -804,7 +804,7 @@ def test_disk_full_during_fit_ends_the_run_failed_in_one_line(tiny_fit_args, tmp
 
 
 def test_passwords_never_printed():
-    from tracking.storage import hide_secrets, quote_password, redact_url
+    from pe_sweeps.tracking.storage import hide_secrets, quote_password, redact_url
 
     url = quote_password("postgresql://user:pa@ss@db.example:5432/optuna?sslmode=require&password=s3cret")
     assert redact_url(url) == "postgresql://user:***@db.example:5432/optuna?sslmode=require&password=***"
@@ -814,8 +814,8 @@ def test_passwords_never_printed():
 
 
 def test_unfinished_grid_points_are_named():
-    from tracking import sweep_file as sf
-    from tracking.sweep import QUEUED, queue_grid, unfinished_points
+    from pe_sweeps.tracking import sweep_file as sf
+    from pe_sweeps.tracking.sweep import QUEUED, queue_grid, unfinished_points
 
     sweep = {"method": "grid", "parameters": {"x": {"values": [1, 2, 3]}}, "metric": {"name": "m"}}
     study = optuna.create_study(sampler=sf.sampler(sweep))
@@ -834,8 +834,8 @@ def test_unfinished_grid_points_are_named():
 def test_retry_resumes_and_continues_its_pruning_steps(tmp_path, start_path):
     import torch
 
-    from tracking import sweep_file as sf
-    from tracking.sweep import Sweep, SweepOptions, TrialRun
+    from pe_sweeps.tracking import sweep_file as sf
+    from pe_sweeps.tracking.sweep import Sweep, SweepOptions, TrialRun
 
     path = fake_sweep(tmp_path, 1, "r")
     opts = SweepOptions(file=str(path), out_dir=str(tmp_path), heartbeat=1, warm_any=start_path == "warm")

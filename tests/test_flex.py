@@ -18,11 +18,11 @@ import torch
 from helpers import randomize_
 from test_transformer import DEPTH, DIM, HEADS, MAX_LEN, VOCAB, assert_real_rows_close, reference_attention_module
 
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.transformer import Transformer, layer_masks
+from pe_sweeps.errors import ConfigError
 
 NAMES = list(ENCODINGS)
 

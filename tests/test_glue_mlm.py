@@ -43,14 +43,14 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from cli import cli_main
 from datamodules import text
 from datamodules.glue import CLS, GLUE_TASKS, SEP, GLUEDataModule, join_segments
 from datamodules.masked_lm import MASK, NUM_SPECIAL, MaskedLMDataModule, cls_blocks, mask_tokens
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.classifier import GLUE_METRICS, SequenceClassifier, task_metrics
 from lightning_modules.masked_lm import TOKENIZER_KEY, MaskedLMModel
+from pe_sweeps.cli import cli_main
+from pe_sweeps.errors import ConfigError
 
 MLM_SMALL = {"task": "tinyshakespeare", "tokenizer": "bpe", "vocab_size_limit": 300, "block_size": 16,
              "max_train_blocks": 64, "max_eval_blocks": 8, "batch_size": 8}  # fmt: skip

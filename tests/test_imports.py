@@ -1,16 +1,17 @@
 """The dependency rules of the source tree, read from the import statements (ast; nothing is imported):
-lightning_modules depends on neither datamodules nor tracking, no module imports itself through others,
-and no code writes its own process environment (tracking/wandb_setup.py aside: W&B's mode)."""
+lightning_modules depends on neither datamodules nor pe_sweeps.tracking, no module imports itself through others,
+no code writes its own process environment (tracking/wandb_setup.py aside: W&B's mode), and the distribution
+installs every package of the tree and no generic top-level module."""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("lightning_modules", "datamodules", "tracking")
-TOP_LEVEL = ("cli", "cli_options", "errors", "layout", "vocab")
+PACKAGES = ("lightning_modules", "datamodules", "pe_sweeps")
+TOP_LEVEL = ("cli",)  # a three-line script in a checkout (`python cli.py`), not installed
 # tracking.wandb_setup sets WANDB_MODE / WANDB_SILENT for the W&B client it starts; tracking.warm_start's
 # forked child takes on the trial's environment (what a cold child gets from its parent)
-ENV_WRITERS = {"tracking.wandb_setup", "tracking.warm_start"}
+ENV_WRITERS = {"pe_sweeps.tracking.wandb_setup", "pe_sweeps.tracking.warm_start"}
 
 
 def source_files() -> dict[str, Path]:
@@ -50,7 +51,7 @@ def graph() -> dict[str, set[str]]:
 def test_lightning_modules_import_neither_datamodules_nor_tracking():
     bad = {
         (m, d) for m, deps in graph().items() if m.startswith("lightning_modules") for d in deps
-        if d.split(".")[0] in ("datamodules", "tracking")
+        if d.split(".")[0] == "datamodules" or d.startswith("pe_sweeps.tracking") or d == "pe_sweeps.cli"
     }  # fmt: skip
     assert not bad
 
@@ -83,3 +84,16 @@ def test_no_module_writes_its_own_environment():
             if text.startswith("os.environ[") or text in ("os.environ.setdefault", "os.putenv", "os.environ.update"):
                 writers.add(name)
     assert writers <= ENV_WRITERS, writers - ENV_WRITERS
+
+
+def test_the_distribution_lists_every_package_and_no_loose_module():
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "py-modules" not in setup  # generic names (errors, layout) would shadow a user's own modules
+    listed = set(setup["packages"])
+    on_disk = {
+        ".".join(path.parent.relative_to(ROOT).parts) for package in PACKAGES for path in (ROOT / package).rglob("*.py")
+    }
+    assert on_disk <= listed, on_disk - listed
+    assert sorted(p.stem for p in ROOT.glob("*.py")) == list(TOP_LEVEL)

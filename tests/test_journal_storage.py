@@ -14,10 +14,10 @@ import pytest
 from helpers import fresh_redis_database
 from optuna.trial import TrialState
 
-from errors import ConfigError
-from tracking import journal_storage as journal
-from tracking import storage
-from tracking.study_lock import StudyLock
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import journal_storage as journal
+from pe_sweeps.tracking import storage
+from pe_sweeps.tracking.study_lock import StudyLock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,7 +81,7 @@ def test_redis_heartbeats_expire_by_the_servers_clock(redis_url):
 
 HOLDER = """
 import sys, time
-from tracking.study_lock import StudyLock
+from pe_sweeps.tracking.study_lock import StudyLock
 lock = StudyLock(sys.argv[1], "s")
 lock.__enter__()
 print("held", flush=True)

@@ -15,10 +15,10 @@ import torch
 from helpers import randomize_
 from test_transformer import DEPTH, DIM, HEADS, MAX_LEN, VOCAB
 
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS
 from lightning_modules.transformer import KVCache, Transformer
+from pe_sweeps.errors import ConfigError
 
 NOT_CACHEABLE = {  # (encoding, options) that must recompute, and why
     ("xpos", ()): "the decay's centre moves with the longest position",

@@ -28,12 +28,12 @@ from transformers import (
     RobertaForMaskedLM,
 )
 
-from cli import cli_main
-from errors import ConfigError
 from lightning_modules.encodings import build_encoding
 from lightning_modules.encodings.learned import transfer_table
 from lightning_modules.position_tables import HF_TABLES, hf_position_table
 from lightning_modules.probes import TABLE, probe_main
+from pe_sweeps.cli import cli_main
+from pe_sweeps.errors import ConfigError
 
 WIDTH, ROWS = 24, 40
 SMALL = ["--pairs", "64", "--seeds", "2"]

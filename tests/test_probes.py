@@ -28,8 +28,6 @@ import numpy as np
 import pytest
 import torch
 
-from cli import cli_main
-from errors import ConfigError
 from lightning_modules.encodings import ENCODINGS
 from lightning_modules.probes import (
     ABS_MAE,
@@ -45,7 +43,9 @@ from lightning_modules.probes import (
     probe_main,
     relative_position_error,
 )
-from tracking.records import load_records
+from pe_sweeps.cli import cli_main
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking.records import load_records
 
 SMALL = ["--max-length", "32", "--dim", "32", "--num-heads", "4", "--pairs", "64", "--seeds", "2"]
 
@@ -188,7 +188,7 @@ def test_unreadable_checkpoint_is_one_line(tmp_path):
 
 def test_cli_reports_bad_input_in_one_line(monkeypatch, capsys):
     """As wired in cli.py's EXTRA_COMMANDS: a ConfigError is one line on stderr and exit status 2."""
-    import cli
+    from pe_sweeps import cli
 
     monkeypatch.setitem(cli.EXTRA_COMMANDS, "probe", probe_main)
     with pytest.raises(SystemExit) as exit_info:

@@ -20,9 +20,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from errors import ConfigError, DivergedError
 from lightning_modules.optim import check_finite
-from tracking.records import RECORD_FILE, RunRecord, find_checkpoint, status_of
+from pe_sweeps.errors import ConfigError, DivergedError
+from pe_sweeps.tracking.records import RECORD_FILE, RunRecord, find_checkpoint, status_of
 
 
 def trainer(step: int, **metrics: float) -> SimpleNamespace:

@@ -17,12 +17,20 @@ from helpers import fresh_postgres_database
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from errors import ConfigError
-from tracking import sweep as sweep_module
-from tracking import sweep_file as sf
-from tracking.storage import check_clock
-from tracking.study_lock import AdvisoryLock, StudyLock
-from tracking.sweep import QUEUED, FailureStreak, Heartbeats, Sweep, SweepOptions, recover_dead_trials, requeue
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import sweep as sweep_module
+from pe_sweeps.tracking import sweep_file as sf
+from pe_sweeps.tracking.storage import check_clock
+from pe_sweeps.tracking.study_lock import AdvisoryLock, StudyLock
+from pe_sweeps.tracking.sweep import (
+    QUEUED,
+    FailureStreak,
+    Heartbeats,
+    Sweep,
+    SweepOptions,
+    recover_dead_trials,
+    requeue,
+)
 
 FAKE = Path(__file__).resolve().parent / "fake_fit.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,7 +226,7 @@ def test_a_sweep_whose_trials_all_fail_stops_and_exits_1(tmp_path):
 
 def test_a_full_disk_is_named_not_optunas_max_length_guess():
     """Optuna wraps a failed commit in "... e.g. exceeding max length"; the sweep's line names the cause."""
-    from tracking.storage import error_line
+    from pe_sweeps.tracking.storage import error_line
 
     try:
         try:

@@ -28,10 +28,10 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
 
-from errors import ConfigError
-from tracking import reseed
-from tracking import sweep_file as sf
-from tracking.sweep import SweepOptions, apply_overrides
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import reseed
+from pe_sweeps.tracking import sweep_file as sf
+from pe_sweeps.tracking.sweep import SweepOptions, apply_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = {
@@ -130,7 +130,7 @@ def test_reseed_varies_the_data_seed_unless_told_not_to():
 @pytest.mark.parametrize("flag, expected", [([], True), (["--no-reseed-data"], False), (["--reseed-data"], True),
                                             (["--reseed_data=false"], False)])  # fmt: skip
 def test_reseed_data_option(flag, expected):
-    from cli_options import parse_options
+    from pe_sweeps.cli_options import parse_options
 
     opts = parse_options(SweepOptions, ["sweeps/quickstart.yaml", "--reseed", "3", "--per", "x", *flag])
     assert opts.reseed_data is expected

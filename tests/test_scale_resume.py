@@ -32,9 +32,9 @@ import torch
 import yaml
 from conftest import TINY
 
-import layout
-from tracking import wandb_setup as ws
-from tracking.records import RECORD_FILE, RunRecord, run_scale, scale_line
+from pe_sweeps import layout
+from pe_sweeps.tracking import wandb_setup as ws
+from pe_sweeps.tracking.records import RECORD_FILE, RunRecord, run_scale, scale_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +102,7 @@ def test_launch_rank(env, rank):
 
 
 def test_rank_above_zero_makes_no_run_folder(tmp_path, monkeypatch):
-    from cli import PECLI
+    from pe_sweeps.cli import PECLI
 
     for name in layout.LAUNCHER_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -114,7 +114,7 @@ def test_rank_above_zero_makes_no_run_folder(tmp_path, monkeypatch):
 
 
 def test_a_checkpoint_names_its_run(tmp_path):
-    from cli import hpc_checkpoint, stored_run_dir
+    from pe_sweeps.cli import hpc_checkpoint, stored_run_dir
 
     run = tmp_path / "runs" / "r"
     (run / "checkpoints").mkdir(parents=True)
@@ -153,7 +153,7 @@ def test_a_resumed_record_continues_its_history(tmp_path):
 
 
 def test_offline_sync_of_a_resumed_run_uploads_into_its_one_id():
-    from tracking.summary import summary_lines
+    from pe_sweeps.tracking.summary import summary_lines
 
     one = {"wandb": {"id": "abc", "mode": "offline", "dir": "/w/1", "dirs": ["/w/1"]}}
     assert summary_lines(one, "r.json")[1] == "W&B (offline): wandb sync /w/1"
@@ -183,7 +183,7 @@ def gpus(monkeypatch, count: int) -> None:
 def test_a_sweep_pins_each_trial_to_one_gpu(monkeypatch, count, sweep, options, per_trial):
     """With GPUs and no word on devices, each trial sees one GPU (CUDA_VISIBLE_DEVICES of one entry) and
     `--workers auto` runs one trial per GPU: 8 side by side on an 8-GPU box."""
-    from tracking.sweep import SweepOptions, check_options, child_env
+    from pe_sweeps.tracking.sweep import SweepOptions, check_options, child_env
 
     gpus(monkeypatch, count)
     opts = SweepOptions(file="s.yaml", workers="auto", **options)
@@ -203,7 +203,7 @@ def test_a_sweep_pins_each_trial_to_one_gpu(monkeypatch, count, sweep, options, 
 def test_default_root_dir_is_the_run_folders_out_dir(tmp_path, monkeypatch):
     """--trainer.default_root_dir is Lightning's (its SLURM requeue checkpoints go there) and, with --run.out_dir
     left at its default, holds the run folder; an explicit --run.out_dir still places the run folder."""
-    from cli import PECLI, RunOptions
+    from pe_sweeps.cli import PECLI, RunOptions
 
     monkeypatch.delenv("PE_OUT_DIR", raising=False)
     cli = PECLI.__new__(PECLI)

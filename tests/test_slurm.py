@@ -28,8 +28,8 @@ from helpers import cli_in_process, slurm_cluster
 from optuna.trial import TrialState
 from test_faults import counts, fake_sweep
 
-from errors import ConfigError
-from tracking.slurm import time_minutes
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking.slurm import time_minutes
 
 ROOT = Path(__file__).resolve().parents[1]
 POINTS = 12
@@ -142,7 +142,7 @@ def test_dry_run_prints_the_sbatch_script(tmp_path, capsys, monkeypatch):
     assert "module load cuda" in lines
     command = lines[-1]
     assert command.startswith("srun ")
-    assert f"{ROOT / 'cli.py'} sweep {path} " in command
+    assert f"{sys.executable} -m pe_sweeps sweep {path} " in command  # the installed package, from any folder
     for option in ("--workers=2", "--devices_per_trial=1", f"--out_dir={out}"):
         assert option in command.split()
     assert "--launcher" not in command and "--jobs" not in command and "--slurm" not in command

@@ -6,8 +6,8 @@ import json
 import optuna
 from rich.console import Console
 
-from tracking import sweep_display as sd
-from tracking.summary import print_fit_summary
+from pe_sweeps.tracking import sweep_display as sd
+from pe_sweeps.tracking.summary import print_fit_summary
 
 
 def test_progress_shows_step_of_max_steps_and_eta():

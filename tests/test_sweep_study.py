@@ -7,9 +7,9 @@ import types
 import optuna
 import pytest
 
-from errors import ConfigError
-from tracking import sweep as sw
-from tracking import sweep_file as sf
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import sweep as sw
+from pe_sweeps.tracking import sweep_file as sf
 
 
 def options(tmp_path, **kwargs) -> sw.SweepOptions:

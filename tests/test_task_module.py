@@ -5,12 +5,12 @@ import os
 import pytest
 import torch
 
-from layout import new_run_dir, parent_run_dir
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import PRESETS, build_encoding
 from lightning_modules.synthetic_model import SyntheticTaskModel
 from lightning_modules.task_modules import TASK_MODULES, encoding_parameters, run_encoding_of
 from lightning_modules.translation import TranslationModel
+from pe_sweeps.layout import new_run_dir, parent_run_dir
 
 TINY = ArchConfig("alibi", dim=16, depth=1, num_heads=2, vocab_size=12, max_length=8)
 

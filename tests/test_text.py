@@ -42,13 +42,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli import cli_main
 from datamodules import text
 from datamodules.text import TextDataModule
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.causal_lm import CausalLMModel, context_name
 from lightning_modules.metrics import goal
+from pe_sweeps.cli import cli_main
+from pe_sweeps.errors import ConfigError
 
 SMALL = {"block_size": 16, "eval_factors": [1, 2, 4], "max_train_blocks": 8, "max_eval_tokens": 300, "batch_size": 4}
 
@@ -281,19 +281,21 @@ def test_bad_eval_stride_is_one_line_exit_2_and_writes_nothing(stride, tmp_path,
         TextDataModule(task="tinyshakespeare", eval_stride=int(stride), **SMALL)
 
 
-def test_data_dir_is_resolved_against_the_repository_root(tmp_path, monkeypatch):
+def test_data_dir_defaults_to_the_data_root_from_any_folder(tmp_path, monkeypatch):
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(tmp_path)  # not the current directory
-    assert text.resolve_dir("../shared/data") == root / "../shared/data"
+    monkeypatch.delenv("PE_DATA_ROOT", raising=False)
+    assert text.resolve_dir(None) == root.parent / "shared" / "data"
+    monkeypatch.setenv("PE_DATA_ROOT", str(tmp_path / "elsewhere"))
+    assert text.resolve_dir(None) == tmp_path / "elsewhere"
     assert text.resolve_dir(str(tmp_path)) == tmp_path
     folder = tmp_path / "wikitext-2"
     folder.mkdir()
     for name in ("valid.txt", "test.txt"):
         (folder / name).write_text("x\n")
-    relative = os.path.relpath(tmp_path, root)  # relative to the repository, not to the current directory
-    assert text.corpus_paths("wikitext2", relative)["test"] == root / relative / "wikitext-2" / "test.txt"
+    assert text.corpus_paths("wikitext2", ".")["test"] == Path("wikitext-2/test.txt")  # a given folder: as given
     with pytest.raises(ConfigError, match="data file not found"):
-        text.corpus_paths("wikitext2", ".")  # the current directory holds wikitext-2/, the repository does not
+        text.corpus_paths("wikitext2", None)  # the data root ($PE_DATA_ROOT) holds no wikitext-2/
 
 
 def test_wikitext2_splits_valid_90_10_and_tests_on_test_txt():

@@ -36,13 +36,13 @@ import pytest
 import torch
 from sklearn.metrics import accuracy_score, f1_score
 
-from cli import cli_main
 from datamodules import text
 from datamodules.glue import CLS
 from datamodules.text_classification import PRESETS, TextClassificationDataModule
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.classifier import SequenceClassifier, task_metrics
+from pe_sweeps.cli import cli_main
+from pe_sweeps.errors import ConfigError
 
 SMALL = {"vocab_size_limit": 300, "max_length": 32, "batch_size": 4}
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]

@@ -31,13 +31,13 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from cli import cli_main
 from datamodules import text
 from datamodules.translation import BOS, EOS, IGNORE_INDEX, PAD, TranslationDataModule
-from errors import ConfigError
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS
 from lightning_modules.translation import NEVER_GENERATED, TranslationModel
+from pe_sweeps.cli import cli_main
+from pe_sweeps.errors import ConfigError
 from tests.helpers import randomize_
 
 SMALL = {

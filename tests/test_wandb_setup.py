@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from tracking import wandb_setup as ws
+from pe_sweeps.tracking import wandb_setup as ws
 
 
 def test_run_names_carry_the_parameters_a_sweep_varies(monkeypatch):
@@ -29,7 +29,7 @@ def test_run_names_carry_the_parameters_a_sweep_varies(monkeypatch):
 def test_a_derived_name_too_long_for_a_folder_is_shortened_with_a_hash():
     """Long varied values (e.g. encoding options with a path) made a name over 255 bytes: the run folder could not
     be made. Such a name keeps its start and ends with a hash of the whole, so trials still differ."""
-    from tracking.records import MAX_NAME_BYTES, check_name
+    from pe_sweeps.tracking.records import MAX_NAME_BYTES, check_name
 
     assert ws.run_name("copy", "rope", 0, {"model.lr": 0.001}) == "copy-rope-lr=0.001-s0"  # short: as before
     names = {
@@ -170,7 +170,7 @@ def test_readme_sync_hint_matches_where_sweep_trials_write(readme_line, tmp_path
     """The README's glob matches the folder a sweep trial's offline run is in, as the sweep prints it."""
     from pathlib import Path
 
-    from tracking.sweep_display import where_lines
+    from pe_sweeps.tracking.sweep_display import where_lines
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert readme_line in readme

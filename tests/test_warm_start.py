@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
-from errors import ConfigError
-from tracking.children import stop_child
-from tracking.sweep import SweepOptions, check_options
-from tracking.warm_start import CLI, TrialStarter, WarmChild, warm_program
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.layout import PROGRAMS
+from pe_sweeps.tracking.children import stop_child
+from pe_sweeps.tracking.sweep import SweepOptions, check_options
+from pe_sweeps.tracking.warm_start import TrialStarter, WarmChild, warm_program
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = """import gc, json, os, sys, threading, time
@@ -46,9 +47,12 @@ def running(pid: int, wait: float = 5.0) -> bool:
 
 def test_only_this_projects_cli_run_by_this_interpreter_starts_warm(tmp_path):
     python, other = sys.executable, tmp_path / "train.py"
+    CLI = PROGRAMS[0]
     other.write_text("")
     assert warm_program(["/usr/bin/env", python, str(CLI), "fit"], "/") == str(CLI)
     assert warm_program([python, "cli.py", "fit"], str(ROOT)) == "cli.py"
+    installed = str(PROGRAMS[1])  # the package's __main__.py: what `program: cli.py` runs outside a checkout
+    assert warm_program([python, installed, "fit"], "/") == installed
     assert warm_program(["/usr/bin/env", "python", str(CLI)], "/") is None  # another interpreter
     assert warm_program(["/usr/bin/env", python, "-u", str(CLI)], "/") is None  # interpreter options
     assert warm_program(["/usr/bin/env", "A=1", python, str(CLI)], "/") is None
@@ -97,7 +101,7 @@ def gpus(monkeypatch, count: int, mask: str | None = None, cores: int = 8) -> No
 
 def placement(opts: SweepOptions) -> list[tuple[str, str]]:
     """(CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS) of each worker slot's trials, after the sweep's own checks."""
-    from tracking.sweep import child_env
+    from pe_sweeps.tracking.sweep import child_env
 
     check_options(opts)
     envs = [child_env("s", Path("/t"), slot, opts) for slot in range(opts.workers)]
@@ -171,7 +175,7 @@ def test_a_trial_given_a_gpu_it_cannot_see_fails_in_one_line(monkeypatch, capsys
     """Not trained on the CPU: `cli.py fit` stops while parsing, with exit 2 (a sweep does not retry it)."""
     from helpers import cli_in_process
 
-    from tracking.children import check_given_gpus
+    from pe_sweeps.tracking.children import check_given_gpus
 
     gpus(monkeypatch, 1, "GPU-abc")
     monkeypatch.setenv("PE_TRIAL_GPUS", "1")
@@ -248,7 +252,7 @@ def test_a_warm_trial_trains_to_the_same_numbers_as_a_cold_one(tmp_path):
             starter.cold = start == "cold"
             out = tmp_path / start
             env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PE_OUT_DIR": str(out)}
-            argv = ["/usr/bin/env", sys.executable, str(CLI), "fit", *TINY, "--model.arch.encoding=alibi"]
+            argv = ["/usr/bin/env", sys.executable, str(PROGRAMS[0]), "fit", *TINY, "--model.arch.encoding=alibi"]
             with open(tmp_path / f"{start}.log", "wb") as log:
                 child = starter.launch(argv, env, log)
                 assert isinstance(child, WarmChild) == (start != "cold")
@@ -267,7 +271,7 @@ def test_each_warm_trial_stages_wandb_media_in_its_own_folder():
     (FileNotFoundError on their length tables)."""
     from wandb.sdk.data_types import _private
 
-    from tracking.warm_start import own_media_dir
+    from pe_sweeps.tracking.warm_start import own_media_dir
 
     shared = _private.MEDIA_TMP.name
     own_media_dir()
@@ -330,7 +334,7 @@ def test_another_user_cannot_make_the_fork_server_run_code(tmp_path):
 def test_a_storage_password_stays_off_the_command_line(monkeypatch, capsys):
     """A password in --storage is visible in `ps`: one warning line pointing to $PE_SWEEP_STORAGE, which is
     read as the default and never passed on to a trial."""
-    from tracking.sweep import child_env
+    from pe_sweeps.tracking.sweep import child_env
 
     check_options(SweepOptions(file="s.yaml", storage="postgresql://u:s3cret@127.0.0.1/db"))
     err = capsys.readouterr().err

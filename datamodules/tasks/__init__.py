@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from datamodules.tasks import basic, chomsky_context_free, chomsky_context_sensitive, chomsky_regular, flip_flop
-from errors import ConfigError, wrong_type
+from pe_sweeps.errors import ConfigError, wrong_type
 
 
 class Task(NamedTuple):

@@ -9,7 +9,6 @@ option. Every test in tests/test_encodings.py runs over this registry.
 import inspect
 import math
 
-from errors import ConfigError, wrong_type
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.bert_r import BertR
@@ -30,6 +29,7 @@ from lightning_modules.encodings.sinusoidal_learnable import SinusoidalLearnable
 from lightning_modules.encodings.t5_bias import T5Bias
 from lightning_modules.encodings.tupe import TupeA, TupeR
 from lightning_modules.encodings.xpos import XPos
+from pe_sweeps.errors import ConfigError, wrong_type
 
 ENCODINGS: dict[str, type[PositionalEncoding]] = {
     cls.name: cls

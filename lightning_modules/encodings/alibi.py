@@ -3,9 +3,9 @@ import math
 import torch
 from torch import Tensor
 
-from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import relative_distance
+from pe_sweeps.errors import ConfigError
 
 
 def alibi_slopes(num_heads: int) -> list[float]:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from errors import ConfigError
+from pe_sweeps.errors import ConfigError
 
 # a FlexAttention score_mod: (score, b, h, i, j) -> score plus the logit term at batch b, head h, query slot i,
 # key slot j (scalar tensors; `torch.nn.attention.flex_attention`)

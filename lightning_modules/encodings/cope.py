@@ -1,8 +1,8 @@
 import torch
 from torch import Tensor, nn
 
-from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding
+from pe_sweeps.errors import ConfigError
 
 
 class CoPE(PositionalEncoding):

@@ -1,9 +1,9 @@
 import torch
 from torch import Tensor, nn
 
-from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import distances, relative_distance
+from pe_sweeps.errors import ConfigError
 
 
 def log_bucket_position(relative: Tensor, bucket_size: int, max_position: int) -> Tensor:

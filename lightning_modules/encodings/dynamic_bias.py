@@ -1,10 +1,10 @@
 import torch
 from torch import Tensor, nn
 
-from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.precision import compute_dtype, fp32_mlp
 from lightning_modules.encodings.t5_bias import bucket_bias, distance_score_mod, distances, relative_distance
+from pe_sweeps.errors import ConfigError
 
 
 class DynamicBias(PositionalEncoding):

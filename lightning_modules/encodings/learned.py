@@ -1,9 +1,9 @@
 import torch
 from torch import Tensor, nn
 
-from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.position_tables import read_table
+from pe_sweeps.errors import ConfigError
 
 INIT_ROWS = ("first", "every_k")
 

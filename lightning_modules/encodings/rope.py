@@ -3,8 +3,8 @@ import math
 import torch
 from torch import Tensor
 
-from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding
+from pe_sweeps.errors import ConfigError
 
 
 def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

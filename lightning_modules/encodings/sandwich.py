@@ -1,9 +1,9 @@
 import torch
 from torch import Tensor
 
-from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import distances, relative_distance
+from pe_sweeps.errors import ConfigError
 
 
 class Sandwich(PositionalEncoding):

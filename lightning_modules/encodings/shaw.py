@@ -2,9 +2,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import relative_distance
+from pe_sweeps.errors import ConfigError
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float) -> Tensor:

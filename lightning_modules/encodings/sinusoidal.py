@@ -1,8 +1,8 @@
 import torch
 from torch import Tensor
 
-from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding
+from pe_sweeps.errors import ConfigError
 
 
 def sinusoid_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:

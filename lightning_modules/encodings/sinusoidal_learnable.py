@@ -1,9 +1,9 @@
 import torch
 from torch import Tensor, nn
 
-from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.sinusoidal import sinusoid_table
+from pe_sweeps.errors import ConfigError
 
 
 class SinusoidalLearnable(PositionalEncoding):

@@ -1,9 +1,9 @@
 import torch
 from torch import Tensor, nn
 
-from errors import ConfigError
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.t5_bias import T5Bias, bucket_bias
+from pe_sweeps.errors import ConfigError
 
 MODES = ("untied", "bert_ad")
 

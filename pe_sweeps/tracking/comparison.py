@@ -10,7 +10,7 @@ import numpy as np
 from scipy import stats
 
 from lightning_modules.metrics import bounds, goal
-from tracking.across_tasks import IQM_INTERVAL
+from pe_sweeps.tracking.across_tasks import IQM_INTERVAL
 
 IDENTITY = ("name", "group", "task", "encoding", "seed", "sweep", "subcommand", "status")
 LEVEL = 0.95  # every interval's nominal coverage

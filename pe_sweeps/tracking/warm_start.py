@@ -1,6 +1,6 @@
 """Warm start for sweep trials: a fork server that has imported torch, Lightning, W&B and this project, and
 forks one child per trial, so a trial starts without paying the ~3 s of imports, nor the ~0.5 s of building
-LightningCLI's parser (built once in the server, `cli.prebuild_parser`; the environment-dependent defaults,
+LightningCLI's parser (built once in the server, `cli.prepare_fork_server`; the environment-dependent defaults,
 `RunOptions`, are read again in each child).
 
 The sweep (tracking/sweep.py) starts the server at its first warm trial (`main`, in its own session) and
@@ -59,29 +59,26 @@ import threading
 import time
 from pathlib import Path
 
-from layout import PARENT_ENV
-from tracking.children import launch_child
+from pe_sweeps.layout import PACKAGE, PARENT_ENV, is_project_program
+from pe_sweeps.tracking.children import launch_child
 
-ROOT = Path(__file__).resolve().parents[1]
-CLI = ROOT / "cli.py"
 HEADER = struct.Struct("!I")  # request length, sent with the two file descriptors
 PEER = struct.Struct("3i")  # SO_PEERCRED's struct ucred: pid, uid, gid
 SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes, the last a NUL
 # imported by the server: cli.py's own imports, then every model and data module a config names, and W&B
 PRELOAD = (
-    "cli", "wandb", "pytorch_lightning.loggers.wandb", "pandas",  # pandas: W&B's per-length table imports it
+    "pe_sweeps.cli", "wandb", "pytorch_lightning.loggers.wandb", "pandas",  # pandas: W&B's per-length table imports it
     # imported by a trial on its way to the first step (found by diffing sys.modules there): wandb.init's
     # telemetry imports requests (~0.1 s), an offline or online run W&B's public API and launch modules
     # (~1.5 s), the rest are small; none starts a thread (checked before forking)
     "requests", "certifi", "http.cookies", "encodings.idna", "wandb.wandb_run", "wandb.sdk.lib.gitlib",
     "wandb.apis.public", "wandb.sdk.launch", "wandb.docker",
-    "torch.utils.serialization", "fsspec.implementations.chained", "rich._emoji_codes", "tracking.summary",
+    "torch.utils.serialization", "fsspec.implementations.chained", "rich._emoji_codes", "pe_sweeps.tracking.summary",
     "lightning_modules.synthetic_model", "lightning_modules.causal_lm", "lightning_modules.masked_lm",
     "lightning_modules.classifier", "lightning_modules.translation", "lightning_modules.task_modules",
     "datamodules.synthetic", "datamodules.text", "datamodules.masked_lm", "datamodules.glue",
     "datamodules.text_classification", "datamodules.translation",
 )  # fmt: skip
-PREBUILT: dict = {}  # filled in the fork server by cli.prebuild_parser(): each forked trial takes the parser
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")  # read when a library loads
 
 
@@ -92,7 +89,7 @@ def warm_program(argv: list[str], cwd: str, any_python: bool = False) -> str | N
     if len(rest) < 2 or rest[0] != sys.executable or not rest[1].endswith(".py"):
         return None
     program = (Path(cwd) / rest[1]).resolve()
-    return rest[1] if program == CLI or (any_python and program.is_file()) else None
+    return rest[1] if is_project_program(program) or (any_python and program.is_file()) else None
 
 
 def available() -> str | None:
@@ -168,10 +165,10 @@ class ForkServer:
         self.folder.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", "from tracking.warm_start import main; main()", self.name,
+                [sys.executable, "-c", "from pe_sweeps.tracking.warm_start import main; main()", self.name,
                  str(os.getpid()), str(write)],
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
-                start_new_session=True, cwd=ROOT,
+                start_new_session=True, cwd=PACKAGE.parent,
             )  # fmt: skip
         os.close(write)
         self.ready_pipe = read
@@ -310,16 +307,19 @@ def fork_unsafe() -> str | None:
 
 
 def preload() -> None:
+    """Import PRELOAD, then run each module's `prepare_fork_server()` if it has one (pe_sweeps/cli.py builds a
+    trial's LightningCLI parser there, once); found by name, so this module imports no command line."""
     import importlib
 
+    modules = []
     for name in PRELOAD:
         try:
-            importlib.import_module(name)
+            modules.append(importlib.import_module(name))
         except ImportError as error:  # an optional extra (e.g. transformers) that is not installed
             print(f"warm start: not preloaded: {name}: {error}", flush=True)
-    # a trial's LightningCLI parser, built once (cli.py: PECLI.setup_parser); cli is in PRELOAD, and looked up
-    # rather than imported here, since cli imports this module (no import cycle)
-    sys.modules["cli"].prebuild_parser()
+    for module in modules:
+        if callable(getattr(module, "prepare_fork_server", None)):
+            module.prepare_fork_server()
     # Everything imported so far is never freed: move it out of the collector's reach, so that a child's
     # collections neither walk it nor write its GC headers, which would copy every page of it (Python's
     # advice for fork servers, `gc.freeze`); about 0.05 s of CPU per trial
@@ -341,7 +341,7 @@ def receive(connection: socket.socket) -> tuple[dict, list[int]]:
 
 def serve(address: str, sweep_pid: int, ready_fd: int) -> dict | None:
     """The server's loop. Returns only in a forked child, with the request it is to run."""
-    sys.path[0] = str(ROOT)  # started with `-c` in ROOT: '' would follow a child's chdir
+    sys.path[0] = str(PACKAGE.parent)  # started with `-c` there: '' would follow a child's chdir
     os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")  # pyarrow (via pandas): no thread
     started, before = time.monotonic(), dict(os.environ)
     try:

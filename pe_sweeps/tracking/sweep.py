@@ -51,20 +51,20 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
 
-import layout
-from errors import ConfigError
-from layout import study_db, trial_env
-from tracking import storage
-from tracking import sweep_file as sf
-from tracking.children import stop_child
-from tracking.failpoints import failpoint
-from tracking.records import RECORD_FILE, check_name, read_record
-from tracking.search import SAMPLER_ATTR, Search, build_search, check_sampler
-from tracking.slurm_options import SlurmOptions
-from tracking.storage import grace_period, open_storage, quote_password, storage_error, url_password
-from tracking.study_lock import StudyLock
-from tracking.wandb_setup import SWEEP_PARAMS_ENV, short_value
-from tracking.warm_start import TrialStarter, WarmChild
+from pe_sweeps import layout
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.layout import program_path, study_db, trial_env
+from pe_sweeps.tracking import storage
+from pe_sweeps.tracking import sweep_file as sf
+from pe_sweeps.tracking.children import stop_child
+from pe_sweeps.tracking.failpoints import failpoint
+from pe_sweeps.tracking.records import RECORD_FILE, check_name, read_record
+from pe_sweeps.tracking.search import SAMPLER_ATTR, Search, build_search, check_sampler
+from pe_sweeps.tracking.slurm_options import SlurmOptions
+from pe_sweeps.tracking.storage import grace_period, open_storage, quote_password, storage_error, url_password
+from pe_sweeps.tracking.study_lock import StudyLock
+from pe_sweeps.tracking.wandb_setup import SWEEP_PARAMS_ENV, short_value
+from pe_sweeps.tracking.warm_start import TrialStarter, WarmChild
 
 QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)
 CRASHES = "pe_crashes"  # system attr: how many predecessors of this retry had their child die or crash
@@ -349,8 +349,10 @@ def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
     macros = create_sweep_command_args({"args": {k: {"value": v} for k, v in params.items()}})
     json_file = trial_dir / "args.json"
     json_file.write_text(macros["args_json"][0])
-    macros.update(env=["/usr/bin/env"], interpreter=[sys.executable], program=[sweep.get("program", "cli.py")],
-                  args_json_file=[str(json_file)])  # fmt: skip
+    program = program_path(sweep.get("program", "cli.py"), os.getcwd())
+    macros.update(
+        env=["/usr/bin/env"], interpreter=[sys.executable], program=[program], args_json_file=[str(json_file)]
+    )
     argv = []
     for chunk in map(str, command):
         argv += macros.get(chunk[2:-1]) or [] if chunk.startswith("${") and chunk.endswith("}") else [chunk]
@@ -963,8 +965,8 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
 
     from rich.console import Console
 
-    from tracking.compare import print_comparison
-    from tracking.sweep_display import LiveStatus, trial_table, where_lines
+    from pe_sweeps.tracking.compare import print_comparison
+    from pe_sweeps.tracking.sweep_display import LiveStatus, trial_table, where_lines
 
     runner = Sweep(sweep, opts)
     handlers = {sig: signal.signal(sig, runner.request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -51,11 +51,11 @@ from rich.markup import escape
 from rich.table import Table
 from scipy import stats
 
-from errors import ConfigError
-from layout import STUDY_DB, SWEEPS, study_db
 from lightning_modules.metrics import ACC, ACC_OOD, bounds, goal, name
-from tracking.across_tasks import IQM_INTERVAL, iqm_interval
-from tracking.comparison import (
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.layout import STUDY_DB, SWEEPS, study_db
+from pe_sweeps.tracking.across_tasks import IQM_INTERVAL, iqm_interval
+from pe_sweeps.tracking.comparison import (
     Cell,
     Comparison,
     Excluded,
@@ -66,8 +66,8 @@ from tracking.comparison import (
     notes,
     seed_lines,
 )
-from tracking.records import RECORD_FILE, load_records
-from tracking.wandb_records import read_wandb
+from pe_sweeps.tracking.records import RECORD_FILE, load_records
+from pe_sweeps.tracking.wandb_records import read_wandb
 
 # What defines a result, declared once (config paths without `init_args`): runs are replicates of one setup
 # when these agree, the seed aside; everything else (logging and its cadence, naming, checkpoints, progress
@@ -607,7 +607,7 @@ def sweep_spec(out_dir: str, sweep: str | None) -> dict:
     import optuna
     import sqlalchemy
 
-    from tracking.storage import storage_error
+    from pe_sweeps.tracking.storage import storage_error
 
     own = study_db(out_dir, sweep)
     for path in [own, *sorted(p for p in (Path(out_dir) / SWEEPS).glob(f"*/{STUDY_DB}") if p != own)]:
@@ -688,7 +688,7 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
     if opts.format == "table":
         print_front(comps, [d for _, d in metrics], Console())
     if opts.report:
-        from tracking.compare_report import write_report
+        from pe_sweeps.tracking.compare_report import write_report
 
         page = write_report(comps[0], Path(opts.report))
         print(f"report: {page}", file=sys.stderr)
@@ -697,7 +697,7 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
 
 def compare_main(args: list[str]) -> Comparison | list[Comparison]:
     """`cli.py compare [--out_dir DIR] [--sweep NAME] [--metric M[,M]] [--format F] [--report DIR] ...`"""
-    from cli_options import parse_options
+    from pe_sweeps.cli_options import parse_options
 
     return run_compare(parse_options(CompareOptions, args))
 
@@ -741,6 +741,6 @@ def objectives(spec: dict, metric: str | None) -> list[tuple[str, str]]:
 def print_front(comps: list[Comparison], directions: list[str], console: Console) -> None:
     """The Pareto front beside the per-metric tables (several objectives only)."""
     if len(comps) > 1:
-        from tracking.pareto import front_table
+        from pe_sweeps.tracking.pareto import front_table
 
         console.print(front_table(comps, directions))

@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from errors import ConfigError
+from pe_sweeps.errors import ConfigError
 
 OUT_DIR_ENV = "PE_OUT_DIR"  # default of --run.out_dir
 OUT_ROOT_ENV = "PE_OUT_ROOT"  # default of --run.out_root
@@ -31,6 +31,7 @@ STORAGE_ENV = "PE_SWEEP_STORAGE"  # default of `cli.py sweep --storage`: a URL w
 TRIAL_GPUS_ENV = "PE_TRIAL_GPUS"  # the GPUs a sweep gave its trial (--devices_per_trial): fewer visible is an error
 FAULT_ENV = "PE_FAULT_AT"  # tests only: the sweep kills itself at this named step (tracking/failpoints.py)
 TOKENIZER_CACHE_ENV = "PE_TOKENIZER_CACHE"  # overrides the tokenizer cache folder (datamodules/text.py)
+DATA_ROOT_ENV = "PE_DATA_ROOT"  # default of every data module's --data.data_dir (`data_root`)
 
 # What a launcher (SLURM's srun / sbatch, torchrun, Lightning's own DDP launcher, LSF's jsrun, mpirun) sets to
 # place a process in its job, and Lightning reads to find its rank: SLURMEnvironment (SLURM_NTASKS,
@@ -45,6 +46,11 @@ LAUNCHER_ENV = (
     "PL_GLOBAL_SEED", "PL_SEED_WORKERS",
 )  # fmt: skip
 LAUNCHER_ENV_PREFIXES = ("SLURM_", "TORCHELASTIC_", "JSM_NAMESPACE_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_")
+
+PACKAGE = Path(__file__).resolve().parent
+# What a sweep file's `program: cli.py` runs: the checkout's cli.py, else the installed package's __main__.py
+PROGRAMS = (PACKAGE.parent / "cli.py", PACKAGE / "__main__.py")
+SHIPPED = ("configs", "sweeps")  # folders of YAML files shipped with the project (package data of the wheel)
 
 DEFAULT_OUT_DIR = "out"
 MAX_NAME_BYTES = 200  # a run directory adds -<date>-<time>-<pid> (< 40 bytes); file systems allow 255
@@ -126,3 +132,41 @@ def trial_base_env(environ: dict[str, str]) -> dict[str, str]:
 def trial_env(trial_out_dir: str | Path, out_root: str | Path, study: str) -> dict[str, str]:
     """The variables a sweep adds to its trial child's environment."""
     return {OUT_DIR_ENV: str(trial_out_dir), OUT_ROOT_ENV: str(out_root), SWEEP_ENV: study}
+
+
+def program_path(program: str, cwd: str | Path) -> str:
+    """A sweep file's `program` as a trial runs it: as given when it exists in the sweep's working folder;
+    `cli.py` is otherwise this project's command line, wherever it is installed."""
+    if (Path(cwd) / program).exists() or Path(program).name != "cli.py":
+        return program
+    return str(next(path for path in PROGRAMS if path.exists()))
+
+
+def is_project_program(path: str | Path) -> bool:
+    """Whether `path` is this project's command line (the checkout's cli.py or the package's __main__.py)."""
+    return Path(path).resolve() in PROGRAMS
+
+
+def shipped_path(path: str) -> str:
+    """`path` as given when it exists; else, when it names a file the project ships (`configs/x.yaml`,
+    `sweeps/x.yaml`), that file in the checkout or the installed package, so the README's commands run from
+    any working folder."""
+    relative = Path(path)
+    if relative.exists() or relative.is_absolute() or relative.parts[:1] not in [(name,) for name in SHIPPED]:
+        return path
+    found = [base / relative for base in (PACKAGE, PACKAGE.parent) if (base / relative).is_file()]
+    return str(found[0]) if found else path
+
+
+def data_root() -> Path:
+    """Where data modules look for their files unless given --data.data_dir: $PE_DATA_ROOT, else the
+    `shared/data` folder beside a source checkout (the layout CI uses); one line naming both when neither is set."""
+    if os.environ.get(DATA_ROOT_ENV):
+        return Path(os.environ[DATA_ROOT_ENV]).expanduser()
+    beside = PACKAGE.parent.parent / "shared" / "data"
+    if beside.is_dir():
+        return beside
+    raise ConfigError(
+        f"no data folder: set {DATA_ROOT_ENV} or --data.data_dir to the folder holding the data sets "
+        f"(the checkout's default, {beside}, does not exist)"
+    )

@@ -5,7 +5,7 @@ process the first time it reaches `failpoint(NAME)`; unset, a failpoint costs on
 import os
 import signal
 
-from layout import FAULT_ENV
+from pe_sweeps.layout import FAULT_ENV
 
 
 def failpoint(name: str) -> None:

@@ -19,10 +19,10 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 
-from errors import ConfigError, DivergedError
-from layout import MAX_NAME_BYTES, RECORD_FILE
 from lightning_modules.metrics import goal
-from tracking.wandb_setup import describe_run, log_by_length
+from pe_sweeps.errors import ConfigError, DivergedError
+from pe_sweeps.layout import MAX_NAME_BYTES, RECORD_FILE
+from pe_sweeps.tracking.wandb_setup import describe_run, log_by_length
 
 PROGRESS_EVERY_S = 5.0  # training progress (`step`) reaches the record at most this often between validations
 

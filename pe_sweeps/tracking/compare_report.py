@@ -25,9 +25,9 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from layout import make_dir
-from tracking.across_tasks import PROFILE_RESAMPLES, performance_profile
-from tracking.comparison import Comparison, cell_text, legend, lookup, notes
+from pe_sweeps.layout import make_dir
+from pe_sweeps.tracking.across_tasks import PROFILE_RESAMPLES, performance_profile
+from pe_sweeps.tracking.comparison import Comparison, cell_text, legend, lookup, notes
 
 TRAIN_MAX_LEN = "data.init_args.train_max_len"  # synthetic tasks: the longest training sequence
 BLOCK_SIZE = "data.init_args.block_size"  # language models: the training context

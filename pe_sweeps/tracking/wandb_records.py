@@ -10,9 +10,9 @@ hyperparameters Lightning logs); identity from `task`, `encoding`, `seed_everyth
 import math
 import re
 
-from errors import ConfigError
 from lightning_modules.metrics import goal
-from tracking.wandb_setup import STAGE_METRIC
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking.wandb_setup import STAGE_METRIC
 
 WANDB_STATES = {"crashed": "failed", "killed": "interrupted", "preempted": "interrupted"}
 

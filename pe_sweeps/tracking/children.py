@@ -15,8 +15,8 @@ import subprocess
 import threading
 import time
 
-from errors import ConfigError
-from layout import PARENT_ENV, TRIAL_GPUS_ENV
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.layout import PARENT_ENV, TRIAL_GPUS_ENV
 
 STOP_GRACE_S = 10.0  # SIGTERM first, SIGKILL after this many seconds
 

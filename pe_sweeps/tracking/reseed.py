@@ -27,12 +27,20 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
-from errors import ConfigError
-from tracking import sweep_file as sf
-from tracking.records import check_name
-from tracking.sweep import Sweep, SweepOptions, apply_overrides, base_name, check_options, latest_record, storage_url
-from tracking.sweep_display import LiveStatus, short_params, trial_table
-from tracking.wandb_setup import short_value
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import sweep_file as sf
+from pe_sweeps.tracking.records import check_name
+from pe_sweeps.tracking.sweep import (
+    Sweep,
+    SweepOptions,
+    apply_overrides,
+    base_name,
+    check_options,
+    latest_record,
+    storage_url,
+)
+from pe_sweeps.tracking.sweep_display import LiveStatus, short_params, trial_table
+from pe_sweeps.tracking.wandb_setup import short_value
 
 SEED = "seed_everything"
 DATA_SEED_KEYS = ("data.seed", "data.init_args.seed")
@@ -185,7 +193,7 @@ def comparison_rows(keys: list[str]) -> str:
 
 def run_reseed(opts: SweepOptions) -> optuna.Study:
     """Stage 1 per group, the choice table, stage 2, its trial table and the comparison."""
-    from tracking.compare import print_comparison
+    from pe_sweeps.tracking.compare import print_comparison
 
     overrides = opts.set.split(",") if opts.set else []
     sweep, suffix = apply_overrides(sf.load_sweep(opts.file), overrides)

@@ -7,7 +7,7 @@ seeds (`cli.py compare`).
 import optuna
 from rich.table import Table
 
-from tracking.comparison import Comparison
+from pe_sweeps.tracking.comparison import Comparison
 
 
 def non_dominated(points: dict[str, list[float]], directions: list[str]) -> list[str]:

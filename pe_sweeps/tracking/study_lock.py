@@ -20,7 +20,7 @@ import threading
 import sqlalchemy
 from filelock import FileLock
 
-from tracking import journal_storage as journal
+from pe_sweeps.tracking import journal_storage as journal
 
 
 class AdvisoryLock:

@@ -22,9 +22,9 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 import optuna
 import sqlalchemy
 
-from errors import ConfigError
-from tracking import journal_storage as journal
-from tracking.sweep_display import redact_url
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import journal_storage as journal
+from pe_sweeps.tracking.sweep_display import redact_url
 
 SQLITE_TIMEOUT_S = 20  # SQLite busy timeout; the heartbeat grace period is longer (see `grace_period`)
 

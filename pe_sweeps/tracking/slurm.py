@@ -24,12 +24,11 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import layout
-from errors import ConfigError
-from tracking import storage
-from tracking.slurm_options import SlurmOptions
+from pe_sweeps import layout
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import storage
+from pe_sweeps.tracking.slurm_options import SlurmOptions
 
-CLI = Path(__file__).resolve().parents[1] / "cli.py"
 LAUNCHER_FIELDS = ("launcher", "jobs", "dry_run", "slurm")  # SweepOptions fields a task's own sweep never gets
 TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")  # sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
 
@@ -107,9 +106,9 @@ def task_command(opts) -> list[str]:
     """The sweep command each task runs: this interpreter, this cli.py, the same file and options less the
     launcher's; paths absolute (a task may start in another folder), only options that differ from their
     defaults. A storage URL taken from $PE_SWEEP_STORAGE stays there (sbatch passes the environment on)."""
-    from tracking.sweep import SweepOptions
+    from pe_sweeps.tracking.sweep import SweepOptions
 
-    command = [sys.executable, str(CLI), "sweep", str(Path(opts.file).resolve())]
+    command = [sys.executable, "-m", "pe_sweeps", "sweep", str(Path(opts.file).resolve())]
     for f in dataclasses.fields(SweepOptions):
         value = getattr(opts, f.name)
         if f.name in ("file", *LAUNCHER_FIELDS) or (f.default is not dataclasses.MISSING and value == f.default):
@@ -177,7 +176,7 @@ def submit(command: list[str], folder: Path, jobs: int, params: dict) -> str:
     try:
         import submitit
 
-        from tracking.slurm_task import SweepTask
+        from pe_sweeps.tracking.slurm_task import SweepTask
     except ImportError:
         raise ConfigError(
             "--launcher slurm needs submitit: pip install 'pe-sweeps[slurm]' (or --dry_run to print the script)"
@@ -194,8 +193,8 @@ def submit(command: list[str], folder: Path, jobs: int, params: dict) -> str:
 
 def launch(opts) -> None:
     """`cli.py sweep ... --launcher slurm`: check everything here, then print the script or submit the array."""
-    from tracking import sweep_file as sf
-    from tracking.sweep import apply_overrides, check_options, name_study
+    from pe_sweeps.tracking import sweep_file as sf
+    from pe_sweeps.tracking.sweep import apply_overrides, check_options, name_study
 
     check_launcher_options(opts)
     task = copy.deepcopy(opts)

@@ -23,7 +23,7 @@ import yaml
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from wandb.sdk.sweeps.scheduler import optuna as wandb_optuna
 
-from errors import ConfigError
+from pe_sweeps.errors import ConfigError
 
 METHODS = ("grid", "random", "bayes")
 DISTRIBUTIONS = (

@@ -26,8 +26,8 @@ from wandb.sdk.sweeps.scheduler import client as wandb_client
 from wandb.sdk.sweeps.scheduler import optuna as wandb_optuna
 from wandb.sdk.sweeps.sweep_info import SweepInfo
 
-from errors import ConfigError
-from tracking import sweep_file as sf
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import sweep_file as sf
 
 SAMPLER_ATTR = "sampler"  # study user attribute: the pinned sampler's settings (`tpe_record`)
 

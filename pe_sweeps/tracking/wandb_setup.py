@@ -96,7 +96,7 @@ def run_name(task: str, encoding: str, seed: int, varied: dict | None = None) ->
     """`<task>-<encoding>[-<key>=<value>...]-s<seed>`, with every parameter a sweep varies (short form) so
     that two trials of one sweep never share a name. A name longer than a folder name may be (long varied
     values, e.g. encoding options) keeps its start and ends with a hash of the whole: `...-h<hash>-s<seed>`."""
-    from layout import MAX_NAME_BYTES
+    from pe_sweeps.layout import MAX_NAME_BYTES
 
     extra = [f"{short_key(k)}={short_value(v)}" for k, v in (varied or {}).items() if not in_name(k)]
     name = "-".join([task, encoding, *extra, f"s{seed}"])

@@ -12,7 +12,7 @@ import sys
 
 from jsonargparse import ArgumentParser
 
-from errors import TYPE_WORDS
+from pe_sweeps.errors import TYPE_WORDS
 
 TYPE_NAMES = {kind.__name__: words for kind, words in TYPE_WORDS.items()} | {
     "dict": "a mapping such as {key: value}", "list": "a list such as [a, b]"}  # fmt: skip

@@ -6,7 +6,7 @@ import re
 from rich.console import Console
 from rich.table import Table
 
-from tracking.wandb_setup import sync_command
+from pe_sweeps.tracking.wandb_setup import sync_command
 
 PER_LENGTH = re.compile(r"_(len|ctx)_\d+")  # one value per length or context: the record has them all
 

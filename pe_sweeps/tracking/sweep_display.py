@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from tracking.pareto import front_trials
-from tracking.records import RECORD_FILE, read_record
+from pe_sweeps.tracking.pareto import front_trials
+from pe_sweeps.tracking.records import RECORD_FILE, read_record
 
 
 def redact_url(url: str) -> str:

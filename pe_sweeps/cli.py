@@ -1,0 +1,529 @@
+"""Train, sweep and compare Transformers parameterised by their positional encoding.
+
+To run:
+    python cli.py fit --config configs/synthetic.yaml --data.task=copy --model.arch.encoding=rope
+    python cli.py fit --config configs/synthetic.yaml --model.arch.encoding=tupe_r --model.causal=false
+    python cli.py fit ... --model.arch.encoding_options='{base: 500}'   # an encoding's own options
+
+    python cli.py sweep sweeps/quickstart.yaml --workers 2
+    python cli.py compare --sweep quickstart --report out/report
+    python cli.py probe --encoding sinusoidal --max-length 512 --dim 768
+    python cli.py probe --hf-model path/to/gpt2          # a pre-trained model's position table
+
+`fit | validate | test | predict` are LightningCLI's; every run logs to W&B (offline without an API
+key) and leaves a record under `<run.out_dir>/runs/<name>-<time>/`.
+"""
+
+import time
+
+PROCESS_START = time.time()  # before the heavy imports: start-up cost is recorded with each run
+
+import errno  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from pydoc import locate  # noqa: E402
+
+import yaml  # noqa: E402
+from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar  # noqa: E402
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI  # noqa: E402
+
+from lightning_modules.arg_checks import (  # noqa: E402
+    check_model_args,
+    check_not_linked,
+    check_seed,
+    check_trainer_args,
+    given_arch_keys,
+)
+from lightning_modules.checkpoint_io import check_given_arch, load_checkpoint  # noqa: E402
+from lightning_modules.encodings import check_encoding  # noqa: E402
+from lightning_modules.task_module import TaskModule  # noqa: E402
+from lightning_modules.task_modules import CLASS_PATHS  # noqa: E402
+from pe_sweeps.cli_errors import OneLineErrors  # noqa: E402
+from pe_sweeps.cli_options import dashes_to_underscores, parse_options  # noqa: E402
+from pe_sweeps.errors import ConfigError, DivergedError  # noqa: E402
+from pe_sweeps.layout import (  # noqa: E402
+    DEFAULT_OUT_DIR,
+    OUT_DIR_ENV,
+    OUT_ROOT_ENV,
+    RECORD_FILE,
+    SWEEP_ENV,
+    checkpoint_run_dir,
+    launch_rank,
+    make_dir,
+    new_run_dir,
+    parent_run_dir,
+    shipped_path,
+)
+from pe_sweeps.tracking.children import check_given_gpus, start_watchdog  # noqa: E402
+from pe_sweeps.tracking.records import RunRecord, check_name, find_checkpoint, read_record  # noqa: E402
+from pe_sweeps.tracking.wandb_setup import (  # noqa: E402
+    LogLearningRate,
+    StepProgressBar,
+    make_wandb_logger,
+    quiet_lightning_tips,
+    run_group,
+    run_name,
+    sweep_params,
+)
+
+PREBUILT: dict = {}  # filled in a sweep's fork server by prepare_fork_server(): each forked trial takes the parser
+
+# short class names accepted wherever a model or data class path is (`--model=SyntheticTaskModel`,
+# `--model.help SyntheticTaskModel`)
+CLASSES = {
+    "model": {path.rsplit(".", 1)[-1]: path for path in CLASS_PATHS},
+    "data": {c.rsplit(".", 1)[-1]: c for c in (
+        "datamodules.synthetic.SyntheticDataModule", "datamodules.text.TextDataModule",
+        "datamodules.masked_lm.MaskedLMDataModule", "datamodules.glue.GLUEDataModule",
+        "datamodules.text_classification.TextClassificationDataModule",
+        "datamodules.translation.TranslationDataModule")},
+}  # fmt: skip
+SUBCOMMANDS = {
+    "fit": "train a model (LightningCLI: --config FILE, --model.*, --data.*, --trainer.*, --run.*)",
+    "validate": "evaluate a checkpoint on the validation set (--ckpt_path)",
+    "test": "evaluate a checkpoint on the test set (--ckpt_path)",
+    "predict": "run a checkpoint's predictions (--ckpt_path)",
+    "sweep": "run a W&B sweep file with Optuna, offline, resumable, in parallel (--reseed: tune, then reseed)",
+    "compare": "compare runs (local records or a W&B project): tables, ranks, tests, an HTML report",
+    "probe": "probe what an encoding learned: absolute and relative position probes, heatmaps",
+}
+OPTIMISATION = ("--optimizer", "--lr_scheduler")  # LightningCLI's; refused: the task modules own theirs
+
+
+@dataclass
+class RunOptions:
+    """Where a run is recorded and how it is named."""
+
+    # records, checkpoints and W&B files go under <out_dir>/runs/ (`cli.py sweep` sets PE_OUT_DIR: layout.py)
+    out_dir: str = field(default_factory=lambda: os.environ.get(OUT_DIR_ENV, DEFAULT_OUT_DIR))
+    # where `--model.init_from=run:NAME` looks for NAME; default out_dir (a sweep's trials: the sweep's out_dir)
+    out_root: str | None = field(default_factory=lambda: os.environ.get(OUT_ROOT_ENV))
+    wandb: bool = True  # W&B logger (offline without an API key; WANDB_MODE is respected)
+    # W&B project and entity (`wandb agent` and `cli.py sweep` pass a sweep file's through WANDB_PROJECT/ENTITY)
+    project: str = field(default_factory=lambda: os.environ.get("WANDB_PROJECT", "pe-sweeps"))
+    entity: str | None = field(default_factory=lambda: os.environ.get("WANDB_ENTITY"))
+    # sweep or study this run belongs to (`cli.py sweep` sets PE_SWEEP; W&B agents WANDB_SWEEP_ID)
+    sweep: str | None = field(default_factory=lambda: os.environ.get(SWEEP_ENV))
+    name: str | None = None  # default <task>-<encoding>[-<key>=<value> per parameter its sweep varies]-s<seed>
+
+
+class ParserBuilt(Exception):
+    """Stops `prepare_fork_server`'s LightningCLI once its parser is built: nothing is parsed or run."""
+
+
+class CheckedOnceParser(OneLineErrors, LightningArgumentParser):
+    """LightningCLI's parser, whose dumps do not validate the config again: every config this CLI dumps (the
+    run record's, the module's hyperparameters, config.yaml) is the one validated when it was parsed, and the
+    three re-checks cost about 0.1 s of a trial's start-up. `--print_config` passes its own setting. A parse
+    error is one line (cli_errors.py)."""
+
+    def dump(self, cfg, *args, skip_validation: bool = True, **kwargs) -> str:
+        return super().dump(cfg, *args, skip_validation=skip_validation, **kwargs)
+
+
+class PECLI(LightningCLI):
+    """LightningCLI wiring: shared sizes linked, run naming, W&B logger and the local run record."""
+
+    prebuilding = False  # set by prepare_fork_server only
+
+    def setup_parser(self, add_subcommands, main_kwargs, subparser_kwargs) -> None:
+        """Build the parser (about 0.5 s), or take the one a sweep's fork server built before forking this
+        trial (tracking/warm_start.py). jsonargparse reads defaults when the parser is built, so the
+        defaults that come from the environment (`RunOptions`) are read again here, in the trial."""
+        if add_subcommands and PREBUILT and not self.prebuilding:
+            built = PREBUILT.pop("cli")
+            vars(self).update(built)
+            fresh = {f"run.{key}": value for key, value in vars(RunOptions()).items()}
+            for parser in self._subcommand_parsers.values():
+                parser.set_defaults(fresh)
+            return
+        before = set(vars(self))
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        if self.prebuilding:
+            PREBUILT["cli"] = {key: value for key, value in vars(self).items() if key not in before}
+            raise ParserBuilt
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.epilog = (
+            "Model and data options: `--model.help CLASS` / `--data.help CLASS` (short names: "
+            f"{', '.join(CLASSES['model'])}; {', '.join(CLASSES['data'])}), or `--print_config` with a --config."
+        )
+        parser.add_class_arguments(RunOptions, "run")
+        parser.link_arguments("data.vocab_size", "model.init_args.arch.vocab_size", apply_on="instantiate")
+        parser.link_arguments("data.max_seq_len", "model.init_args.arch.max_length", apply_on="instantiate")
+        # classifier only: a link whose source attribute is missing is skipped, one whose target parameter
+        # is missing still lands in the model's hparams, hence source names only classification data has
+        parser.link_arguments("data.classifier_task", "model.init_args.task", apply_on="instantiate")
+        parser.link_arguments("data.num_labels", "model.init_args.num_labels", apply_on="instantiate")
+        parser.link_arguments("data.label_names", "model.init_args.labels", apply_on="instantiate")
+        parser.link_arguments("model.init_args.causal", "data.init_args.causal", apply_on="parse")
+        # fine-tuning: the data reads the pre-trained checkpoint's tokenizer (links skip classes without these)
+        parser.link_arguments("model.init_args.init_from", "data.init_args.init_from", apply_on="parse")
+
+    def parse_arguments(self, parser, args) -> None:
+        """Parse, then check registry names before anything is seeded, logged or instantiated."""
+        argv = [a for a in (args if isinstance(args, list) else sys.argv[1:]) if isinstance(a, str)]
+        check_not_linked(argv)
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand) if subcommand else self.config
+        if config.get("run.name") is not None:
+            check_name("--run.name", config.run.name)
+        model_args = config.get("model.init_args") or {}
+        check_model_args(model_args)
+        check_trainer_args(config.get("trainer") or {}, fit=subcommand in (None, "fit"))
+        check_seed(config.get("seed_everything"))
+        model_class = locate(config.get("model.class_path") or "")
+        if isinstance(model_class, type) and issubclass(model_class, TaskModule):
+            restore_option_nulls(config, model_class)
+            for name, options in model_class.declared_encodings(model_args).values():  # as the module declares them
+                check_encoding(name, options)
+        if model_args.get("init_from"):  # `run:NAME` -> that run's checkpoint, for the model and its data
+            root = config.run.out_root or config.run.out_dir  # a sweep trial searches the whole sweep root
+            arch = model_args.get("arch")
+            fields = {**vars(model_args), **(vars(arch) if arch is not None else {})}  # NAME's {encoding}, {dim}...
+            path = find_checkpoint(model_args["init_from"], root, fields)
+            config["model.init_args.init_from"] = path
+            if "init_from" in (config.get("data.init_args") or {}):
+                config["data.init_args.init_from"] = path
+        data_class = config.get("data.class_path")
+        check_args = getattr(locate(data_class), "check_args", None) if data_class else None
+        if check_args:
+            check_args(**vars(config.data.init_args))
+        if config.get("ckpt_path"):  # read before LightningCLI puts its hyper-parameters in the config
+            checkpoint = load_checkpoint(config.ckpt_path, "--ckpt_path")
+            if config.get("model.init_args.arch") is not None:
+                check_given_arch(config.ckpt_path, checkpoint, config.model.init_args.arch.as_dict(),
+                                 given_arch_keys(argv))  # fmt: skip
+        check_given_gpus()  # a sweep's trial given GPUs never trains on the CPU instead
+        default_cuda_precision(config)
+
+    def before_instantiate_classes(self) -> None:
+        """A null `data.seed` (the configs' default) becomes the run's seed, so over seeds the data (training
+        examples, their order, generated evaluation sets) varies with the initialisation; an integer keeps the
+        data fixed. Runs after LightningCLI has drawn a `seed_everything: true` seed."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        data_args = config.get("data.init_args")
+        if data_args is not None and "seed" in data_args and data_args.seed is None:
+            seed = config.get("seed_everything")
+            data_args.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
+
+    @staticmethod
+    def _run_dir(out_dir: str, name: str) -> Path:
+        """A new run folder, made by global rank 0 only, now, so that the ranks Lightning starts later find it.
+        Another rank takes rank 0's when rank 0's process started it (its pid names the folder), else a path
+        it never creates: only rank 0 writes the record, checkpoints (ModelCheckpoint broadcasts rank 0's
+        folder) and W&B files, so a launcher's ranks (torchrun, srun) leave one folder."""
+        if launch_rank() > 0:
+            return parent_run_dir(out_dir, name) or new_run_dir(out_dir, name)
+        return make_dir(new_run_dir(out_dir, name), "--run.out_dir")
+
+    def _out_dir(self, run: RunOptions, config) -> str:
+        """`--run.out_dir`; `--trainer.default_root_dir` when given and --run.out_dir is left at its default
+        (Lightning keeps that folder for its own files, e.g. SLURM requeue checkpoints)."""
+        root = config.trainer.get("default_root_dir")
+        return str(root) if root and run.out_dir == os.environ.get(OUT_DIR_ENV, DEFAULT_OUT_DIR) else run.out_dir
+
+    def _resumed_run(self, config) -> tuple[Path, dict] | None:
+        """`fit` resuming from a checkpoint of a run (`--ckpt_path=<run>/checkpoints/last.ckpt`, a sweep's
+        retry, or Lightning's SLURM requeue checkpoint in --trainer.default_root_dir): that run's folder and
+        record, to be continued; None for a fresh run."""
+        if self.subcommand != "fit":  # validate / test / predict: a run of their own, the fit's record untouched
+            return None
+        checkpoint, root = config.get("ckpt_path"), config.trainer.get("default_root_dir")
+        if checkpoint is None and root:
+            from lightning_fabric.plugins.environments import SLURMEnvironment
+
+            checkpoint = hpc_checkpoint(root) if SLURMEnvironment.detect() else None
+        if not checkpoint or checkpoint in ("last", "best", "hpc", "registry") or not Path(checkpoint).is_file():
+            return None
+        run_dir = checkpoint_run_dir(checkpoint) or stored_run_dir(checkpoint)
+        previous = read_record(run_dir / RECORD_FILE, warn=False) if run_dir else None
+        return (run_dir, previous) if previous else None
+
+    def instantiate_trainer(self, **kwargs):
+        config = self.config[self.subcommand]
+        run: RunOptions = self.config_init[self.subcommand].run
+        task = self.datamodule.task  # every datamodule names its task: the run's name and group
+        encoding = self.model.run_encoding
+        seed = config.seed_everything
+        name = run.name or run_name(task, encoding, seed, sweep_params())
+        sweep = run.sweep or os.environ.get("WANDB_SWEEP_ID")
+        resumed = self._resumed_run(config)
+        previous = resumed[1] if resumed else None
+        if resumed:  # the same run: its folder, name, sweep and W&B run
+            run_dir, name, sweep = resumed[0], previous.get("name") or name, sweep or previous.get("sweep")
+            if launch_rank() == 0:
+                wandb_id = (previous.get("wandb") or {}).get("id")
+                print(f"resuming run {run_dir}" + (f" (W&B run {wandb_id})" if wandb_id else ""), flush=True)
+        else:
+            run_dir = self._run_dir(self._out_dir(run, config), name)
+        identity = {
+            "name": name, "group": run_group(task, encoding, sweep or run.project), "task": task, "encoding": encoding,
+            "seed": seed, "data_seed": getattr(self.datamodule, "seed", None), "sweep": sweep,
+            "subcommand": self.subcommand, "process_start": PROCESS_START,
+        }  # fmt: skip
+        resolved = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_link_targets=False))
+        model_args = resolved["model"]["init_args"]  # values linked at instantiation are not in `config`
+        # (a None default is left out of the dump: a value linked into it, e.g. the class names, is added)
+        model_args.update({k: v for k, v in self.model.hparams.items() if k in model_args or v is not None})
+        self.run_record = RunRecord(run_dir, identity, resolved, previous)
+        callbacks = [self.run_record]
+        if config.trainer.enable_checkpointing is not False:
+            callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True))
+        configured = self.config_init[self.subcommand].trainer.callbacks or []
+        configured = configured if isinstance(configured, list) else [configured]
+        if config.trainer.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in configured):
+            callbacks.append(StepProgressBar())  # "step 120/3000", not Lightning's "Epoch 0/-2"
+        kwargs["callbacks"] = callbacks + configured
+        if run.wandb and config.trainer.logger in (None, True):
+            tags = [task, encoding] + ([sweep] if sweep else [])
+            run_id = ((previous or {}).get("wandb") or {}).get("id")  # a resumed run continues its W&B run
+            kwargs["logger"] = make_wandb_logger(
+                run_dir, name, identity["group"], run.project, run.entity, tags, run_id=run_id
+            )
+            kwargs["callbacks"].append(LogLearningRate())
+        quiet_lightning_tips()
+        if not config.trainer.get("default_root_dir"):  # a user's is Lightning's (its SLURM requeue checkpoints)
+            kwargs["default_root_dir"] = str(run_dir)
+        return super().instantiate_trainer(**kwargs)
+
+    def after_fit(self) -> None:
+        """A short table of the final and best validation metrics, the record and how to sync W&B."""
+        if self.trainer.is_global_zero:
+            from pe_sweeps.tracking.summary import print_fit_summary
+
+            print_fit_summary(self.run_record.record, self.run_record.path)
+
+
+def hpc_checkpoint(folder: str) -> str | None:
+    """The newest of Lightning's SLURM requeue checkpoints (`hpc_ckpt_<n>.ckpt`) in `folder`, if any."""
+    prefix = "hpc_ckpt_"
+    found = [
+        (int(p.stem[len(prefix) :]), p) for p in Path(folder).glob(f"{prefix}*.ckpt") if p.stem[len(prefix) :].isdigit()
+    ]
+    return str(max(found)[1]) if found else None
+
+
+def stored_run_dir(checkpoint: str) -> Path | None:
+    """The run folder a checkpoint names (`pe_run_dir`, written by RunRecord) when it still holds a record;
+    None for a checkpoint without one, or one that cannot be read."""
+    import torch
+
+    try:
+        stored = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False).get("pe_run_dir")
+    except Exception:  # not a readable checkpoint: Lightning reports it when it loads it
+        return None
+    return Path(stored) if stored and (Path(stored) / RECORD_FILE).is_file() else None
+
+
+def trains_on_cuda_with_bf16(accelerator) -> bool:
+    """Whether `--trainer.accelerator` resolves to CUDA devices with native bf16 (Ampere or later), as
+    Lightning's `auto` / `gpu` choose (CUDA when `CUDAAccelerator.is_available()`)."""
+    import torch
+    from pytorch_lightning.accelerators import CUDAAccelerator
+
+    if accelerator not in ("auto", "gpu", "cuda") or not CUDAAccelerator.is_available():
+        return False
+    return torch.cuda.device_count() > 0 and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def default_cuda_precision(config) -> None:
+    """On CUDA with bf16, a run that does not set `--trainer.precision` trains in `bf16-mixed` (SDPA's
+    FlashAttention kernels take only fp16 / bf16) with TF32 matmuls for what stays in fp32; set into the parsed
+    config, so the run's config.yaml and record say so. `--trainer.precision=32-true` keeps full fp32; on the
+    CPU nothing changes (fp32)."""
+    trainer = config.get("trainer")
+    if trainer is None or not trains_on_cuda_with_bf16(trainer.get("accelerator") or "auto"):
+        return
+    if trainer.get("precision") is None:
+        config["trainer.precision"] = "bf16-mixed"
+    if str(config["trainer.precision"]) not in ("32-true", "32", "64-true", "64"):
+        import torch
+
+        torch.set_float32_matmul_precision("high")  # TF32 (recorded as the record's matmul_precision)
+
+
+def restore_option_nulls(config, model_class: type[TaskModule]) -> None:
+    """jsonargparse hands a `--model.arch.*` value (a dataclass inside the model's class) on as Python text
+    (`{rotary_dim: null}` arrives as "{'rotary_dim': None}"), so a null inside encoding options would come back
+    as the string 'None'. No option takes that string: it is null again here, before anything is checked,
+    logged or saved (a config file's null, and `--data.*` values, arrive intact)."""
+    for _, options_path in model_class.ENCODING_ARGS.values():
+        key = f"model.init_args.{options_path}"
+        options = config.get(key)
+        if isinstance(options, dict) and "None" in options.values():
+            config[key] = {k: None if v == "None" else v for k, v in options.items()}
+
+
+def sweep_main(args: list[str]):
+    """`cli.py sweep FILE [--workers N] [--storage URL] [--study-name NAME] [--reseed N --per KEY] ...`"""
+    from pe_sweeps.tracking.slurm import check_launcher_options, launch
+    from pe_sweeps.tracking.sweep import SweepOptions, run_sweep
+
+    opts = parse_options(SweepOptions, args)
+    if opts.launcher == "slurm":  # the tasks of a SLURM job array run this sweep
+        return launch(opts)
+    check_launcher_options(opts)  # --jobs, --dry_run or --slurm.* without --launcher slurm: one line
+    if opts.reseed or opts.per:  # the tune-then-reseed protocol drives the same sweep runner twice
+        from pe_sweeps.tracking.reseed import run_reseed
+
+        return run_reseed(opts)
+    return run_sweep(opts)
+
+
+def probe_main(args: list[str]):
+    """`cli.py probe --encoding NAME --max-length N --dim D | --ckpt PATH | --hf-model NAME_OR_DIR | --table FILE`"""
+    from lightning_modules.probes import probe_main as main
+
+    return main(args)
+
+
+def compare_main(args: list[str]):
+    """`cli.py compare [--sweep NAME] [--metric M] [--format csv|json|markdown] [--report DIR]`"""
+    from pe_sweeps.tracking.compare import compare_main as main
+
+    return main([dashes_to_underscores(a) for a in args])
+
+
+EXTRA_COMMANDS = {"sweep": sweep_main, "compare": compare_main, "probe": probe_main}
+
+
+def overview() -> str:
+    """`cli.py --help`: every subcommand with one line, LightningCLI's and ours."""
+    width = max(map(len, SUBCOMMANDS))
+    lines = [f"  {name:<{width}}  {text}" for name, text in SUBCOMMANDS.items()]
+    return "\n".join([
+        "usage: cli.py SUBCOMMAND [options]      (cli.py SUBCOMMAND --help: its options)", "",
+        (__doc__ or "").splitlines()[0], "", "subcommands:", *lines,
+    ])  # fmt: skip
+
+
+def expand_class_names(argv: list[str]) -> list[str]:
+    """`--model=SyntheticTaskModel`, `--model.help SyntheticTaskModel`, `--data.class_path=...` with a short
+    class name -> the full import path (jsonargparse wants a dotted path there)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        for group, names in CLASSES.items():
+            for option in (f"--{group}", f"--{group}.help", f"--{group}.class_path"):
+                if arg.startswith(option + "=") and arg.split("=", 1)[1] in names:
+                    out[i] = f"{option}={names[arg.split('=', 1)[1]]}"
+                elif arg == option and i + 1 < len(out) and out[i + 1] in names:
+                    out[i + 1] = names[out[i + 1]]
+    return out
+
+
+def shipped_files(argv: list[str]) -> list[str]:
+    """`--config configs/x.yaml` and `sweep sweeps/x.yaml` find the project's own files from any folder
+    (layout.shipped_path); any other argument, and a file that exists where it is given, are left alone."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg.startswith("--config="):
+            out[i] = "--config=" + shipped_path(arg.split("=", 1)[1])
+        elif i and out[i - 1] == "--config" or i == 1 and out[0] == "sweep":
+            out[i] = shipped_path(arg)
+    return out
+
+
+def check_optimisation_args(argv: list[str]) -> None:
+    """--optimizer / --lr_scheduler would replace the modules' AdamW and schedule while model.lr is still
+    logged: refused in one line, naming what does set them."""
+    used = next((a.split("=", 1)[0] for a in argv if a.split("=", 1)[0].split(".", 1)[0] in OPTIMISATION), None)
+    if used:
+        raise ConfigError(
+            f"{used} is not supported: every task module trains with AdamW, linear warm-up and a decay schedule "
+            "(lightning_modules/optim.py); set --model.lr, --model.weight_decay, --model.warmup_steps, --model.lr_decay"
+        )
+
+
+def make_cli(args: list[str] | None) -> PECLI:
+    return PECLI(
+        seed_everything_default=0,
+        save_config_kwargs={"overwrite": True},
+        auto_configure_optimizers=False,
+        args=args,
+        parser_class=CheckedOnceParser,
+    )
+
+
+def prepare_fork_server() -> None:
+    """Build the fit/validate/test/predict parser once, in a sweep's fork server, for every trial it forks
+    (each child takes its own copy of the server's memory: a parser is never shared between trials)."""
+    PECLI.prebuilding = True
+    try:
+        make_cli([])
+    except ParserBuilt:
+        pass
+    finally:
+        PECLI.prebuilding = False
+
+
+def cli_main(args: list[str] | None = None):
+    """Entry point. A ConfigError (bad name, size, option or file) is one line on stderr and exit 2;
+    a diverged loss one line and exit 3 (its run record says `diverged`)."""
+    argv = shipped_files(sys.argv[1:] if args is None else args)
+    if args is not None:
+        args = argv
+    if argv[:1] in (["-h"], ["--help"]):
+        print(overview())
+        return None
+    try:
+        if argv and argv[0] in EXTRA_COMMANDS:
+            return EXTRA_COMMANDS[argv[0]](argv[1:])
+        if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+            raise ConfigError(f"unknown command {argv[0]!r}; choose one of: {', '.join(SUBCOMMANDS)}")
+        check_optimisation_args(argv)
+        if args is None:  # LightningCLI warns when given both `args` and a command line
+            sys.argv[1:] = expand_class_names(argv)
+        return make_cli(None if args is None else expand_class_names(args))
+    except Exception as error:
+        full = disk_full(error)
+        if full is not None:  # the run record (if it could be written) says `failed` with this reason
+            print(f"error: disk full: {full}", file=sys.stderr)
+            raise SystemExit(1) from None
+        service = wandb_error(error)
+        if service is not None:  # e.g. a rejected WANDB_API_KEY, or no network while online
+            reason = (str(service).strip().splitlines() or [""])[0][:200]
+            print(f"error: W&B could not start the run ({type(service).__name__}: {reason}); check WANDB_API_KEY "
+                  "and the network, or set WANDB_MODE=offline", file=sys.stderr)  # fmt: skip
+            raise SystemExit(2) from None
+        cause = user_error(error)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
+        raise SystemExit(2 if isinstance(cause, ConfigError) else 3) from None
+
+
+def wandb_error(error: BaseException | None) -> BaseException | None:
+    """The W&B error (wandb.errors.Error: authentication, communication, usage) behind an exception."""
+    while error is not None and not type(error).__module__.startswith("wandb.errors"):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def disk_full(error: BaseException | None) -> OSError | None:
+    """The ENOSPC error behind an exception, if any."""
+    while error is not None and not (isinstance(error, OSError) and error.errno == errno.ENOSPC):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def user_error(error: BaseException | None) -> ConfigError | DivergedError | None:
+    """The ConfigError or DivergedError behind an exception (jsonargparse wraps the ones raised while
+    instantiating); None for anything else, which keeps its traceback."""
+    while error is not None and not isinstance(error, (ConfigError, DivergedError)):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def main() -> None:
+    """`pe-sweeps ...`, `python -m pe_sweeps ...` and `python cli.py ...`: a sweep's trial first starts the
+    watchdog that makes it exit with its sweep (tracking/children.py), then the command runs."""
+    start_watchdog()
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()
