@@ -65,7 +65,8 @@ UNTRANSLATED = {  # W&B's Optuna translation has no equivalent for these
 
 
 def sweep_dict(parameters=None, engine="optuna", **extra) -> dict:
-    sweep = {"program": FAKE, "method": "bayes", "metric": {"name": "val/score", "goal": "maximize"},
+    method = "custom" if engine == "optuna" else "bayes"  # as W&B's sweep schema has it
+    sweep = {"program": FAKE, "method": method, "metric": {"name": "val/score", "goal": "maximize"},
              "parameters": parameters or {"x": {"min": 0.0, "max": 1.0}},
              "command": ["${env}", "${interpreter}", "${program}", "--mode=quadratic", "${args}"]}  # fmt: skip
     if engine:
@@ -116,11 +117,10 @@ def test_untranslatable_distributions_are_one_line(tmp_path, name):
     with pytest.raises(ConfigError) as error:
         sf.load_sweep(write(tmp_path, sweep_dict({"x": UNTRANSLATED[name]})))
     assert "\n" not in str(error.value) and "'x'" in str(error.value)
-    if name == "log_uniform":  # ours for engine wandb (exp of the bounds), refused by W&B's Optuna engine
-        assert "W&B's Optuna engine cannot translate it" in str(error.value)
-        trial = optuna.create_study().ask()
-        build_search(sf.load_sweep(write(tmp_path, sweep_dict({"x": UNTRANSLATED[name]}, None)))).draw(trial)
-        assert trial.distributions["x"] == optuna.distributions.FloatDistribution(math.exp(-4), 1.0, log=True)
+    if name in ("log_uniform", "inv_log_uniform"):  # refused by W&B's sweep schema, for every engine
+        assert "refused by W&B's sweep schema; use" in str(error.value)
+        with pytest.raises(ConfigError, match="refused by W&B's sweep schema"):
+            sf.load_sweep(write(tmp_path, sweep_dict({"x": UNTRANSLATED[name]}, None)))
 
 
 def test_directions_are_w_b_s(tmp_path):
@@ -153,7 +153,7 @@ FACTORY_OK = "import optuna\ndef make(sweep):\n    return optuna.create_study(di
 @pytest.mark.parametrize(
     "change, source_text, message",
     [
-        ({"scheduler": {"optimizer": "make"}}, None, "scheduler.source must name the python file"),
+        ({"scheduler": {"optimizer": "make"}}, None, "scheduler.optimizer needs scheduler.source, the python file"),
         ({"scheduler": {"optimizer": "make", "source": "missing.py"}}, None, "'missing.py' not found"),
         ({"scheduler": {"optimizer": "make"}}, "def make(sweep)\n", "SyntaxError"),
         ({"scheduler": {"optimizer": "make"}}, "import no_such_module_here\n", "ModuleNotFoundError"),
@@ -166,7 +166,10 @@ FACTORY_OK = "import optuna\ndef make(sweep):\n    return optuna.create_study(di
         ({"scheduler": {"engine": "nevergrad"}}, None, "choose one of: wandb, optuna"),
         ({"scheduler": {"engine": "wandb", "optimizer": "make"}}, None, "read by engine optuna only"),
         ({"early_terminate": {"type": "hyperband", "min_iter": 1}}, None, "early_terminate is not read"),
-        ({"method": "grid", "parameters": {"x": {"values": [1]}}}, None, "method grid is not used"),
+        ({"method": "grid", "parameters": {"x": {"values": [1]}}}, None, "engine optuna takes method custom"),
+        ({"method": "bayes"}, None, "engine optuna takes method custom (W&B's sweep schema"),
+        ({"method": "custom", "scheduler": None}, None, "method custom needs scheduler: {engine: optuna}"),
+        ({"metrics": [{"name": "a", "goal": "maximize"}], "metric": None}, None, "metrics must list two or more"),
         (
             {"metrics": [{"name": "a", "goal": "maximize"}, {"name": "b"}], "metric": None,
              "scheduler": {"optimizer": "make"}},

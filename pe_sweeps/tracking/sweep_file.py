@@ -25,11 +25,14 @@ from wandb.sdk.sweeps.scheduler import optuna as wandb_optuna
 
 from pe_sweeps.errors import ConfigError
 
-METHODS = ("grid", "random", "bayes")
+METHODS = ("grid", "random", "bayes", "custom")  # custom: W&B's method for scheduler engine optuna
 DISTRIBUTIONS = (
     "constant", "categorical", "int_uniform", "uniform", "q_uniform",
-    "log_uniform", "log_uniform_values", "q_log_uniform_values",
+    "log_uniform_values", "q_log_uniform_values",
 )  # fmt: skip
+# W&B's sweep schema refuses these (min/max as base-e exponents) and names their replacement
+EXPONENT_BOUNDS = {"log_uniform": "log_uniform_values", "inv_log_uniform": "inv_log_uniform_values",
+                   "q_log_uniform": "q_log_uniform_values"}  # fmt: skip
 TOP_KEYS = {"program", "method", "metric", "metrics", "parameters", "command", "early_terminate", "run_cap", "name",
             "description", "project", "entity", "scheduler"}  # fmt: skip
 ENGINES = ("wandb", "optuna")  # `scheduler.engine`s the runner runs (W&B's scheduler also has `ax`)
@@ -113,9 +116,13 @@ def load_sweep(path: str | Path) -> dict:
         raise ConfigError(
             f"sweep file {path}: key {unknown[0]!r} is not translated; known: {', '.join(sorted(TOP_KEYS))}"
         )
+    for key in ("name", "description", "project", "entity"):
+        if key in sweep and not isinstance(sweep[key], str):
+            raise ConfigError(f"sweep file {path}: {key} must be a string, got {sweep[key]!r}")
     if sweep.get("method") not in METHODS:
         raise ConfigError(f"sweep file {path}: method {sweep.get('method')!r}; choose one of: {', '.join(METHODS)}")
     engine = check_scheduler(sweep, path)
+    check_method(sweep["method"], engine, path)
     for metric in objectives(sweep, path):
         check_metric(metric, path)
     if engine == "optuna":
@@ -125,14 +132,49 @@ def load_sweep(path: str | Path) -> dict:
     for name, spec in (sweep.get("parameters") or {}).items():
         distribution(name, spec, sweep["method"])
         if engine == "optuna" and "search_space" not in sweep["scheduler"]:
-            wandb_distribution(name, spec)  # W&B's Optuna engine refuses what it cannot translate (log_uniform)
+            wandb_distribution(name, spec)  # W&B's Optuna engine refuses what it cannot translate
     check_command(sweep, path)
     check_grid_size(sweep, path)
     cap = sweep.get("run_cap")
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
         raise ConfigError(f"sweep file {path}: run_cap must be a positive integer, got {cap!r}")
     pruner(sweep)
+    check_wandb_schema(sweep, path)
     return sweep
+
+
+def check_method(method: str, engine: str, path: Path) -> None:
+    """As W&B's sweep schema has it: scheduler engine optuna takes method custom only (the study's sampler
+    decides), every other sweep grid, random or bayes."""
+    if engine == "optuna" and method != "custom":
+        raise ConfigError(
+            f"sweep file {path}: scheduler.engine optuna takes method custom (W&B's sweep schema: the study's "
+            f"sampler searches), got method {method!r}"
+        )
+    if engine != "optuna" and method == "custom":
+        raise ConfigError(
+            f"sweep file {path}: method custom needs scheduler: {{engine: optuna}} (it names no search of its own); "
+            "else choose one of: grid, random, bayes"
+        )
+
+
+def check_wandb_schema(sweep: dict, path: Path) -> None:
+    """W&B's own validation of a sweep file (`sweeps.schema_violations_from_proposed_config`, the code W&B's
+    local controller runs), when its `sweeps` package is installed (CI and scripts/setup.sh install it): a
+    file this runner accepts is then one `wandb sweep` accepts. Without the package only our checks run."""
+    with warnings.catch_warnings():  # its pydantic models warn about renamed config keys on import
+        warnings.simplefilter("ignore")
+        try:
+            import sweeps as wandb_sweeps  # W&B's package, not this project's sweeps/ folder (no __init__.py)
+        except ImportError:
+            return
+    validate = getattr(wandb_sweeps, "schema_violations_from_proposed_config", None)
+    if validate is None:  # this project's sweeps/ folder, imported as a namespace package
+        return
+    spec = {k: v for k, v in sweep.items() if k != "points"}  # `points`: the reseed protocol's own grid
+    violations = validate(spec)
+    if violations:
+        raise ConfigError(f"sweep file {path}: W&B's sweep schema refuses it: {violations[0]}")
 
 
 def check_grid_size(sweep: dict, path: Path) -> None:
@@ -167,6 +209,10 @@ def check_scheduler(sweep: dict, path: Path) -> str:
         )
     if engine == "wandb" and (used := sorted(set(block) - {"engine"})):
         raise ConfigError(f"sweep file {path}: scheduler.{used[0]} is read by engine optuna only, not engine wandb")
+    for key in ("optimizer", "search_space"):
+        if key in block and not block.get("source"):  # as W&B's sweep schema and its scheduler require
+            raise ConfigError(f"sweep file {path}: scheduler.{key} needs scheduler.source, the python file that "
+                              f"defines {block[key]!r}")  # fmt: skip
     return engine
 
 
@@ -179,8 +225,11 @@ def objectives(sweep: dict, path: Path) -> list:
     metrics = sweep["metrics"]
     if (sweep.get("scheduler") or {}).get("engine") != "optuna":
         raise ConfigError(f"sweep file {path}: metrics (several objectives) needs scheduler: {{engine: optuna}}")
-    if not isinstance(metrics, list) or not metrics:
-        raise ConfigError(f"sweep file {path}: metrics must be a non-empty list of {{name, goal}} mappings")
+    if not isinstance(metrics, list) or len(metrics) < 2:
+        raise ConfigError(
+            f"sweep file {path}: metrics must list two or more {{name, goal}} mappings (W&B's schema; use metric "
+            "for one objective)"
+        )
     return metrics
 
 
@@ -200,11 +249,6 @@ def check_metric(metric, path: Path) -> None:
 
 def check_optuna_engine(sweep: dict, path: Path) -> None:
     """What W&B's Optuna engine does not read would be silently ignored here too: refused instead."""
-    if sweep["method"] == "grid":
-        raise ConfigError(
-            f"sweep file {path}: method grid is not used by scheduler engine optuna (the sampler is Optuna's "
-            "or your scheduler.optimizer's); use method random or bayes, or engine wandb for a grid"
-        )
     if sweep.get("early_terminate"):
         raise ConfigError(
             f"sweep file {path}: early_terminate is not read by scheduler engine optuna; give the study a "
@@ -251,6 +295,11 @@ def distribution(name: str, spec: dict, method: str) -> str:
     kind = spec.get("distribution") or ("categorical" if "values" in spec else None)
     if kind is None and "min" in spec and "max" in spec:
         kind = "int_uniform" if all(isinstance(spec[k], int) for k in ("min", "max")) else "uniform"
+    if kind in EXPONENT_BOUNDS:
+        raise ConfigError(
+            f"parameter {name!r}: {kind} (min/max as base-e exponents) is refused by W&B's sweep schema; use "
+            f"{EXPONENT_BOUNDS[kind]} with the limit values (min: exp(min), max: exp(max))"
+        )
     if kind not in DISTRIBUTIONS:
         raise ConfigError(
             f"parameter {name!r}: distribution {kind!r} is not translated; use one of: {', '.join(DISTRIBUTIONS)}"
@@ -272,7 +321,8 @@ def distribution(name: str, spec: dict, method: str) -> str:
 
 
 def check_range(name: str, spec: dict, kind: str) -> None:
-    """min <= max, numbers (integers for int_uniform), q > 0, and min > 0 on a log scale of values."""
+    """min < max (W&B's schema: a constant is `value`), numbers (integers for int_uniform), q > 0, and min > 0 on
+    a log scale of values."""
     if not ("min" in spec and "max" in spec):
         raise ConfigError(f"parameter {name!r}: distribution {kind!r} needs min and max")
     low, high, q = spec["min"], spec["max"], spec.get("q", 1)
@@ -281,8 +331,8 @@ def check_range(name: str, spec: dict, kind: str) -> None:
         if not isinstance(value, number) or isinstance(value, bool) or value != value:
             what = "an integer" if number == (int,) else "a number"
             raise ConfigError(f"parameter {name!r}: {key} of {kind} must be {what}, got {value!r}")
-    if low > high:
-        raise ConfigError(f"parameter {name!r}: min {low} is larger than max {high}")
+    if low >= high:
+        raise ConfigError(f"parameter {name!r}: min {low} must be less than max {high} (a constant is `value`)")
     if q <= 0:
         raise ConfigError(f"parameter {name!r}: q must be > 0, got {q}")
     if kind in ("log_uniform_values", "q_log_uniform_values") and low <= 0:
@@ -315,12 +365,10 @@ def suggest_distribution(trial: optuna.Trial, name: str, dist: BaseDistribution)
 
 def suggest(trial: optuna.Trial, name: str, spec: dict, method: str, engine: str = "wandb"):
     """Draw one parameter from the distribution W&B's Optuna scheduler uses for it. With `engine` wandb
-    (W&B's server-side search) three cases keep our own handling, where W&B's Optuna translation differs
+    (W&B's server-side search) two cases keep our own handling, where W&B's Optuna translation differs
     from what W&B's own search does with the same file:
     - a constant is passed through, not sampled: it stays out of grid points and `--set` studies (W&B's
       Optuna engine makes it a one-choice categorical, which draws the same value);
-    - `log_uniform` (min and max are natural-log exponents): W&B's server samples exp(U(min, max)),
-      W&B's Optuna translation has no equivalent and refuses it;
     - `q_log_uniform_values` that Optuna cannot step on a log scale (q != 1 or min < 1): W&B's Optuna
       translation drops q (a log-float space); W&B's server rounds to a multiple of q, and so do we.
     With engine optuna every parameter is exactly W&B's Optuna translation."""
@@ -329,8 +377,6 @@ def suggest(trial: optuna.Trial, name: str, spec: dict, method: str, engine: str
         return suggest_distribution(trial, name, wandb_distribution(name, spec))
     if kind == "constant":
         return spec["value"]
-    if kind == "log_uniform":
-        return trial.suggest_float(name, math.exp(spec["min"]), math.exp(spec["max"]), log=True)
     dist = wandb_distribution(name, spec)
     value = suggest_distribution(trial, name, dist)
     if kind == "q_log_uniform_values" and isinstance(dist, FloatDistribution):
