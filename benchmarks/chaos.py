@@ -360,12 +360,17 @@ def settle(run: Run) -> None:
 # ---------------------------------------------------------------- one repetition
 
 
-def postgres_server() -> str:
-    server = os.environ.get("PE_TEST_POSTGRES")
+def service_url(env: str, script: str) -> str:
+    """The test server named by the variable `env`, else the one `scripts/<script>` starts (its last line)."""
+    server = os.environ.get(env)
     if not server:
-        script = ["bash", str(ROOT / "scripts" / "start_postgres.sh")]
-        server = subprocess.run(script, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        command = ["bash", str(ROOT / "scripts" / script)]
+        server = subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     return server
+
+
+def postgres_server() -> str:
+    return service_url("PE_TEST_POSTGRES", "start_postgres.sh")
 
 
 def fresh_database(server: str) -> tuple[str, str]:
@@ -390,10 +395,7 @@ def redis_database() -> str:
     """An empty database on the test Redis server (scripts/start_redis.sh makes 4096)."""
     import redis
 
-    server = os.environ.get("PE_TEST_REDIS")
-    if not server:
-        script = ["bash", str(ROOT / "scripts" / "start_redis.sh")]
-        server = subprocess.run(script, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    server = service_url("PE_TEST_REDIS", "start_redis.sh")
     for index in random.Random(time.time_ns()).sample(range(1, 4096), 200):
         url = f"{server.rstrip('/')}/{index}"
         if redis.Redis.from_url(url).setnx("pe-chaos-claimed", 1):

@@ -136,8 +136,8 @@ def lightning_fit(args, reads: HostReads | None = None) -> float:
     from pytorch_lightning.callbacks import ModelCheckpoint
     from pytorch_lightning.loggers import CSVLogger
 
+    from pe_sweeps.tracking.callbacks import LogLearningRate, StepProgressBar
     from pe_sweeps.tracking.records import RunRecord
-    from pe_sweeps.tracking.wandb_setup import LogLearningRate, StepProgressBar
 
     class Clock(pl.Callback):
         start = end = None

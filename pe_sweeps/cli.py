@@ -56,17 +56,12 @@ from pe_sweeps.layout import (  # noqa: E402
     parent_run_dir,
     shipped_path,
 )
+from pe_sweeps.tracking.callbacks import LogLearningRate, StepProgressBar  # noqa: E402
 from pe_sweeps.tracking.children import check_given_gpus, start_watchdog  # noqa: E402
+from pe_sweeps.tracking.console import quiet_lightning_tips  # noqa: E402
 from pe_sweeps.tracking.records import RunRecord, check_name, find_checkpoint, read_record  # noqa: E402
-from pe_sweeps.tracking.wandb_setup import (  # noqa: E402
-    LogLearningRate,
-    StepProgressBar,
-    make_wandb_logger,
-    quiet_lightning_tips,
-    run_group,
-    run_name,
-    sweep_params,
-)
+from pe_sweeps.tracking.run_naming import run_group, run_name, sweep_params  # noqa: E402
+from pe_sweeps.tracking.wandb_setup import make_wandb_logger  # noqa: E402
 
 PREBUILT: dict = {}  # filled in a sweep's fork server by prepare_fork_server(): each forked trial takes the parser
 

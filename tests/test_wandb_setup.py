@@ -1,6 +1,6 @@
-"""W&B identity and what each run adds to W&B (tracking/wandb_setup.py), on functions and a fake run: no
-training, no W&B process. The offline run files of a real fit are checked in
-test_compare.py::test_offline_wandb_fit_logs_directions_and_length_table."""
+"""W&B identity, run names and what each run adds to W&B (tracking/wandb_setup.py, run_naming.py,
+length_tables.py, callbacks.py, console.py), on functions and a fake run: no training, no W&B process. The offline
+run files of a real fit are checked in test_compare.py::test_offline_wandb_fit_logs_directions_and_length_table."""
 
 import logging
 import os
@@ -9,21 +9,24 @@ import re
 import pytest
 import torch
 
+from pe_sweeps.tracking import callbacks, console, length_tables, run_naming
 from pe_sweeps.tracking import wandb_setup as ws
 
 
 def test_run_names_carry_the_parameters_a_sweep_varies(monkeypatch):
     """Issue 13, point 1: lr_search trials differ by name; encoding, task and seed are not repeated."""
-    assert ws.run_name("copy", "rope", 0) == "copy-rope-s0"
+    assert run_naming.run_name("copy", "rope", 0) == "copy-rope-s0"
     varied = {"model.lr": 0.000123456, "model.weight_decay": 0.05, "model.arch.encoding": "rope"}
-    assert ws.run_name("copy", "rope", 1, varied) == "copy-rope-lr=0.000123-weight_decay=0.05-s1"
-    other = ws.run_name("copy", "rope", 1, {**varied, "model.lr": 0.002})
-    assert other != ws.run_name("copy", "rope", 1, varied)
-    assert ws.run_name("copy", "rope", 0, {"data.task_options": {"a": "b/c"}}) == "copy-rope-task_options=a_b_c-s0"
-    monkeypatch.setenv(ws.SWEEP_PARAMS_ENV, '{"model.lr": 0.001}')
-    assert ws.sweep_params() == {"model.lr": 0.001}
-    monkeypatch.setenv(ws.SWEEP_PARAMS_ENV, "not json")
-    assert ws.sweep_params() == {}
+    assert run_naming.run_name("copy", "rope", 1, varied) == "copy-rope-lr=0.000123-weight_decay=0.05-s1"
+    other = run_naming.run_name("copy", "rope", 1, {**varied, "model.lr": 0.002})
+    assert other != run_naming.run_name("copy", "rope", 1, varied)
+    assert (
+        run_naming.run_name("copy", "rope", 0, {"data.task_options": {"a": "b/c"}}) == "copy-rope-task_options=a_b_c-s0"
+    )
+    monkeypatch.setenv(run_naming.SWEEP_PARAMS_ENV, '{"model.lr": 0.001}')
+    assert run_naming.sweep_params() == {"model.lr": 0.001}
+    monkeypatch.setenv(run_naming.SWEEP_PARAMS_ENV, "not json")
+    assert run_naming.sweep_params() == {}
 
 
 def test_a_derived_name_too_long_for_a_folder_is_shortened_with_a_hash():
@@ -31,9 +34,10 @@ def test_a_derived_name_too_long_for_a_folder_is_shortened_with_a_hash():
     be made. Such a name keeps its start and ends with a hash of the whole, so trials still differ."""
     from pe_sweeps.tracking.records import MAX_NAME_BYTES, check_name
 
-    assert ws.run_name("copy", "rope", 0, {"model.lr": 0.001}) == "copy-rope-lr=0.001-s0"  # short: as before
+    assert run_naming.run_name("copy", "rope", 0, {"model.lr": 0.001}) == "copy-rope-lr=0.001-s0"  # short: as before
     names = {
-        ws.run_name("copy", "rope", 0, {"model.arch.encoding_options": {"init_from": "x" * n}}) for n in (300, 301)
+        run_naming.run_name("copy", "rope", 0, {"model.arch.encoding_options": {"init_from": "x" * n}})
+        for n in (300, 301)
     }
     assert len(names) == 2
     for name in names:
@@ -48,17 +52,17 @@ def test_a_wandb_agents_run_is_named_by_its_sweep_parameters(tmp_path, monkeypat
 
     path = tmp_path / "wandb" / "sweep-abc" / "config-r1.yaml"
     save_config_file_from_dict(str(path), {"model.lr": {"value": 0.002}, "model.arch.encoding": {"value": "rope"}})
-    monkeypatch.delenv(ws.SWEEP_PARAMS_ENV, raising=False)
+    monkeypatch.delenv(run_naming.SWEEP_PARAMS_ENV, raising=False)
     monkeypatch.setenv("WANDB_SWEEP_PARAM_PATH", str(path))
-    assert ws.sweep_params() == {"model.lr": 0.002, "model.arch.encoding": "rope"}
-    assert ws.run_name("copy", "rope", 0, ws.sweep_params()) == "copy-rope-lr=0.002-s0"
+    assert run_naming.sweep_params() == {"model.lr": 0.002, "model.arch.encoding": "rope"}
+    assert run_naming.run_name("copy", "rope", 0, run_naming.sweep_params()) == "copy-rope-lr=0.002-s0"
     monkeypatch.setenv("WANDB_SWEEP_PARAM_PATH", str(tmp_path / "missing.yaml"))
-    assert ws.sweep_params() == {}
+    assert run_naming.sweep_params() == {}
 
 
 def test_groups_are_sweep_task_encoding():
-    assert ws.run_group("copy", "rope", "lr_search-rope") == "lr_search-rope/copy/rope"
-    assert ws.run_group("copy", "rope", "pe-sweeps") == "pe-sweeps/copy/rope"
+    assert run_naming.run_group("copy", "rope", "lr_search-rope") == "lr_search-rope/copy/rope"
+    assert run_naming.run_group("copy", "rope", "pe-sweeps") == "pe-sweeps/copy/rope"
 
 
 class FakeConfig(dict):
@@ -83,7 +87,7 @@ class FakeRun:
 def test_config_seed_is_the_training_seed_and_varied_parameters_are_top_level(monkeypatch):
     run = FakeRun()
     monkeypatch.setattr(ws, "wandb_run", lambda trainer: run)
-    monkeypatch.setenv(ws.SWEEP_PARAMS_ENV, '{"model.lr": 0.003, "seed_everything": 2}')
+    monkeypatch.setenv(run_naming.SWEEP_PARAMS_ENV, '{"model.lr": 0.003, "seed_everything": 2}')
     record = {"task": "copy", "encoding": "rope", "seed": 2, "sweep": "s",
               "config": {"data": {"init_args": {"seed": 0}}}}  # fmt: skip
     where = ws.describe_run(None, record)
@@ -105,17 +109,17 @@ def test_per_length_results_are_logged_against_length_with_an_identity_table(mon
     import wandb
 
     run = FakeRun()
-    monkeypatch.setattr(ws, "wandb_run", lambda trainer: run)
+    monkeypatch.setattr(length_tables, "wandb_run", lambda trainer: run)
     monkeypatch.setattr(wandb, "Table", lambda columns, data: {"columns": columns, "data": data})
 
     class Trainer:
         callback_metrics = {"val/acc_len_2": 1.0, "val/acc_len_10": 0.5, "val/tok_acc_len_2": 1.0,
                             "val/tok_acc_len_10": 0.75, "val/acc": 1.0, "val/ppl_ctx_128_stride_64": 3.0}  # fmt: skip
 
-    ws.log_by_length(Trainer(), {"task": "copy", "encoding": "rope", "seed": 3})
-    assert run.defined["val_by_length/acc"]["step_metric"] == ws.LENGTH
-    assert run.defined["val_by_length/tok_acc"]["step_metric"] == ws.LENGTH
-    rows = [r for r in run.logged if ws.LENGTH in r]
+    length_tables.log_by_length(Trainer(), {"task": "copy", "encoding": "rope", "seed": 3})
+    assert run.defined["val_by_length/acc"]["step_metric"] == length_tables.LENGTH
+    assert run.defined["val_by_length/tok_acc"]["step_metric"] == length_tables.LENGTH
+    rows = [r for r in run.logged if length_tables.LENGTH in r]
     assert rows == [{"length": 2, "val_by_length/acc": 1.0, "val_by_length/tok_acc": 1.0},
                     {"length": 10, "val_by_length/acc": 0.5, "val_by_length/tok_acc": 0.75}]  # fmt: skip
     (table,) = [r["val_by_length/table"] for r in run.logged if "val_by_length/table" in r]
@@ -124,7 +128,9 @@ def test_per_length_results_are_logged_against_length_with_an_identity_table(mon
 
 
 def test_lm_perplexity_per_context_gets_the_length_axis_too():
-    rows = ws.by_length_rows({"val/ppl_ctx_128": 7.0, "val/ppl_ctx_256": 8.0, "val/ppl_ctx_256_stride_64": 1.0})
+    rows = length_tables.by_length_rows(
+        {"val/ppl_ctx_128": 7.0, "val/ppl_ctx_256": 8.0, "val/ppl_ctx_256_stride_64": 1.0}
+    )
     assert rows == {128: {"val_by_length/ppl": 7.0}, 256: {"val_by_length/ppl": 8.0}}
 
 
@@ -147,18 +153,18 @@ def test_learning_rate_is_logged_every_logged_step_only():
         optimizers = [type("Opt", (), {"param_groups": [{"lr": 0.25}, {"lr": 0.25}]})()]
         _logger_connector = type("Connector", (), {"should_update_logs": False})()
 
-    ws.LogLearningRate().on_train_batch_start(Trainer(), Module(), None, 0)
+    callbacks.LogLearningRate().on_train_batch_start(Trainer(), Module(), None, 0)
     assert logged == {}
     Trainer._logger_connector.should_update_logs = True
-    ws.LogLearningRate().on_train_batch_start(Trainer(), Module(), None, 0)
+    callbacks.LogLearningRate().on_train_batch_start(Trainer(), Module(), None, 0)
     assert logged == {"train/lr": 0.25}
 
 
 def test_lightning_tips_are_dropped(caplog):
-    ws.quiet_lightning_tips()
-    ws.quiet_lightning_tips()  # idempotent
+    console.quiet_lightning_tips()
+    console.quiet_lightning_tips()  # idempotent
     log = logging.getLogger("lightning_fabric.utilities.rank_zero")
-    assert sum(isinstance(f, ws.DropLightningTips) for f in log.filters) == 1
+    assert sum(isinstance(f, console.DropLightningTips) for f in log.filters) == 1
     with caplog.at_level(logging.INFO, logger=log.name):
         log.info("💡 Tip: For seamless cloud logging, try installing litlogger")
         log.info("GPU available: False")
@@ -185,7 +191,7 @@ def test_readme_sync_hint_matches_where_sweep_trials_write(readme_line, tmp_path
 def test_progress_bar_shows_steps_not_epoch_of_minus_two():
     import types
 
-    bar = ws.StepProgressBar()
+    bar = callbacks.StepProgressBar()
     trainer = types.SimpleNamespace(loggers=[], progress_bar_metrics={"train/loss": 1.5}, max_steps=3000,
                                     global_step=120, max_epochs=-1)  # fmt: skip
     assert bar.get_metrics(trainer, None) == {"step": "120/3000", "train/loss": 1.5}

@@ -22,7 +22,8 @@ from pytorch_lightning.callbacks import Callback
 from lightning_modules.metrics import goal
 from pe_sweeps.errors import ConfigError, DivergedError
 from pe_sweeps.layout import MAX_NAME_BYTES, RECORD_FILE
-from pe_sweeps.tracking.wandb_setup import describe_run, log_by_length
+from pe_sweeps.tracking.length_tables import log_by_length
+from pe_sweeps.tracking.wandb_setup import describe_run
 
 PROGRESS_EVERY_S = 5.0  # training progress (`step`) reaches the record at most this often between validations
 

@@ -30,6 +30,7 @@ from rich.table import Table
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.records import check_name
+from pe_sweeps.tracking.run_naming import short_value
 from pe_sweeps.tracking.sweep import (
     Sweep,
     SweepOptions,
@@ -40,7 +41,6 @@ from pe_sweeps.tracking.sweep import (
     storage_url,
 )
 from pe_sweeps.tracking.sweep_display import LiveStatus, short_params, trial_table
-from pe_sweeps.tracking.wandb_setup import short_value
 
 SEED = "seed_everything"
 DATA_SEED_KEYS = ("data.seed", "data.init_args.seed")

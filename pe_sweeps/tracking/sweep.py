@@ -59,11 +59,11 @@ from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.children import stop_child
 from pe_sweeps.tracking.failpoints import failpoint
 from pe_sweeps.tracking.records import RECORD_FILE, check_name, read_record
+from pe_sweeps.tracking.run_naming import SWEEP_PARAMS_ENV, short_value
 from pe_sweeps.tracking.search import SAMPLER_ATTR, Search, build_search, check_sampler
 from pe_sweeps.tracking.slurm_options import SlurmOptions
 from pe_sweeps.tracking.storage import grace_period, open_storage, quote_password, storage_error, url_password
 from pe_sweeps.tracking.study_lock import StudyLock
-from pe_sweeps.tracking.wandb_setup import SWEEP_PARAMS_ENV, short_value
 from pe_sweeps.tracking.warm_start import TrialStarter, WarmChild
 
 QUEUED = "pe_queued"  # system attr of grid points queued at study creation (and of their retries)

@@ -1,32 +1,26 @@
-"""W&B defaults: offline unless a key is configured, one naming scheme for every run, and what each
-run adds to W&B beyond Lightning's logging (identity and resolved config, summaries with a direction,
-per-length results against a `length` axis and as a table, the learning rate)."""
+"""W&B setup: offline unless a key is configured, the logger every fit gets, and what each run adds to W&B
+beyond Lightning's logging (identity and resolved config, summaries with a direction). Run names are in
+tracking/run_naming.py, the per-length results in tracking/length_tables.py."""
 
-import hashlib
-import json
-import logging
 import netrc
 import os
 import re
 from pathlib import Path
 
-from pytorch_lightning.callbacks import Callback, RichProgressBar
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from lightning_modules.metrics import TRAIN_LOSS, goal
+from lightning_modules.metrics import goal
+from pe_sweeps.tracking.run_naming import in_name, short_key, sweep_params
 
 STEP = "trainer/global_step"  # the x axis WandbLogger declares for every metric
-LENGTH = "length"  # the x axis of the per-length results (`log_by_length`)
 STAGE_METRIC = re.compile(r"^(train|val|test)/")
-# `cli.py sweep` hands each trial the parameters its sweep varies, {key: value} as JSON, for names and config
-SWEEP_PARAMS_ENV = "PE_SWEEP_PARAMS"
-# per-length metrics (`<prefix><n>`) -> the name they take against the `length` axis
+# per-length metrics (`<prefix><n>`) -> the name they take against the `length` axis: hidden from the automatic
+# panels by DirectedWandbLogger, drawn against length by tracking/length_tables.py
 BY_LENGTH = {"val/acc_len_": "val_by_length/acc", "val/tok_acc_len_": "val_by_length/tok_acc",
              "val/ppl_ctx_": "val_by_length/ppl"}  # fmt: skip
 # the record's resolved scale (tracking/records.py `run_scale`), in the W&B config too
 SCALE = ("world_size", "num_devices", "num_nodes", "precision", "global_batch_size")
-IN_NAME = ("task", "seed_everything")  # already in every run name, with the encoding parameters (`in_name`)
 
 
 def has_api_key() -> bool:
@@ -44,72 +38,6 @@ def default_wandb_mode() -> str:
     if not os.environ.get("WANDB_MODE"):
         os.environ["WANDB_MODE"] = "online" if has_api_key() else "offline"
     return os.environ["WANDB_MODE"]
-
-
-def sweep_params() -> dict:
-    """The parameters this run's sweep varies and their values here ({} outside a sweep): from `cli.py sweep`
-    (PE_SWEEP_PARAMS), else from a `wandb agent`'s parameter file (WANDB_SWEEP_PARAM_PATH, `{key: {value: v}}`;
-    the agent writes every parameter of the sweep there, fixed `value:` ones too, so those are named as well)."""
-    if SWEEP_PARAMS_ENV not in os.environ and os.environ.get("WANDB_SWEEP_PARAM_PATH"):
-        return agent_params(Path(os.environ["WANDB_SWEEP_PARAM_PATH"]))
-    try:
-        params = json.loads(os.environ.get(SWEEP_PARAMS_ENV) or "{}")
-    except ValueError:
-        return {}
-    return params if isinstance(params, dict) else {}
-
-
-def agent_params(path: Path) -> dict:
-    """The parameters in a W&B agent's per-run file ({} if it cannot be read: the name then lacks them)."""
-    import yaml
-
-    try:
-        params = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return {}
-    if not isinstance(params, dict):
-        return {}
-    return {k: v["value"] for k, v in params.items() if isinstance(v, dict) and "value" in v}
-
-
-def short_key(key: str) -> str:
-    """`model.init_args.lr` -> `lr`: the last part of a CLI key."""
-    return key.rsplit(".", 1)[-1]
-
-
-def in_name(key: str) -> bool:
-    """True for a sweep key every run name and group already shows: the task, the seed, and any parameter
-    a task module declares as an encoding (`model.arch.encoding`, `model.decoder_encoding`: the run's
-    encoding, e.g. `learned+rope`)."""
-    from lightning_modules.task_modules import encoding_parameters
-
-    return short_key(key) in IN_NAME or key in encoding_parameters()
-
-
-def short_value(value) -> str:
-    """A parameter value as it appears in a run name: floats to 3 significant digits, no folder separators."""
-    text = f"{value:.3g}" if isinstance(value, float) else str(value)
-    return re.sub(r"[^A-Za-z0-9_.+@-]+", "_", text).strip("_") or "none"  # "none" for {} or ""
-
-
-def run_name(task: str, encoding: str, seed: int, varied: dict | None = None) -> str:
-    """`<task>-<encoding>[-<key>=<value>...]-s<seed>`, with every parameter a sweep varies (short form) so
-    that two trials of one sweep never share a name. A name longer than a folder name may be (long varied
-    values, e.g. encoding options) keeps its start and ends with a hash of the whole: `...-h<hash>-s<seed>`."""
-    from pe_sweeps.layout import MAX_NAME_BYTES
-
-    extra = [f"{short_key(k)}={short_value(v)}" for k, v in (varied or {}).items() if not in_name(k)]
-    name = "-".join([task, encoding, *extra, f"s{seed}"])
-    if len(name.encode()) <= MAX_NAME_BYTES:
-        return name
-    tail = f"-h{hashlib.sha1(name.encode()).hexdigest()[:10]}-s{seed}"
-    return name.encode()[: MAX_NAME_BYTES - len(tail)].decode(errors="ignore").rstrip("-_.") + tail
-
-
-def run_group(task: str, encoding: str, prefix: str | None = None) -> str:
-    """`<sweep or project>/<task>/<encoding>`: W&B's group-by then never mixes sweeps or configurations
-    (the varied parameters are top-level config keys, for a finer group-by)."""
-    return "/".join(filter(None, [prefix, task, encoding]))
 
 
 def make_wandb_logger(
@@ -185,94 +113,6 @@ def wandb_location(run) -> dict:
     path = "/".join(str(p) for p in (run.entity, run.project, run.id) if p)
     folder = str(Path(run.dir).parent) if getattr(run, "dir", None) else None
     return {"id": run.id, "path": path, "mode": mode, "dir": folder}
-
-
-def per_length(metrics: dict, prefix: str) -> dict[int, float]:
-    pattern = re.compile(re.escape(prefix) + r"(\d+)$")
-    return {int(m[1]): float(v) for k, v in metrics.items() if (m := pattern.match(k))}
-
-
-def by_length_rows(metrics: dict) -> dict[int, dict[str, float]]:
-    """{length: {"val_by_length/acc": ..., ...}} from the per-length metrics (`BY_LENGTH`)."""
-    rows: dict[int, dict[str, float]] = {}
-    for prefix, name in BY_LENGTH.items():
-        for n, value in per_length(metrics, prefix).items():
-            rows.setdefault(n, {})[name] = value
-    return dict(sorted(rows.items()))
-
-
-def log_by_length(trainer, record: dict) -> None:
-    """At fit end: the final per-length results against a `length` axis (`define_metric`, so W&B plots
-    accuracy, token accuracy or perplexity against length, runs grouped by encoding), and one table with
-    task, encoding, seed, length and the metrics."""
-    run = wandb_run(trainer)
-    rows = by_length_rows(trainer.callback_metrics)
-    if run is None or not rows:
-        return
-    import wandb
-
-    names = sorted({name for row in rows.values() for name in row})
-    run.define_metric(LENGTH, hidden=True)
-    for name in names:  # exact names: a glob would race with WandbLogger's "*" (see DirectedWandbLogger)
-        run.define_metric(name, step_metric=LENGTH, summary="none")  # a best over lengths means nothing
-    columns = ["task", "encoding", "seed", LENGTH, *(n.rsplit("/", 1)[-1] for n in names)]
-    identity = [record.get("task"), record.get("encoding"), record.get("seed")]
-    data = [[*identity, n, *(row.get(name) for name in names)] for n, row in rows.items()]
-    for n, row in rows.items():
-        run.log({LENGTH: n, **row})
-    run.log({"val_by_length/table": wandb.Table(columns=columns, data=data)})
-
-
-class LogLearningRate(Callback):
-    """`train/lr`: the first parameter group's learning rate at every logged step (the schedule is ours)."""
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        # only on the steps Lightning writes to its loggers: a float logged is copied to the device, a sync on CUDA
-        if trainer.optimizers and logs_this_step(trainer):
-            lr = trainer.optimizers[0].param_groups[0]["lr"]
-            pl_module.log("train/lr", float(lr), on_step=True, on_epoch=False, batch_size=1)
-
-
-def logs_this_step(trainer) -> bool:
-    """Whether Lightning writes this training step's logged values to its loggers (`log_every_n_steps`)."""
-    connector = getattr(trainer, "_logger_connector", None)  # as Lightning's LearningRateMonitor reads it
-    return connector is None or connector.should_update_logs
-
-
-class StepProgressBar(RichProgressBar):
-    """Lightning's rich progress bar with the global step out of max_steps ("step 120/3000") instead of
-    "Epoch 0/-2" (our runs are bounded by steps; max_epochs is -1)."""
-
-    def _get_train_description(self, current_epoch: int) -> str:
-        return f"{f'Epoch {current_epoch}':{len(self.validation_description)}}"
-
-    shown: dict | None = None  # the metrics last read
-
-    def get_metrics(self, trainer, pl_module) -> dict:
-        """Also train/loss, which the task modules log without `prog_bar` (Lightning converts those to numbers,
-        a device sync, every step): while training it is read here every `log_every_n_steps` steps only."""
-        every = getattr(trainer, "log_every_n_steps", 1) or 50
-        if self.shown is None or not getattr(trainer, "training", False) or trainer.global_step % every == 0:
-            self.shown = super().get_metrics(trainer, pl_module)
-            loss = getattr(trainer, "callback_metrics", {}).get(TRAIN_LOSS)
-            if loss is not None:
-                self.shown[TRAIN_LOSS] = float(loss)
-        metrics, total = self.shown, trainer.max_steps
-        return {"step": f"{trainer.global_step}/{total}" if total and total > 0 else trainer.global_step, **metrics}
-
-
-class DropLightningTips(logging.Filter):
-    """Lightning's "Tip: try installing litlogger / litmodels" advertisements, kept out of run logs."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Tip: " not in str(record.msg)
-
-
-def quiet_lightning_tips() -> None:
-    for name in ("lightning_fabric.utilities.rank_zero", "pytorch_lightning.utilities.rank_zero"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, DropLightningTips) for f in logger.filters):
-            logger.addFilter(DropLightningTips())
 
 
 def sync_command(folders: list[str], run_id: str | None = None) -> str | None:

@@ -1,0 +1,78 @@
+"""Run naming, apart from W&B: one scheme for every run's name and group, from its task, encoding, seed and the
+parameters its sweep varies (pure functions of their arguments and the sweep's parameters; no wandb import)."""
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+# `cli.py sweep` hands each trial the parameters its sweep varies, {key: value} as JSON, for names and config
+SWEEP_PARAMS_ENV = "PE_SWEEP_PARAMS"
+IN_NAME = ("task", "seed_everything")  # already in every run name, with the encoding parameters (`in_name`)
+
+
+def sweep_params() -> dict:
+    """The parameters this run's sweep varies and their values here ({} outside a sweep): from `cli.py sweep`
+    (PE_SWEEP_PARAMS), else from a `wandb agent`'s parameter file (WANDB_SWEEP_PARAM_PATH, `{key: {value: v}}`;
+    the agent writes every parameter of the sweep there, fixed `value:` ones too, so those are named as well)."""
+    if SWEEP_PARAMS_ENV not in os.environ and os.environ.get("WANDB_SWEEP_PARAM_PATH"):
+        return agent_params(Path(os.environ["WANDB_SWEEP_PARAM_PATH"]))
+    try:
+        params = json.loads(os.environ.get(SWEEP_PARAMS_ENV) or "{}")
+    except ValueError:
+        return {}
+    return params if isinstance(params, dict) else {}
+
+
+def agent_params(path: Path) -> dict:
+    """The parameters in a W&B agent's per-run file ({} if it cannot be read: the name then lacks them)."""
+    import yaml
+
+    try:
+        params = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    if not isinstance(params, dict):
+        return {}
+    return {k: v["value"] for k, v in params.items() if isinstance(v, dict) and "value" in v}
+
+
+def short_key(key: str) -> str:
+    """`model.init_args.lr` -> `lr`: the last part of a CLI key."""
+    return key.rsplit(".", 1)[-1]
+
+
+def in_name(key: str) -> bool:
+    """True for a sweep key every run name and group already shows: the task, the seed, and any parameter
+    a task module declares as an encoding (`model.arch.encoding`, `model.decoder_encoding`: the run's
+    encoding, e.g. `learned+rope`)."""
+    from lightning_modules.task_modules import encoding_parameters
+
+    return short_key(key) in IN_NAME or key in encoding_parameters()
+
+
+def short_value(value) -> str:
+    """A parameter value as it appears in a run name: floats to 3 significant digits, no folder separators."""
+    text = f"{value:.3g}" if isinstance(value, float) else str(value)
+    return re.sub(r"[^A-Za-z0-9_.+@-]+", "_", text).strip("_") or "none"  # "none" for {} or ""
+
+
+def run_name(task: str, encoding: str, seed: int, varied: dict | None = None) -> str:
+    """`<task>-<encoding>[-<key>=<value>...]-s<seed>`, with every parameter a sweep varies (short form) so
+    that two trials of one sweep never share a name. A name longer than a folder name may be (long varied
+    values, e.g. encoding options) keeps its start and ends with a hash of the whole: `...-h<hash>-s<seed>`."""
+    from pe_sweeps.layout import MAX_NAME_BYTES
+
+    extra = [f"{short_key(k)}={short_value(v)}" for k, v in (varied or {}).items() if not in_name(k)]
+    name = "-".join([task, encoding, *extra, f"s{seed}"])
+    if len(name.encode()) <= MAX_NAME_BYTES:
+        return name
+    tail = f"-h{hashlib.sha1(name.encode()).hexdigest()[:10]}-s{seed}"
+    return name.encode()[: MAX_NAME_BYTES - len(tail)].decode(errors="ignore").rstrip("-_.") + tail
+
+
+def run_group(task: str, encoding: str, prefix: str | None = None) -> str:
+    """`<sweep or project>/<task>/<encoding>`: W&B's group-by then never mixes sweeps or configurations
+    (the varied parameters are top-level config keys, for a finer group-by)."""
+    return "/".join(filter(None, [prefix, task, encoding]))
