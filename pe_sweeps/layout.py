@@ -31,6 +31,7 @@ STORAGE_ENV = "PE_SWEEP_STORAGE"  # default of `cli.py sweep --storage`: a URL w
 TRIAL_GPUS_ENV = "PE_TRIAL_GPUS"  # the GPUs a sweep gave its trial (--devices_per_trial): fewer visible is an error
 FAULT_ENV = "PE_FAULT_AT"  # tests only: the sweep kills itself at this named step (tracking/failpoints.py)
 TOKENIZER_CACHE_ENV = "PE_TOKENIZER_CACHE"  # overrides the tokenizer cache folder (datamodules/text.py)
+SWEEP_PARAMS_ENV = "PE_SWEEP_PARAMS"  # a sweep's trial: the parameters its sweep varied (run names, W&B config)
 DATA_ROOT_ENV = "PE_DATA_ROOT"  # default of every data module's --data.data_dir (`data_root`)
 
 # What a launcher (SLURM's srun / sbatch, torchrun, Lightning's own DDP launcher, LSF's jsrun, mpirun) sets to

@@ -7,8 +7,9 @@ import os
 import re
 from pathlib import Path
 
+from pe_sweeps.layout import SWEEP_PARAMS_ENV
+
 # `cli.py sweep` hands each trial the parameters its sweep varies, {key: value} as JSON, for names and config
-SWEEP_PARAMS_ENV = "PE_SWEEP_PARAMS"
 IN_NAME = ("task", "seed_everything")  # already in every run name, with the encoding parameters (`in_name`)
 
 

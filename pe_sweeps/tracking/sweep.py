@@ -53,13 +53,13 @@ from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_com
 
 from pe_sweeps import layout
 from pe_sweeps.errors import ConfigError
-from pe_sweeps.layout import program_path, study_db, trial_env
+from pe_sweeps.layout import SWEEP_PARAMS_ENV, program_path, study_db, trial_env
 from pe_sweeps.tracking import storage
 from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.children import stop_child
 from pe_sweeps.tracking.failpoints import failpoint
 from pe_sweeps.tracking.records import RECORD_FILE, check_name, read_record
-from pe_sweeps.tracking.run_naming import SWEEP_PARAMS_ENV, short_value
+from pe_sweeps.tracking.run_naming import short_value
 from pe_sweeps.tracking.search import SAMPLER_ATTR, Search, build_search, check_sampler
 from pe_sweeps.tracking.slurm_options import SlurmOptions
 from pe_sweeps.tracking.storage import grace_period, open_storage, quote_password, storage_error, url_password
