@@ -19,6 +19,7 @@ import time
 PROCESS_START = time.time()  # before the heavy imports: start-up cost is recorded with each run
 
 import errno  # noqa: E402
+import inspect  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -38,7 +39,7 @@ from lightning_modules.arg_checks import (  # noqa: E402
 )
 from lightning_modules.checkpoint_io import check_given_arch, load_checkpoint  # noqa: E402
 from lightning_modules.encodings import check_encoding  # noqa: E402
-from lightning_modules.task_module import TaskModule  # noqa: E402
+from lightning_modules.task_module import TaskModule, dotted_get  # noqa: E402
 from lightning_modules.task_modules import CLASS_PATHS  # noqa: E402
 from pe_sweeps.cli_errors import OneLineErrors  # noqa: E402
 from pe_sweeps.cli_options import dashes_to_underscores, parse_options  # noqa: E402
@@ -60,7 +61,13 @@ from pe_sweeps.tracking.callbacks import LogLearningRate, StepProgressBar  # noq
 from pe_sweeps.tracking.children import check_given_gpus, start_watchdog  # noqa: E402
 from pe_sweeps.tracking.console import quiet_lightning_tips  # noqa: E402
 from pe_sweeps.tracking.records import RunRecord, check_name, find_checkpoint, read_record  # noqa: E402
-from pe_sweeps.tracking.run_naming import run_group, run_name, sweep_params  # noqa: E402
+from pe_sweeps.tracking.run_naming import (  # noqa: E402
+    distinguishing,
+    run_group,
+    run_name,
+    setup_label,
+    sweep_params,
+)
 from pe_sweeps.tracking.wandb_setup import make_wandb_logger  # noqa: E402
 
 PREBUILT: dict = {}  # filled in a sweep's fork server by prepare_fork_server(): each forked trial takes the parser
@@ -160,6 +167,7 @@ class PECLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check registry names before anything is seeded, logged or instantiated."""
         argv = [a for a in (args if isinstance(args, list) else sys.argv[1:]) if isinstance(a, str)]
+        self.given_argv = argv  # what the command line set beyond the config file: run names and groups
         check_not_linked(argv)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
@@ -238,13 +246,25 @@ class PECLI(LightningCLI):
         previous = read_record(run_dir / RECORD_FILE, warn=False) if run_dir else None
         return (run_dir, previous) if previous else None
 
+    def _distinguishing(self, config) -> dict:
+        """What sets this run apart beyond task, encoding and seed (run_naming.distinguishing)."""
+        model = type(self.model)
+        options = {path: dotted_get(self.model.hparams, path) for _, path in model.ENCODING_ARGS.values()}
+        default = inspect.signature(model).parameters.get("arch")
+        default_arch = default.default.as_dict() if hasattr(getattr(default, "default", None), "as_dict") else {}
+        arch = dict(self.model.hparams.get("arch") or {})
+        return distinguishing(options, arch, default_arch, getattr(self, "given_argv", []))
+
     def instantiate_trainer(self, **kwargs):
         config = self.config[self.subcommand]
         run: RunOptions = self.config_init[self.subcommand].run
         task = self.datamodule.task  # every datamodule names its task: the run's name and group
         encoding = self.model.run_encoding
         seed = config.seed_everything
-        name = run.name or run_name(task, encoding, seed, sweep_params())
+        distinct = self._distinguishing(config)
+        varied = sweep_params()
+        varied = {**distinct, **{k: v for k, v in varied.items() if not any(d.startswith(k) for d in distinct)}}
+        name = run.name or run_name(task, encoding, seed, varied)
         sweep = run.sweep or os.environ.get("WANDB_SWEEP_ID")
         resumed = self._resumed_run(config)
         previous = resumed[1] if resumed else None
@@ -256,8 +276,9 @@ class PECLI(LightningCLI):
         else:
             run_dir = self._run_dir(self._out_dir(run, config), name)
         identity = {
-            "name": name, "group": run_group(task, encoding, sweep or run.project), "task": task, "encoding": encoding,
-            "seed": seed, "data_seed": getattr(self.datamodule, "seed", None), "sweep": sweep,
+            "name": name, "group": run_group(task, setup_label(encoding, distinct), sweep or run.project),
+            "task": task, "encoding": encoding, "distinct": distinct, "seed": seed,
+            "data_seed": getattr(self.datamodule, "seed", None), "sweep": sweep,
             "subcommand": self.subcommand, "process_start": PROCESS_START,
         }  # fmt: skip
         resolved = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_link_targets=False))
@@ -273,12 +294,19 @@ class PECLI(LightningCLI):
         if config.trainer.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in configured):
             callbacks.append(StepProgressBar())  # "step 120/3000", not Lightning's "Epoch 0/-2"
         kwargs["callbacks"] = callbacks + configured
-        if run.wandb and config.trainer.logger in (None, True):
+        if run.wandb and config.trainer.logger is False:
+            if launch_rank() == 0:
+                print("W&B is off: --trainer.logger=false turns every logger off (--run.wandb=false says so too)")
+        elif run.wandb:
             tags = [task, encoding] + ([sweep] if sweep else [])
             run_id = ((previous or {}).get("wandb") or {}).get("id")  # a resumed run continues its W&B run
-            kwargs["logger"] = make_wandb_logger(
+            wandb_logger = make_wandb_logger(
                 run_dir, name, identity["group"], run.project, run.entity, tags, run_id=run_id
             )
+            # a user's --trainer.logger runs beside W&B, which stays first: the run folder keeps config.yaml
+            own = self.config_init[self.subcommand].trainer.logger
+            own = [] if own in (None, True) else own if isinstance(own, list) else [own]
+            kwargs["logger"] = [wandb_logger, *own] if own else wandb_logger
             kwargs["callbacks"].append(LogLearningRate())
         quiet_lightning_tips()
         if not config.trainer.get("default_root_dir"):  # a user's is Lightning's (its SLURM requeue checkpoints)

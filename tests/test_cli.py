@@ -57,7 +57,9 @@ def test_fit_every_encoding(tiny_fit_args, encoding, causal):
     record = fit([*tiny_fit_args, f"--model.arch.encoding={encoding}", f"--model.causal={causal}"])
     assert record["status"] == "finished"
     assert record["encoding"] == encoding and record["task"] == "copy"
-    assert record["name"] == f"copy-{encoding}-s0" and record["group"] == f"pe-sweeps/copy/{encoding}"
+    # TINY's --model.arch.dim=32 --model.arch.depth=1 differ from the model's defaults: named (num_heads=4 does not)
+    assert record["name"] == f"copy-{encoding}-dim=32-depth=1-s0"
+    assert record["group"] == f"pe-sweeps/copy/{encoding}-dim=32-depth=1"
     assert record["config"]["model"]["init_args"]["causal"] is causal
     assert record["config"]["data"]["init_args"]["causal"] is causal  # linked
     for key in ("val/acc", "val/acc_ood", "val/loss", "val/acc_len_4", "val/acc_len_8", "val/tok_acc_len_8"):
@@ -173,6 +175,19 @@ def test_learned_table_too_short_is_clear(tiny_fit_args):
 
 
 @pytest.mark.slow  # trains a model or starts a process
+@pytest.mark.slow  # trains a model
+def test_a_users_logger_runs_beside_w_and_b(tiny_fit_args, tmp_path, monkeypatch, capsys):
+    """Issue 29.2: --trainer.logger=CSVLogger turned W&B off with no word and moved config.yaml into its folder."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    record = fit([*tiny_fit_args, "--trainer.logger=CSVLogger", f"--trainer.logger.save_dir={tmp_path / 'csv'}"])
+    run_dir = Path(record["run_dir"])
+    assert (run_dir / "config.yaml").is_file() and record["wandb"]["mode"] == "offline"
+    assert list((tmp_path / "csv").rglob("metrics.csv"))  # the user's logger logged too
+    args = [a for a in tiny_fit_args if not a.startswith("--run.out_dir=")]
+    record = fit([*args, "--trainer.logger=false", f"--run.out_dir={tmp_path / 'off'}"])
+    assert "W&B is off: --trainer.logger=false" in capsys.readouterr().out and not record.get("wandb")
+
+
 def test_config_saved_with_record(tiny_fit_args):
     from datamodules.synthetic import SyntheticDataModule
 

@@ -523,7 +523,7 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
         "out_dir under a file": (
             [*fit, f"--run.out_dir={a_file}/out"],
             {},
-            f"--run.out_dir: cannot create the folder {a_file}/out/runs/copy-rope-s0-",
+            f"--run.out_dir: cannot create the folder {a_file}/out/runs/copy-rope-dim=32-depth=1-s0-",
         ),
         "sweep out_dir under a file": (
             ["sweep", str(sweep), f"--out_dir={a_file}/out"],

@@ -203,3 +203,22 @@ def test_progress_bar_shows_steps_not_epoch_of_minus_two():
     assert bar.get_metrics(trainer, None) == {"step": "150/3000", "train/loss": 1.25}
     trainer.global_step, trainer.callback_metrics = 151, {"train/loss": torch.tensor(1.0)}
     assert bar.get_metrics(trainer, None) == {"step": "151/3000", "train/loss": 1.25}
+
+
+def test_encoding_options_and_given_arch_fields_set_a_run_apart():
+    """Issue 29.2: four rope set-ups run by hand were all `copy-rope-s0` in one W&B group."""
+    default = {"dim": 128, "depth": 2, "num_heads": 4, "vocab_size": 64, "max_length": 256}
+    arch = {**default, "dim": 64, "num_heads": 4, "vocab_size": 20}
+    argv = ["--config=c.yaml", "--model.arch.dim=64", "--model.arch.num_heads", "4", "--model.arch.vocab_size=20"]
+    options = {"arch.encoding_options": {"base": 500}}
+    distinct = run_naming.distinguishing(options, arch, default, argv)
+    # options always; a given field only when it differs from the default; linked fields never
+    assert distinct == {"model.arch.encoding_options.base": 500, "model.arch.dim": 64}
+    assert run_naming.run_name("copy", "rope", 0, distinct) == "copy-rope-base=500-dim=64-s0"
+    assert run_naming.setup_label("rope", distinct) == "rope-base=500-dim=64"
+    assert run_naming.distinguishing({"arch.encoding_options": None}, default, default, []) == {}
+    names = {run_naming.run_name("copy", "rope", 0, run_naming.distinguishing({"x": {"base": b}}, {}, {}, []))
+             for b in (500, 10000, 1e6)} | {run_naming.run_name("copy", "rope", 0, {})}  # fmt: skip
+    assert len(names) == 4
+    long = run_naming.setup_label("rope", {f"model.arch.encoding_options.k{i}": "v" * 20 for i in range(5)})
+    assert long.startswith("rope-h") and len(long) < 20  # a short hash beyond 80 bytes

@@ -59,6 +59,31 @@ def short_value(value) -> str:
     return re.sub(r"[^A-Za-z0-9_.+@-]+", "_", text).strip("_") or "none"  # "none" for {} or ""
 
 
+def distinguishing(options: dict, arch: dict, default_arch: dict, argv: list[str]) -> dict:
+    """What sets a run apart beyond its task, encoding and seed, for its name, group and W&B config: every
+    option of its encodings ({"model.arch.encoding_options.base": 500}), and each architecture field given on
+    the command line (after the config file) whose value differs from the model's default. `options` is
+    {options argument: its value} of the model's declared encodings; fields linked from the data (vocab_size,
+    max_length) are left out."""
+    found = {}
+    for argument, values in options.items():
+        found.update({f"model.{argument}.{k}": v for k, v in sorted((values or {}).items())})
+    given = {m.group(1) for a in argv if (m := re.match(r"--model\.(?:init_args\.)?arch\.(\w+)(?:=|$)", a))}
+    for field in arch:  # in the architecture's own field order
+        if field in given - {"encoding", "encoding_options", "vocab_size", "max_length"} and (
+            arch[field] != default_arch.get(field)
+        ):
+            found[f"model.arch.{field}"] = arch[field]
+    return found
+
+
+def setup_label(encoding: str, distinct: dict) -> str:
+    """The encoding with what sets the run apart, e.g. `rope-base=500-dim=32` (a hash beyond 80 bytes): a
+    group never averages runs of different set-ups."""
+    label = "-".join([encoding, *(f"{short_key(k)}={short_value(v)}" for k, v in distinct.items())])
+    return label if len(label.encode()) <= 80 else f"{encoding}-h{hashlib.sha1(label.encode()).hexdigest()[:10]}"
+
+
 def run_name(task: str, encoding: str, seed: int, varied: dict | None = None) -> str:
     """`<task>-<encoding>[-<key>=<value>...]-s<seed>`, with every parameter a sweep varies (short form) so
     that two trials of one sweep never share a name. A name longer than a folder name may be (long varied

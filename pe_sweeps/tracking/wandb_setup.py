@@ -99,6 +99,7 @@ def describe_run(trainer, record: dict) -> dict:
     data_seed = ((config.get("data") or {}).get("init_args") or {}).get("seed")
     identity = {k: record.get(k) for k in ("task", "encoding", "sweep")}
     identity.update({short_key(k): v for k, v in sweep_params().items() if not in_name(k)})
+    identity.update({short_key(k): v for k, v in (record.get("distinct") or {}).items()})  # options, arch fields
     identity.update(seed=record.get("seed"), seed_everything=record.get("seed"), data_seed=data_seed)
     identity.update({k: record[k] for k in SCALE if k in record})  # what `devices: auto` resolved to
     run.config.update({**identity, "resolved_config": config}, allow_val_change=True)
