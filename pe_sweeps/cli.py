@@ -399,7 +399,7 @@ def sweep_main(args: list[str]):
 
 def probe_main(args: list[str]):
     """`cli.py probe --encoding NAME --max-length N --dim D | --ckpt PATH | --hf-model NAME_OR_DIR | --table FILE`"""
-    from lightning_modules.probes import probe_main as main
+    from pe_sweeps.probes import probe_main as main
 
     return main(args)
 

@@ -274,7 +274,7 @@ def test_top_level_help_lists_every_subcommand(capsys):
 @pytest.mark.parametrize(
     "module, name",
     [("pe_sweeps.tracking.sweep", "SweepOptions"), ("pe_sweeps.tracking.slurm", "SlurmOptions"),
-     ("pe_sweeps.tracking.compare", "CompareOptions"), ("lightning_modules.probes", "ProbeOptions")],
+     ("pe_sweeps.tracking.compare", "CompareOptions"), ("pe_sweeps.probes", "ProbeOptions")],
 )  # fmt: skip
 def test_every_option_of_sweep_compare_probe_has_help_and_choices(module, name):
     import dataclasses

@@ -1,16 +1,20 @@
 """Evaluation must not depend on the batch, and randomized positions are drawn per example (issue 24, findings
-5 and 6).
+5 and 6; Ruoss et al. 2023).
 
 - Every encoding (the whole registry, causal and bidirectional where it supports them, plus the options whose
   tables depend on the length: dynamic NTK, YaRN, p-RoPE, Shaw's values, randomized positions) gives an
   example the same logits alone as inside a right-padded batch with longer examples.
-- `randomize_positions` (Ruoss et al. 2023): each example's positions are a sorted uniform sample of its own
-  length from [0, N), whatever the padded length of its batch; `randomize_positions_eval` samples at evaluation
-  too (the official code), off by default (0..L-1, the paper's Figure 1).
+- `randomize_positions` (Ruoss et al. 2023): every encoding accepts it; each example's positions are a sorted
+  uniform sample of its own length from [0, N), whatever the padded length of its batch;
+  `randomize_positions_eval` samples at evaluation too (the official code), off by default (0..L-1, the
+  paper's Figure 1).
 
 README claims covered here:
 - "teacher-forced, which equals greedy exact match" needs batch-invariant logits:
   test_evaluation_is_padding_and_batch_invariant
+- "randomize_positions: N (... sorted random positions from [0, N) at training time, 0..L-1 at evaluation)":
+  test_sample_positions_sorted_distinct_in_range, test_every_encoding_accepts_randomize_positions,
+  test_randomized_training_positions_reach_the_encoding
 - "randomize_positions: N (... drawn per example for its own length ...)": test_each_example_draws_for_its_own_length,
   test_a_length_1_example_is_uniform_over_the_range, test_a_full_example_is_a_sorted_uniform_subset,
   test_randomize_positions_eval_samples_at_evaluation
@@ -18,6 +22,14 @@ README claims covered here:
 
 import pytest
 import torch
+from encoding_helpers import (
+    CAUSAL,
+    DIM,
+    HEADS,
+    MAX_LEN,
+    VOCAB,
+    make_model,
+)
 from helpers import randomize_
 from scipy import stats
 
@@ -25,9 +37,6 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding
 from lightning_modules.transformer import Transformer, sample_positions
 from pe_sweeps.errors import ConfigError
-
-DIM, HEADS, VOCAB, MAX_LEN = 32, 4, 50, 64
-CAUSAL = [True, False]
 
 # the registry's defaults, and the options whose position tables depend on the (evaluated) length
 CASES = [(name, {}) for name in ENCODINGS] + [
@@ -37,15 +46,9 @@ CASES = [(name, {}) for name in ENCODINGS] + [
     ("shaw", {"values": True, "max_relative": 3}),
     ("learned", {"randomize_positions": 128}),
 ]
+
+
 IDS = [name + "".join(f"-{k}={v}" for k, v in options.items()) for name, options in CASES]
-
-
-def make_model(name: str, causal: bool, **options) -> Transformer:
-    if ENCODINGS[name].causal_only and not causal:
-        pytest.skip(f"{name} is causal-only")
-    arch = ArchConfig(name, encoding_options=options, dim=DIM, depth=2, num_heads=HEADS, vocab_size=VOCAB,
-                      max_length=MAX_LEN)  # fmt: skip
-    return randomize_(Transformer(arch, causal=causal)).eval()
 
 
 def padded_batch(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,7 +75,60 @@ def test_evaluation_is_padding_and_batch_invariant(name, options, causal):
             torch.testing.assert_close(unmasked, alone, atol=1e-5, rtol=1e-5)
 
 
-# ----------------------------------------------------------------------------- randomized positions, per example
+def test_sample_positions_sorted_distinct_in_range():
+    torch.manual_seed(0)
+    positions = sample_positions(64, 40, 100)
+    assert positions.shape == (64, 40) and positions.dtype == torch.long
+    assert (positions[:, 1:] > positions[:, :-1]).all()  # sorted and distinct
+    assert positions.min() >= 0 and positions.max() < 100
+    assert len({tuple(row) for row in positions.tolist()}) > 60  # a fresh draw per row
+    assert torch.equal(sample_positions(2, 5, 5), torch.arange(5).expand(2, 5))  # the whole range: 0..N-1
+    with pytest.raises(ConfigError, match="randomize_positions=10 cannot hold 11"):
+        sample_positions(1, 11, 10)
+
+
+@pytest.mark.parametrize("name", list(ENCODINGS))
+def test_every_encoding_accepts_randomize_positions(name):
+    """Training draws random positions (outputs move between draws for position-aware encodings), evaluation
+    uses 0..L-1 (deterministic, equal to explicit positions)."""
+    causal = True
+    arch = ArchConfig(name, encoding_options={"randomize_positions": 200}, dim=DIM, depth=1, num_heads=HEADS,
+                      vocab_size=VOCAB, max_length=MAX_LEN)  # fmt: skip
+    model = Transformer(arch, causal=causal)
+    randomize_(model)
+    tokens = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+    assert model.encoding.randomize_positions == 200
+    model.train()
+    drawn = model.default_positions(2, 12, tokens.device)
+    assert drawn.shape == (2, 12) and (drawn[:, 1:] > drawn[:, :-1]).all() and drawn.max() < 200
+    assert model(tokens).isfinite().all()
+    model.eval()
+    assert torch.equal(model.default_positions(2, 12, tokens.device), torch.arange(12))
+    out = model(tokens)
+    assert torch.equal(out, model(tokens)) and torch.equal(out, model(tokens, positions=torch.arange(12)))
+    if getattr(model.encoding, "max_positions", None) is not None:  # tables sized to the sampled range
+        assert model.encoding.max_positions == 200
+
+
+def test_randomized_training_positions_reach_the_encoding():
+    arch = ArchConfig("learned", encoding_options={"randomize_positions": 300}, dim=DIM, depth=1, num_heads=HEADS,
+                      vocab_size=VOCAB, max_length=MAX_LEN)  # fmt: skip
+    model = Transformer(arch)
+    assert model.encoding.table.num_embeddings == 300
+    seen = []
+    handle = model.encoding.table.register_forward_hook(lambda m, inputs, out: seen.append(inputs[0]))
+    model.train()
+    torch.manual_seed(1)
+    model(torch.zeros(4, 20, dtype=torch.long))
+    model.eval()
+    model(torch.zeros(4, 20, dtype=torch.long))
+    handle.remove()
+    train_positions, eval_positions = seen
+    assert train_positions.shape == (4, 20) and train_positions.max() >= MAX_LEN  # beyond max_length
+    assert torch.equal(eval_positions, torch.arange(20))
+    with pytest.raises(ConfigError, match="randomize_positions"):
+        build_encoding("rope", dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=True, randomize_positions=0)
+
 
 N = 256  # randomize_positions, as sweeps/repro_ruoss.yaml
 

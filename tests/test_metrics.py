@@ -26,8 +26,8 @@ from sklearn.linear_model import LinearRegression
 from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.causal_lm import CausalLMModel
-from lightning_modules.probes import absolute_position_mae
 from lightning_modules.synthetic_model import SyntheticTaskModel
+from pe_sweeps.probes import absolute_position_mae
 
 IGN = -100
 

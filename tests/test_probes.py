@@ -29,7 +29,9 @@ import pytest
 import torch
 
 from lightning_modules.encodings import ENCODINGS
-from lightning_modules.probes import (
+from pe_sweeps.cli import cli_main
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.probes import (
     ABS_MAE,
     HIDDEN,
     REL_ERR,
@@ -43,8 +45,6 @@ from lightning_modules.probes import (
     probe_main,
     relative_position_error,
 )
-from pe_sweeps.cli import cli_main
-from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking.records import load_records
 
 SMALL = ["--max-length", "32", "--dim", "32", "--num-heads", "4", "--pairs", "64", "--seeds", "2"]
@@ -201,7 +201,7 @@ def test_cli_reports_bad_input_in_one_line(monkeypatch, capsys):
 def test_heatmaps_blank_the_masked_triangle_on_one_diverging_scale_and_scores_have_a_chance_baseline():
     """Issue 13, point 5: causal logits are NaN (blank) above the diagonal; every head shares one scale
     centred on 0 (a diverging colormap); the absolute probe's chance MAE is N/4."""
-    from lightning_modules.probes import ProbeResult, chance_mae, plot_logits
+    from pe_sweeps.probes import ProbeResult, chance_mae, plot_logits
 
     transformer = build_bare(ProbeOptions(encoding="alibi", dim=32, num_heads=4, causal=True), 8)
     E, _ = position_vectors(transformer, 8, token=0, hidden=False)

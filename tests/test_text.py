@@ -186,7 +186,7 @@ def test_few_step_fit_logs_perplexity_per_context(config, encoding, tmp_path, mo
         assert torch.isfinite(torch.tensor(final[name])), name
     assert final["val/ppl"] == pytest.approx(final["val/ppl_ctx_16"])
     if encoding == "learned":  # `probe --ckpt` reads a causal LM's table; rows past the block never trained
-        from lightning_modules.probes import TABLE, probe_main
+        from pe_sweeps.probes import TABLE, probe_main
 
         ckpt = record.parent / "checkpoints" / "last.ckpt"
         result = probe_main(["--ckpt", str(ckpt), "--pairs", "64", "--seeds", "1"])

@@ -9,7 +9,7 @@ README claims covered here:
   also with padding": test_the_readmes_encodings_without_a_logit_term_take_the_fused_causal_path,
   test_sdpa_gets_no_mask_unless_a_bias_or_padding_needs_one
 - "batches are right-padded, so no real query sees a padded key": test_right_padding_does_not_change_real_tokens,
-  test_fully_masked_rows_stay_finite_and_do_not_touch_real_tokens (test_encodings.py)
+  test_fully_masked_rows_stay_finite_and_do_not_touch_real_tokens (test_encodings_contract.py)
 - "A bias, a content term or bidirectional padding fold into one mask per forward":
   test_sdpa_gets_no_mask_unless_a_bias_or_padding_needs_one, test_attention_content_bias_hook_matches_reference
 - "the registry-parametrised tests (shapes, no causal leakage, padding, shift invariance, SDPA == reference

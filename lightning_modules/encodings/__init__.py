@@ -3,7 +3,7 @@
 `ENCODINGS` maps a registry name to its class; `PRESETS` names a registered encoding with other default
 options (a variant a paper reports under its own name, so sweeps, run names and comparisons tell it apart)
 and adds it to `ENCODINGS`. `build_encoding` builds either with a clear error for an unknown name or
-option. Every test in tests/test_encodings.py runs over this registry.
+option. The registry-wide tests (tests/test_encodings_contract.py and others) run over this registry.
 """
 
 import inspect

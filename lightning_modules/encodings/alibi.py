@@ -31,6 +31,7 @@ class ALiBi(PositionalEncoding):
     """
 
     name = "alibi"
+    init_reference = {}
     shift_invariant = True
     flex = True
 

@@ -60,7 +60,8 @@ class PositionalEncoding(nn.Module):
     `cls_first`: set by the model (not an option) when position 0 always holds [CLS] (masked-LM and
     classification); TUPE's [CLS] untying is on by default only then.
     Initialisation: every trainable tensor starts as the method's reference code does, stated with its
-    source in the encoding's docstring; `INIT_REFERENCE` in tests/test_encodings.py holds the table of them.
+    source in the encoding's docstring and declared, per tensor, in the class attribute `init_reference`
+    (specs from encodings/init_reference.py), which tests/test_encodings_contract.py checks.
 
     Position-only tensors (depending on positions and fixed options, never on a parameter) are position
     tables, as torchtune's RoPE cache: `self.register_position_table("rotations", "cos_sin_table")` in
@@ -106,6 +107,9 @@ class PositionalEncoding(nn.Module):
         self.position_tables: dict[str, str] = {}  # buffer name -> the method that builds it
 
     name: ClassVar[str] = "base"
+    # each trainable tensor (state_dict key, default options) -> its reference init (encodings/init_reference.py);
+    # None: not declared (the registry-wide initialisation test fails until it is)
+    init_reference: ClassVar[dict[str, tuple] | None] = None
     max_positions: int | None = None  # largest position + 1 the encoding can serve; None = any
 
     def register_position_table(self, name: str, method: str) -> None:

@@ -1,5 +1,6 @@
 from torch import Tensor, nn
 
+from lightning_modules.encodings.init_reference import BERT
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.t5_bias import T5Bias, bucket_bias, distance_score_mod
 from lightning_modules.encodings.tupe import bert_init
@@ -17,6 +18,7 @@ class BertR(LearnedAbsolute):
     """
 
     name = "bert_r"
+    init_reference = {"table.weight": BERT, "relative_table.weight": BERT}
     flex = True
 
     def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, **kwargs):

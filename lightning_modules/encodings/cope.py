@@ -2,6 +2,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.init_reference import ZEROS
 from pe_sweeps.errors import ConfigError
 
 
@@ -21,6 +22,7 @@ class CoPE(PositionalEncoding):
     """
 
     name = "cope"
+    init_reference = {"table": ZEROS}  # x-transformers CoPE: pos_emb = zeros(max_pos, dim_head)
     causal_only = True
     shift_invariant = True  # positions enter only through the causal order
 

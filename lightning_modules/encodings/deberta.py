@@ -2,6 +2,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
+from lightning_modules.encodings.init_reference import BERT, ONES, ZEROS
 from lightning_modules.encodings.t5_bias import distances, relative_distance
 from pe_sweeps.errors import ConfigError
 
@@ -35,6 +36,8 @@ class DeBERTa(PositionalEncoding):
     """
 
     name = "deberta"
+    init_reference = {"table.weight": BERT, "norm.weight": ONES, "norm.bias": ZEROS, "pos_key.weight": BERT,
+                      "pos_key.bias": ZEROS, "pos_query.weight": BERT, "pos_query.bias": ZEROS}  # fmt: skip
     shift_invariant = True
     flex = True
 

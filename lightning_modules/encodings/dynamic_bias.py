@@ -2,6 +2,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.init_reference import torch_linear
 from lightning_modules.encodings.precision import compute_dtype, fp32_mlp
 from lightning_modules.encodings.t5_bias import bucket_bias, distance_score_mod, distances, relative_distance
 from pe_sweeps.errors import ConfigError
@@ -23,6 +24,11 @@ class DynamicBias(PositionalEncoding):
     """
 
     name = "dynamic_bias"
+    init_reference = {
+        "mlp.0.weight": torch_linear(1),
+        "mlp.0.bias": torch_linear(1),
+        **{f"mlp.{i}.{p}": torch_linear(lambda e: e.dim // 4) for i in (2, 4) for p in ("weight", "bias")},
+    }
     shift_invariant = True
     flex = True
 

@@ -2,6 +2,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
+from lightning_modules.encodings.init_reference import ONES, torch_linear
 from lightning_modules.encodings.precision import compute_dtype, fp32_mlp
 
 
@@ -21,6 +22,10 @@ class FIRE(PositionalEncoding):
     """
 
     name = "fire"
+    # the MLP: PyTorch's default Linear init, of fan-in 1 and the default mlp_width 32
+    init_reference = {"c": ("const", 0.1), "threshold_multiplier": ONES, "mlp.0.weight": torch_linear(1),
+                      "mlp.0.bias": torch_linear(1), "mlp.2.weight": torch_linear(32),
+                      "mlp.2.bias": torch_linear(32)}  # fmt: skip
     flex = True
 
     def __init__(self, *, mlp_width: int = 32, init_c: float = 0.1, init_threshold: float = 512.0,

@@ -2,6 +2,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod
+from lightning_modules.encodings.init_reference import torch_linear
 
 
 class Fox(PositionalEncoding):
@@ -20,6 +21,7 @@ class Fox(PositionalEncoding):
     """
 
     name = "fox"
+    init_reference = {"gates.weight": torch_linear(lambda e: e.dim), "gates.bias": ("const", 5.0)}  # bias_init 5
     causal_only = True
     flex = True
     shift_invariant = True  # positions enter only through the causal order

@@ -25,6 +25,7 @@ class KerpleLog(PositionalEncoding):
     """
 
     name = "kerple_log"
+    init_reference = {"r1": ("uniform", 0.0, 2.0), "r2": ("uniform", 0.0, 1.0)}  # official ParallelKerpleLog
     shift_invariant = True
     flex = True
     eps = 1e-2
@@ -64,6 +65,7 @@ class KerplePower(KerpleLog):
     """
 
     name = "kerple_power"
+    init_reference = {"r1": ("uniform", 0.0, 1.0), "r2": ("uniform", 0.0, 2.0)}  # ParallelKerplePower
     r2_max = 2.0
     init_ranges = (1.0, 2.0)  # r1 ~ U(0, 1), r2 ~ U(0, 2)
 

@@ -2,6 +2,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.init_reference import BERT
 from lightning_modules.position_tables import read_table
 from pe_sweeps.errors import ConfigError
 
@@ -53,6 +54,7 @@ class LearnedAbsolute(PositionalEncoding):
     """
 
     name = "learned"
+    init_reference = {"table.weight": BERT}
 
     def __init__(self, *, init_std: float = 0.02, init_from: str | None = None, init_rows: str = "first",
                  init_stride: int = 4, init_scale: float | None = None, freeze: bool = False, **common):  # fmt: skip

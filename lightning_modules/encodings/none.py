@@ -9,4 +9,5 @@ class NoPE(PositionalEncoding):
     """
 
     name = "none"
+    init_reference = {}
     shift_invariant = True

@@ -44,6 +44,7 @@ class RoPE(PositionalEncoding):
     """
 
     name = "rope"
+    init_reference = {}
     shift_invariant = True
 
     def __init__(self, *, base: float = 10000.0, rotary_dim: int | None = None, interpolation_factor: float = 1.0,

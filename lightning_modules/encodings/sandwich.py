@@ -20,6 +20,7 @@ class Sandwich(PositionalEncoding):
     """
 
     name = "sandwich"
+    init_reference = {}
     shift_invariant = True
     flex = True
 

@@ -15,6 +15,7 @@ class ScaledSinusoidal(Sinusoidal):
     """
 
     name = "scaled_sinusoidal"
+    init_reference = {"scale": ("const", lambda e: e.dim**-0.5)}
 
     def __init__(self, **options):
         super().__init__(**options)

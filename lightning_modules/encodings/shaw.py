@@ -1,3 +1,5 @@
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -22,6 +24,11 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool
     return logits.masked_fill(empty, 0.0).softmax(dim=-1).masked_fill(empty, 0.0)
 
 
+def glorot_bound(enc) -> float:
+    """sqrt(6 / (2k + 1 + D)): the Glorot uniform bound of a (2k + 1, D) table, Shaw's reference init."""
+    return math.sqrt(6 / (2 * enc.max_relative + 1 + enc.head_dim))
+
+
 class Shaw(PositionalEncoding):
     """Shaw relative positions: learned a^K_{clip(j - i, k)} added to the keys, optionally a^V to the values.
 
@@ -38,6 +45,7 @@ class Shaw(PositionalEncoding):
     """
 
     name = "shaw"
+    init_reference = {"key_table.weight": ("uniform", lambda e: -glorot_bound(e), glorot_bound)}  # tensor2tensor
     flex = True  # off with `values`
     shift_invariant = True
 

@@ -23,6 +23,7 @@ class Sinusoidal(PositionalEncoding):
     """
 
     name = "sinusoidal"
+    init_reference = {}
 
     def __init__(self, *, base: float = 10000.0, scale_tokens: bool = False, **common):
         super().__init__(**common)

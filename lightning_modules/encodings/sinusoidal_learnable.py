@@ -16,6 +16,7 @@ class SinusoidalLearnable(PositionalEncoding):
     """
 
     name = "sinusoidal_learnable"
+    init_reference = {"table": ("exact", lambda e: sinusoid_table(torch.arange(e.num_positions), e.dim, 1e4))}
 
     def __init__(self, *, base: float = 10000.0, **common):
         super().__init__(**common)

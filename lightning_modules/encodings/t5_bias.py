@@ -103,6 +103,7 @@ class T5Bias(PositionalEncoding):
     """
 
     name = "t5_bias"
+    init_reference = {"table.weight": ("normal", lambda e: e.dim**-0.5 / e.scale)}  # bias N(0, 1/C), as T5
     shift_invariant = True
     flex = True
 

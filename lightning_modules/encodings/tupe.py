@@ -2,6 +2,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.init_reference import BERT, ONES, ZEROS
 from lightning_modules.encodings.t5_bias import T5Bias, bucket_bias
 from pe_sweeps.errors import ConfigError
 
@@ -41,6 +42,8 @@ class TupeA(PositionalEncoding):
     """
 
     name = "tupe_a"
+    init_reference = {"table.weight": BERT, "norm.weight": ONES, "norm.bias": ZEROS, "proj_q.weight": BERT,
+                      "proj_k.weight": BERT}  # fmt: skip
 
     def __init__(self, *, untie_cls: bool | None = None, proj_bias: bool = False, mode: str = "untied", **common):
         super().__init__(**common)
@@ -114,6 +117,7 @@ class TupeR(TupeA):
     """
 
     name = "tupe_r"
+    init_reference = {**TupeA.init_reference, "relative_table.weight": BERT}
 
     def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, **kwargs):
         super().__init__(**kwargs)

@@ -16,6 +16,7 @@ class XPos(RoPE):
     """
 
     name = "xpos"
+    init_reference = {}
     causal_only = True
     kv_cache = False  # the centre of the decay moves with the longest position: cached keys would go stale
 
