@@ -30,7 +30,6 @@ from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar  # noqa: E4
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI  # noqa: E402
 
 from lightning_modules.arg_checks import (  # noqa: E402
-    check_model_args,
     check_not_linked,
     check_seed,
     check_trainer_args,
@@ -172,7 +171,6 @@ class PECLI(LightningCLI):
         if config.get("run.name") is not None:
             check_name("--run.name", config.run.name)
         model_args = config.get("model.init_args") or {}
-        check_model_args(model_args)
         check_trainer_args(config.get("trainer") or {}, fit=subcommand in (None, "fit"))
         check_seed(config.get("seed_everything"))
         model_class = locate(config.get("model.class_path") or "")
