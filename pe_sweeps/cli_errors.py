@@ -37,8 +37,11 @@ def range_error(key: str, message: str) -> str | None:
         return None
     kind, should, given = match.groups()
     bound = next((should.replace(words, op) for words, op in RANGE_WORDS if should.startswith(words)), "")
-    kind = "an integer" if kind == "int" else "a finite number"
-    return f"--{key} must be {f'{kind} {bound}' if bound else kind}, got {given.strip()}"
+    if kind == "float" and given.strip().lower().lstrip("+-.") in ("nan", "inf", "infinity"):  # YAML's .nan, .inf
+        return f"--{key} must be a finite number, got {given.strip()}"
+    if not bound:  # not a number at all: the same words as any other type error
+        return f"--{key}: expected {'an integer' if kind == 'int' else 'a number'}, got {given.strip()!r}"
+    return f"--{key} must be {'an integer' if kind == 'int' else 'a finite number'} {bound}, got {given.strip()}"
 
 
 def type_name(name: str) -> str:
