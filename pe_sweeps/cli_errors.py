@@ -24,7 +24,9 @@ EXPECTED = re.compile(r"(?:- )?Expected a (?:<class '(\w+)'>|typing\.Literal\[(.
 GIVEN = re.compile(r"(?:Given value|Expected .*\. Got value): (.*)$")
 # a range declared with the option (pe_sweeps/ranges.py), as jsonargparse reports pydantic's check of it
 RANGE = re.compile(
-    r"validation error for constrained-(int|float)\s+Input should be (.*?) \[type=[^\]]*\].*?Got value: ([^\n]*)", re.S
+    r"validation error for constrained-(int|float)\s+Input should be (.*?) \[type=[^\]]*\]"
+    r".*?(?:Got|Given) value: ([^\n]*)",
+    re.S,
 )
 RANGE_WORDS = (("greater than or equal to ", ">= "), ("greater than ", "> "), ("less than or equal to ", "<= "),
                ("less than ", "< "))  # fmt: skip
