@@ -380,7 +380,7 @@ class TextDataModule(TaskDataModule):
         seed: Seed = None,
         num_workers: Workers = None,
         hub_name: HubName = None,
-        eval_stride: PositiveInt | None = None,  # sliding-window evaluation stride; None: non-overlapping only
+        eval_stride: int | None = None,  # sliding-window evaluation stride; None: non-overlapping only
     ):
         super().__init__(batch_size, seed, num_workers)
         self.save_hyperparameters()
