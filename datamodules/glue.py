@@ -20,12 +20,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from datamodules.loaders import data_seed, seeded_loader
+from datamodules.base import (
+    BatchSize,
+    DataDir,
+    HubName,
+    Limit,
+    Seed,
+    TaskDataModule,
+    Tokenizer,
+    VocabLimit,
+    Workers,
+    hub_error,
+)
+from datamodules.loaders import seeded_loader
 from datamodules.text import (
     SPECIAL_TOKENS,
     check_tokenizer,
@@ -37,6 +48,7 @@ from datamodules.text import (
 from lightning_modules.arch import ArchConfig
 from lightning_modules.checkpoint_io import load_checkpoint
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import PositiveInt
 
 PAD, CLS, SEP = (SPECIAL_TOKENS.index(t) for t in ("[PAD]", "[CLS]", "[SEP]"))
 
@@ -115,11 +127,9 @@ def read_hub_task(spec: GlueTask, hub_name: str, data_dir: str):
             for split, name in (("train", "train"), ("dev", "validation"))
         }
     except Exception as error:  # noqa: BLE001 - any failure to reach or read the hub is a config problem
-        reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
-        raise ConfigError(
-            f"cannot load {hub_name!r} from the Hugging Face hub ({reason}); to use local files drop "
-            f"--data.hub_name and set --data.data_dir (now {data_dir!r}, needs glue/{spec.folder}/)"
-        ) from None
+        instead = "to use local files drop --data.hub_name and set --data.data_dir"
+        instead += f" (now {data_dir!r}, needs glue/{spec.folder}/)"
+        raise hub_error(hub_name, error, instead) from None
 
 
 def checkpoint_tokenizer(path: str):
@@ -197,7 +207,7 @@ class Examples(torch.utils.data.Dataset):
         return {"tokens": tokens, "padding_mask": tokens != PAD, "labels": labels}
 
 
-class GLUEDataModule(pl.LightningDataModule):
+class GLUEDataModule(TaskDataModule):
     """A GLUE task as batches `tokens` (B, L), `padding_mask` (B, L) True = real, `labels` (B,).
 
     `num_labels` (2, or 1 for STS-B's regression), `vocab_size`, `max_seq_len` and `task` are known after
@@ -205,31 +215,30 @@ class GLUEDataModule(pl.LightningDataModule):
     """
 
     @staticmethod
-    def check_args(task: str = "sst2", tokenizer: str = "bpe", **_) -> None:
+    def check_options(task: str = "sst2", tokenizer: str = "bpe", **_) -> None:
         check_glue_task(task)
         check_tokenizer(tokenizer)
 
     def __init__(
         self,
         task: str = "sst2",
-        data_dir: str | None = None,
+        data_dir: DataDir = None,
         init_from: str | None = None,  # linked from model.init_from: use the checkpoint's tokenizer
-        tokenizer: str = "bpe",  # without init_from: "bpe" | "word" | "char", trained on the train split
-        vocab_size_limit: int = 8000,
-        max_length: int = 128,
-        batch_size: int = 32,
-        max_train_examples: int | None = None,
-        max_eval_examples: int | None = None,
-        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
-        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
-        hub_name: str | None = None,  # e.g. "glue" (config from the task) or "glue:sst2"
+        tokenizer: Tokenizer = "bpe",  # without init_from: trained on the train split
+        vocab_size_limit: VocabLimit = 8000,
+        max_length: PositiveInt = 128,
+        batch_size: BatchSize = 32,
+        max_train_examples: Limit = None,
+        max_eval_examples: Limit = None,
+        seed: Seed = None,
+        num_workers: Workers = None,
+        hub_name: HubName = None,  # e.g. "glue" (config from the task) or "glue:sst2"
     ):
-        super().__init__()
+        super().__init__(batch_size, seed, num_workers)
         self.save_hyperparameters()
-        self.check_args(task, tokenizer)
+        self.check_args(**self.hparams)
         self.task = self.classifier_task = task  # classifier_task: the source of cli.py's link to the classifier
-        self.spec, self.seed = GLUE_TASKS[task], data_seed(seed)
-        self.batch_size, self.num_workers, self.max_length = batch_size, num_workers, max_length
+        self.spec, self.max_length = GLUE_TASKS[task], max_length
         self.num_labels = 1 if self.spec.labels is None else len(self.spec.labels)
         self.label_names = None if self.spec.labels is None else list(self.spec.labels)  # linked to the model
         self.splits = self._read(data_dir, hub_name, max_train_examples, max_eval_examples)

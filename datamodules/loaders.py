@@ -1,18 +1,13 @@
 """The DataLoader every data module hands out."""
 
-import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.base import TaskDataModule, data_seed  # noqa: F401 (data_seed re-exported)
+
 CUDA_WORKERS = 2  # default loader processes per training process on CUDA
-
-
-def data_seed(seed: int | None) -> int:
-    """A data module's seed: `cli.py` fills a null `data.seed` with the run's `seed_everything`, so data and
-    initialisation vary together over seeds (an integer keeps the data fixed); 0 when built outside the CLI."""
-    return 0 if seed is None else seed
 
 
 def loader_workers(num_workers: int | None) -> int:
@@ -46,7 +41,7 @@ def seeded_loader(dataset: Dataset | None, *, batch_size: int, shuffle: bool, se
     )  # fmt: skip
 
 
-class SplitDataModule(pl.LightningDataModule):
+class SplitDataModule(TaskDataModule):
     """Base of the data modules with one training, one validation and one test set (`train_set`,
     `val_set`, `test_set`, filled by `setup`): seeded loaders over them, batched by `collate_fn`
     (a staticmethod, or None for the default collation)."""

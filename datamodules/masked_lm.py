@@ -15,11 +15,15 @@ inside every checkpoint so that fine-tuning reads text exactly as pre-training d
 Shape legend: B batch, L block size.
 """
 
+from typing import Annotated
+
 import torch
+from annotated_types import Ge
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from datamodules.loaders import SplitDataModule, data_seed
+from datamodules.base import BatchSize, DataDir, HubName, Limit, Seed, Tokenizer, VocabLimit, Workers
+from datamodules.loaders import SplitDataModule
 from datamodules.text import (
     CORPORA,
     SPECIAL_TOKENS,
@@ -29,7 +33,7 @@ from datamodules.text import (
     load_or_train_tokenizer,
     read_corpus,
 )
-from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import OpenFraction
 
 PAD, CLS, SEP, MASK = (SPECIAL_TOKENS.index(t) for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]"))
 NUM_SPECIAL = len(SPECIAL_TOKENS)  # ids below this are special and never masked or sampled
@@ -63,36 +67,30 @@ class MaskedLMDataModule(SplitDataModule):
     """
 
     @staticmethod
-    def check_args(task: str = "wikitext2", tokenizer: str = "bpe", **_) -> None:
+    def check_options(task: str = "wikitext2", tokenizer: str = "bpe", **_) -> None:
         check_task(task)
         check_tokenizer(tokenizer)
 
     def __init__(
         self,
         task: str = "wikitext2",
-        data_dir: str | None = None,
-        tokenizer: str = "bpe",  # "bpe" | "word" | "char" | "auto" (the corpus's LM default)
-        vocab_size_limit: int = 8000,
-        block_size: int = 128,
-        mask_rate: float = 0.15,
-        batch_size: int = 32,
-        max_train_blocks: int | None = None,
-        max_eval_blocks: int | None = None,
-        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
-        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
-        hub_name: str | None = None,
+        data_dir: DataDir = None,
+        tokenizer: Tokenizer = "bpe",
+        vocab_size_limit: VocabLimit = 8000,
+        block_size: Annotated[int, Ge(2)] = 128,  # [CLS] and at least one token
+        mask_rate: OpenFraction = 0.15,
+        batch_size: BatchSize = 32,
+        max_train_blocks: Limit = None,
+        max_eval_blocks: Limit = None,
+        seed: Seed = None,
+        num_workers: Workers = None,
+        hub_name: HubName = None,
     ):
-        super().__init__()
+        super().__init__(batch_size, seed, num_workers)
         self.save_hyperparameters()
-        self.check_args(task, tokenizer)
-        if block_size < 2 or batch_size < 1 or not 0 < mask_rate < 1:
-            raise ConfigError(
-                f"need block_size >= 2, batch_size >= 1 and 0 < mask_rate < 1, got block_size={block_size}, "
-                f"batch_size={batch_size}, mask_rate={mask_rate}"
-            )
-        self.task, self.corpus, self.seed = f"mlm_{task}", task, data_seed(seed)
+        self.check_args(**self.hparams)
+        self.task, self.corpus = f"mlm_{task}", task
         self.block_size, self.max_seq_len, self.mask_rate = block_size, block_size, mask_rate
-        self.batch_size, self.num_workers = batch_size, num_workers
         self.max_train_blocks, self.max_eval_blocks = max_train_blocks, max_eval_blocks
         kind = CORPORA[task][3] if tokenizer == "auto" else tokenizer
         self.texts, key = read_corpus(task, data_dir, hub_name)

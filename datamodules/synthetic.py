@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.loaders import SplitDataModule, data_seed
+from datamodules.base import BatchSize, Seed, Workers
+from datamodules.loaders import SplitDataModule
 from datamodules.tasks import TASKS, check_task, get_task, split_options  # noqa: F401 (TASKS re-exported)
 from datamodules.tasks.tokens import (  # noqa: F401 (re-exported: the token ids every task shares)
     IGNORE_INDEX,
@@ -29,6 +30,7 @@ from datamodules.tasks.tokens import (  # noqa: F401 (re-exported: the token ids
     vocab_size,
 )
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import PositiveInt
 
 # ---------------------------------------------------------------------------------------------------------
 # Formatting and batching
@@ -152,7 +154,7 @@ class SyntheticDataModule(SplitDataModule):
     collate_fn = staticmethod(collate)
 
     @staticmethod
-    def check_args(task: str = "copy", task_options: dict | None = None, num_symbols: int = 10,
+    def check_options(task: str = "copy", task_options: dict | None = None, num_symbols: int = 10,
                    train_max_len: int = 16, **_) -> None:  # fmt: skip
         """Cheap check of registry names and task options (names and values: one short example), run by cli.py
         before anything is instantiated."""
@@ -163,34 +165,29 @@ class SyntheticDataModule(SplitDataModule):
         task: str = "copy",
         task_options: dict | None = None,  # the task's own options, e.g. {modulus: 5}; see datamodules/tasks
         causal: bool = True,  # decoder-only LM formatting; False = bidirectional encoder with MASK slots
-        min_len: int = 1,
-        train_max_len: int = 16,
-        eval_max_len: int | None = None,  # default 4 * train_max_len
-        eval_length_stride: int = 1,
-        num_symbols: int = 10,
-        train_size: int = 20000,
-        eval_per_length: int = 64,
-        eval_per_train_length: int | None = None,  # examples per length <= train_max_len; default eval_per_length
-        batch_size: int = 64,
-        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
-        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
+        min_len: PositiveInt = 1,
+        train_max_len: PositiveInt = 16,
+        eval_max_len: PositiveInt | None = None,  # default 4 * train_max_len
+        eval_length_stride: PositiveInt = 1,
+        num_symbols: PositiveInt = 10,
+        train_size: PositiveInt = 20000,
+        eval_per_length: PositiveInt = 64,
+        eval_per_train_length: PositiveInt | None = None,  # per length <= train_max_len; default eval_per_length
+        batch_size: BatchSize = 64,
+        seed: Seed = None,
+        num_workers: Workers = None,
     ):
-        super().__init__()
+        super().__init__(batch_size, seed, num_workers)
         self.save_hyperparameters()
         check_task(task, task_options)  # unknown names and options fail here, before any other check
+        self.check_args(**self.hparams)
         eval_max_len = 4 * train_max_len if eval_max_len is None else eval_max_len
-        _check_sizes(min_len, train_max_len, eval_max_len, eval_length_stride, num_symbols)
+        _check_lengths(min_len, train_max_len, eval_max_len)
         eval_per_train_length = eval_per_length if eval_per_train_length is None else eval_per_train_length
-        _check_counts(train_size=train_size, eval_per_length=eval_per_length,
-                      eval_per_train_length=eval_per_train_length, batch_size=batch_size)  # fmt: skip
-        if num_workers is not None and num_workers < 0:
-            raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
         self.task, self.task_options, self.causal = task, dict(task_options or {}), causal
-        self.seed = data_seed(seed)
         self.min_len, self.train_max_len, self.eval_max_len = min_len, train_max_len, eval_max_len
         self.num_symbols, self.train_size, self.eval_per_length = num_symbols, train_size, eval_per_length
         self.eval_per_train_length = eval_per_train_length
-        self.batch_size, self.num_workers = batch_size, num_workers
         strided = range(min_len, eval_max_len + 1, eval_length_stride)
         self.eval_lengths = sorted({*strided, train_max_len, eval_max_len})
         self.vocab_size = vocab_size(num_symbols, train_max_len)
@@ -224,19 +221,9 @@ class SyntheticDataModule(SplitDataModule):
             self.test_set = self._eval_set(2)
 
 
-def _check_sizes(min_len: int, train_max_len: int, eval_max_len: int, stride: int, num_symbols: int) -> None:
-    if not 1 <= min_len <= train_max_len <= eval_max_len:
+def _check_lengths(min_len: int, train_max_len: int, eval_max_len: int) -> None:
+    if not min_len <= train_max_len <= eval_max_len:
         raise ConfigError(
             "lengths must satisfy 1 <= min_len <= train_max_len <= eval_max_len, got "
             f"min_len={min_len}, train_max_len={train_max_len}, eval_max_len={eval_max_len}"
         )
-    if stride < 1:
-        raise ConfigError(f"eval_length_stride must be >= 1, got {stride}")
-    if num_symbols < 1:
-        raise ConfigError(f"num_symbols must be >= 1, got {num_symbols}")
-
-
-def _check_counts(**counts: int) -> None:
-    for name, value in counts.items():
-        if value < 1:
-            raise ConfigError(f"{name} must be >= 1, got {value}")

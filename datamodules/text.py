@@ -26,15 +26,27 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.loaders import data_seed, seeded_loader
+from datamodules.base import (
+    BatchSize,
+    DataDir,
+    HubName,
+    Limit,
+    Seed,
+    TaskDataModule,
+    Tokenizer,
+    VocabLimit,
+    Workers,
+    hub_error,
+)
+from datamodules.loaders import seeded_loader
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.layout import TOKENIZER_CACHE_ENV as CACHE_ENV
 from pe_sweeps.layout import data_root
+from pe_sweeps.ranges import PositiveInt
 from pe_sweeps.vocab import IGNORE_INDEX, SPECIAL_TOKENS  # noqa: F401 - IGNORE_INDEX: a context-only token's target
 
 TOKENIZERS = ("auto", "char", "word", "bpe")
@@ -130,11 +142,9 @@ def read_hub(hub_name: str, data_dir: str) -> tuple[str, str, str]:
         rows = lambda split: "".join(r if r.endswith("\n") else r + "\n" for r in loaded[split]["text"])
         return rows("train"), rows("validation"), rows("test")
     except Exception as error:  # noqa: BLE001 - any failure to reach or read the hub is a config problem
-        reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
-        raise ConfigError(
-            f"cannot load {hub_name!r} from the Hugging Face hub ({reason}); to use local files drop "
-            f"--data.hub_name and set --data.data_dir (now {data_dir!r}, needs the task's folder)"
-        ) from None
+        instead = "to use local files drop --data.hub_name and set --data.data_dir"
+        instead += f" (now {data_dir!r}, needs the task's folder)"
+        raise hub_error(hub_name, error, instead) from None
 
 
 def files_stamp(paths) -> str:
@@ -322,7 +332,7 @@ class SlidingWindows(Dataset):
 # DataModule
 
 
-class TextDataModule(pl.LightningDataModule):
+class TextDataModule(TaskDataModule):
     """Causal LM on a text corpus: train on packed blocks of `block_size`, evaluate perplexity at
     contexts block_size * f for every f in `eval_factors` (Press et al. 2022's extrapolation protocol).
 
@@ -346,7 +356,7 @@ class TextDataModule(pl.LightningDataModule):
     """
 
     @staticmethod
-    def check_args(task: str = "tinyshakespeare", tokenizer: str = "auto", block_size: int = 128,
+    def check_options(task: str = "tinyshakespeare", tokenizer: str = "auto", block_size: int = 128,
                    eval_stride: int | None = None, **_) -> None:  # fmt: skip
         """Cheap check of names and the stride, run by cli.py before anything is instantiated."""
         check_task(task)
@@ -359,31 +369,31 @@ class TextDataModule(pl.LightningDataModule):
         self,
         task: str = "tinyshakespeare",
         causal: bool = True,  # linked from the model; a causal LM needs causal attention
-        data_dir: str | None = None,
-        tokenizer: str = "auto",  # "auto" | "char" | "word" | "bpe"
-        vocab_size_limit: int = 8000,
-        block_size: int = 128,
+        data_dir: DataDir = None,
+        tokenizer: Tokenizer = "auto",
+        vocab_size_limit: VocabLimit = 8000,
+        block_size: PositiveInt = 128,
         eval_factors: list[int] | None = None,  # default [1, 2, 4]
-        batch_size: int = 32,
-        max_train_blocks: int | None = None,
-        max_eval_tokens: int | None = None,
-        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
-        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
-        hub_name: str | None = None,
+        batch_size: BatchSize = 32,
+        max_train_blocks: Limit = None,
+        max_eval_tokens: Limit = None,
+        seed: Seed = None,
+        num_workers: Workers = None,
+        hub_name: HubName = None,
         eval_stride: int | None = None,  # sliding-window evaluation stride; None: non-overlapping only
     ):
-        super().__init__()
+        super().__init__(batch_size, seed, num_workers)
         self.save_hyperparameters()
-        self.check_args(task, tokenizer, block_size, eval_stride)
+        self.check_args(**self.hparams)
         self.eval_stride = eval_stride
         eval_factors = [1, 2, 4] if eval_factors is None else list(eval_factors)
-        _check_sizes(causal, block_size, eval_factors, batch_size, vocab_size_limit, max_train_blocks, max_eval_tokens)
-        self.task, self.causal, self.seed, self.data_dir = task, causal, data_seed(seed), data_dir
+        _check_sizes(causal, eval_factors, vocab_size_limit)
+        self.task, self.causal, self.data_dir = task, causal, data_dir
         self.tokenizer_kind = CORPORA[task][3] if tokenizer == "auto" else tokenizer
-        self.block_size, self.eval_factors, self.batch_size = block_size, eval_factors, batch_size
+        self.block_size, self.eval_factors = block_size, eval_factors
         self.train_seq_len = block_size  # training inputs: positions past it are never trained
         self.eval_contexts = [block_size * f for f in eval_factors]
-        self.max_train_blocks, self.max_eval_tokens, self.num_workers = max_train_blocks, max_eval_tokens, num_workers
+        self.max_train_blocks, self.max_eval_tokens = max_train_blocks, max_eval_tokens
         self.max_seq_len = max(self.eval_contexts)
         self.texts, key = read_corpus(task, data_dir, hub_name)
         self.tokenizer, self.tokenizer_file = load_or_train_tokenizer(
@@ -423,16 +433,10 @@ class TextDataModule(pl.LightningDataModule):
         return [self._loader(s, shuffle=False) for s in self.test_sets or [None]]
 
 
-def _check_sizes(causal, block_size, eval_factors, batch_size, vocab_size_limit, max_train_blocks, max_eval_tokens):
+def _check_sizes(causal: bool, eval_factors: list[int], vocab_size_limit: int) -> None:
     if not causal:
         raise ConfigError("TextDataModule is a causal LM; set --model.causal=true")
-    if block_size < 1 or batch_size < 1 or vocab_size_limit < len(SPECIAL_TOKENS) + 1:
-        raise ConfigError(
-            f"block_size and batch_size must be >= 1 and vocab_size_limit > {len(SPECIAL_TOKENS)}, got "
-            f"block_size={block_size}, batch_size={batch_size}, vocab_size_limit={vocab_size_limit}"
-        )
+    if vocab_size_limit < len(SPECIAL_TOKENS) + 1:
+        raise ConfigError(f"vocab_size_limit must be > {len(SPECIAL_TOKENS)}, got {vocab_size_limit}")
     if not eval_factors or min(eval_factors) < 1 or 1 not in eval_factors:
         raise ConfigError(f"eval_factors must be positive integers including 1, got {eval_factors}")
-    for name, value in (("max_train_blocks", max_train_blocks), ("max_eval_tokens", max_eval_tokens)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{name} must be >= 1 or null, got {value}")

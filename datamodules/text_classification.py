@@ -29,10 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from datamodules.base import BatchSize, DataDir, HubName, Limit, Seed, Tokenizer, VocabLimit, Workers, hub_error
 from datamodules.glue import Examples, encode_examples_cached
-from datamodules.loaders import SplitDataModule, data_seed
+from datamodules.loaders import SplitDataModule
 from datamodules.text import check_tokenizer, load_or_train_tokenizer, resolve_dir
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import PositiveInt
 
 FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 SENTEVAL_SEED = 1111  # SentEval's k-fold seed
@@ -232,7 +234,7 @@ class TextClassificationDataModule(SplitDataModule):
     collate_fn = staticmethod(Examples.collate)
 
     @staticmethod
-    def check_args(preset: str | None = None, tokenizer: str = "bpe", train_file: str | None = None,
+    def check_options(preset: str | None = None, tokenizer: str = "bpe", train_file: str | None = None,
                    folds: int | None = None, fold: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1,
                    **_) -> None:  # fmt: skip
         check_preset(preset)
@@ -262,20 +264,20 @@ class TextClassificationDataModule(SplitDataModule):
         val_fraction: float = 0.1,
         test_fraction: float = 0.1,
         split_seed: int | None = None,  # default: 1111 (SentEval's) for presets, else 0
-        data_dir: str | None = None,
-        hub_name: str | None = None,  # load from the hub instead (online), e.g. the preset's `hub`
-        tokenizer: str = "bpe",
-        vocab_size_limit: int = 8000,
-        max_length: int = 128,
-        batch_size: int = 32,
-        max_train_examples: int | None = None,
-        max_eval_examples: int | None = None,
-        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
-        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
+        data_dir: DataDir = None,
+        hub_name: HubName = None,  # e.g. the preset's `hub`
+        tokenizer: Tokenizer = "bpe",
+        vocab_size_limit: VocabLimit = 8000,
+        max_length: PositiveInt = 128,
+        batch_size: BatchSize = 32,
+        max_train_examples: Limit = None,
+        max_eval_examples: Limit = None,
+        seed: Seed = None,
+        num_workers: Workers = None,
     ):
-        super().__init__()
+        super().__init__(batch_size, seed, num_workers)
         self.save_hyperparameters()
-        self.check_args(preset, tokenizer, train_file, folds, fold, val_fraction, test_fraction)
+        self.check_args(**self.hparams)
         spec = PRESETS.get(preset)
         self.text_columns = [text_column or (spec.text_column if spec else "sentence")] + (
             [text_pair_column] if text_pair_column else []
@@ -285,12 +287,7 @@ class TextClassificationDataModule(SplitDataModule):
         self.fold = fold
         self.split_seed = split_seed if split_seed is not None else (SENTEVAL_SEED if spec else 0)
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
-        self.seed, self.batch_size, self.num_workers, self.max_length = (
-            data_seed(seed),
-            batch_size,
-            num_workers,
-            max_length,
-        )
+        self.max_length = max_length
         if hub_name:
             splits, train_source = self._read_hub(hub_name, spec, text_column, label_column, data_dir)
         else:
@@ -397,8 +394,7 @@ def load_hub(hub_name: str, spec: Preset | None, data_dir: str):
 
         return datasets.load_dataset(hub_name)
     except Exception as error:  # noqa: BLE001 - any failure to reach or read the hub is a config problem
-        reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
         local = (
             spec.offline if spec and spec.local is None else f"drop --data.hub_name to read files under {data_dir!r}"
         )
-        raise ConfigError(f"cannot load {hub_name!r} from the Hugging Face hub ({reason}); offline: {local}") from None
+        raise hub_error(hub_name, error, f"offline: {local}") from None

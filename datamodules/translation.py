@@ -16,12 +16,15 @@ T target length (decoder input and output; both padded to the batch's longest).
 
 import re
 from pathlib import Path
+from typing import Annotated
 
 import torch
+from annotated_types import Ge
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.loaders import SplitDataModule, data_seed
+from datamodules.base import BatchSize, DataDir, HubName, Limit, Seed, VocabLimit, Workers, hub_error
+from datamodules.loaders import SplitDataModule
 from datamodules.text import SPECIAL_TOKENS, load_or_train_tokenizer, resolve_dir
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.vocab import BOS, EOS, IGNORE_INDEX, PAD  # [CLS] begins a target, [SEP] ends it; padding: no loss
@@ -68,11 +71,9 @@ def read_hub(hub_name: str, data_dir: str) -> dict[str, tuple[list[str], list[st
         loaded = datasets.load_dataset(hub_name)
         return {split: (list(loaded[name][SOURCE]), list(loaded[name][TARGET])) for split, name in HUB_SPLITS.items()}
     except Exception as error:  # noqa: BLE001 - any failure to reach or read the hub is a config problem
-        reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
-        raise ConfigError(
-            f"cannot load {hub_name!r} from the Hugging Face hub ({reason}); to use local files drop "
-            f"--data.hub_name and set --data.data_dir (now {data_dir!r}, needs {FOLDER}/)"
-        ) from None
+        instead = "to use local files drop --data.hub_name and set --data.data_dir"
+        instead += f" (now {data_dir!r}, needs {FOLDER}/)"
+        raise hub_error(hub_name, error, instead) from None
 
 
 def check_aligned(pairs: dict[str, tuple[list[str], list[str]]]) -> None:
@@ -144,43 +145,30 @@ class TranslationDataModule(SplitDataModule):
     task = "multi30k"
 
     @staticmethod
-    def check_args(
-        max_length: int = 64,
-        batch_size: int = 64,
-        vocab_size_limit: int = 8000,
-        max_train_examples: int | None = None,
-        max_eval_examples: int | None = None,
-        **_,
-    ) -> None:
-        """Cheap checks of sizes, run by cli.py before anything is instantiated."""
-        if max_length < 2 or batch_size < 1:
-            raise ConfigError(f"max_length must be >= 2 and batch_size >= 1, got {max_length} and {batch_size}")
+    def check_options(vocab_size_limit: int = 8000, **_) -> None:
+        """The byte-level BPE's least vocabulary, checked by cli.py before anything is instantiated."""
         if vocab_size_limit < MIN_VOCAB:
             raise ConfigError(
                 f"vocab_size_limit must be >= {MIN_VOCAB} (256 bytes + special tokens), got {vocab_size_limit}"
             )
-        for name, value in (("max_train_examples", max_train_examples), ("max_eval_examples", max_eval_examples)):
-            if value is not None and value < 1:
-                raise ConfigError(f"{name} must be >= 1 or null, got {value}")
 
     def __init__(
         self,
-        data_dir: str | None = None,
-        vocab_size_limit: int = 8000,
-        max_length: int = 64,
-        batch_size: int = 64,
-        max_train_examples: int | None = None,
-        max_eval_examples: int | None = None,
-        seed: int | None = None,  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
-        num_workers: int | None = None,  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
-        hub_name: str | None = None,
+        data_dir: DataDir = None,
+        vocab_size_limit: VocabLimit = 8000,
+        max_length: Annotated[int, Ge(2)] = 64,  # a target keeps max_length - 1 tokens
+        batch_size: BatchSize = 64,
+        max_train_examples: Limit = None,
+        max_eval_examples: Limit = None,
+        seed: Seed = None,
+        num_workers: Workers = None,
+        hub_name: HubName = None,
     ):
-        super().__init__()
+        super().__init__(batch_size, seed, num_workers)
         self.save_hyperparameters()
-        self.check_args(max_length, batch_size, vocab_size_limit, max_train_examples, max_eval_examples)
-        self.data_dir, self.max_length, self.batch_size = data_dir, max_length, batch_size
+        self.check_args(**self.hparams)
+        self.data_dir, self.max_length = data_dir, max_length
         self.max_train_examples, self.max_eval_examples = max_train_examples, max_eval_examples
-        self.seed, self.num_workers = data_seed(seed), num_workers
         self.max_seq_len = max_length
         self.pairs, key = self._read(hub_name)
         train_text = "\n".join(self.pairs["train"][0] + self.pairs["train"][1]) + "\n"

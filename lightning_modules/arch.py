@@ -6,6 +6,9 @@ LightningCLI exposes it as `--model.arch.*` (`--model.arch.encoding=rope`, `--mo
 """
 
 from dataclasses import asdict, dataclass, fields
+from typing import Literal
+
+from pe_sweeps.ranges import Fraction, PositiveFloat, PositiveInt, check_ranges
 
 
 @dataclass(frozen=True)
@@ -14,17 +17,20 @@ class ArchConfig:
 
     encoding: str = "rope"  # registry name or preset (lightning_modules/encodings)
     encoding_options: dict | None = None  # the encoding's own options, e.g. {base: 500}
-    dim: int = 128  # model width C
-    depth: int = 2  # layers
-    num_heads: int = 4  # H; head dim D = dim / num_heads
-    ffn_mult: int = 4  # feed-forward width = ffn_mult * dim
-    dropout: float = 0.0  # attention, residual and embedding dropout
+    dim: PositiveInt = 128  # model width C
+    depth: PositiveInt = 2  # layers
+    num_heads: PositiveInt = 4  # H; head dim D = dim / num_heads
+    ffn_mult: PositiveInt = 4  # feed-forward width = ffn_mult * dim
+    dropout: Fraction = 0.0  # attention, residual and embedding dropout
     post_norm: bool = False  # post-LN (BERT, TUPE) instead of pre-LN (GPT-2)
-    vocab_size: int = 64  # linked from data.vocab_size
-    max_length: int = 256  # linked from data.max_seq_len: the longest sequence any split feeds
-    token_init_std: float = 0.02  # token embeddings N(0, s^2): GPT-2 / BERT; 1.0 is nn.Embedding's default
+    vocab_size: PositiveInt = 64  # linked from data.vocab_size
+    max_length: PositiveInt = 256  # linked from data.max_seq_len: the longest sequence any split feeds
+    token_init_std: PositiveFloat = 0.02  # token embeddings N(0, s^2): GPT-2 / BERT; 1.0 is nn.Embedding's default
     # auto: FlexAttention on CUDA for an encoding whose logit terms have score_mods, SDPA otherwise; sdpa | flex force
-    attention_backend: str = "auto"
+    attention_backend: Literal["auto", "sdpa", "flex"] = "auto"
+
+    def __post_init__(self) -> None:
+        check_ranges(type(self), vars(self), "arch.")  # built directly (not parsed): the declared ranges still hold
 
     @classmethod
     def of(cls, value: "ArchConfig | dict") -> "ArchConfig":

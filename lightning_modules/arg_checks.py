@@ -1,47 +1,13 @@
-"""Ranges of the model and trainer arguments every task shares, checked once after parsing (cli.py), so
-a bad size or rate is one line before anything is built, seeded or written."""
-
-import math
+"""Checks of the trainer arguments, the seed and the linked model arguments, run once after parsing (cli.py), so
+a bad value is one line before anything is built, seeded or written. The model's own ranges are declared with
+its options (`Annotated` types from pe_sweeps/ranges.py) and checked by the parser."""
 
 from pe_sweeps.errors import ConfigError
 
-AT_LEAST_ONE = ("dim", "num_heads", "depth", "decoder_depth", "ffn_mult", "max_length", "beam_size", "max_decode_len")
-NOT_NEGATIVE = ("weight_decay", "warmup_steps", "label_smoothing")
-FRACTIONS = ("dropout", "warmup_ratio", "label_smoothing")  # in [0, 1)
 LINKED = {
     "arch.max_length": "data.max_seq_len (the data's longest sequence)",
     "arch.vocab_size": "the data's vocabulary",
 }
-
-
-def _number(option: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"--{option} must be a finite number, got {value!r}")
-    return value
-
-
-def model_options(model_args) -> dict[str, object]:
-    """{"model.lr": 0.001, "model.arch.dim": 64, ...}: the model's arguments, its architecture's spelled out."""
-    items = lambda values: (values if isinstance(values, dict) else vars(values)).items()  # dict or Namespace
-    options = {f"model.{k}": v for k, v in items(model_args or {}) if k != "arch"}
-    arch = (model_args or {}).get("arch")
-    return options | ({f"model.arch.{k}": v for k, v in items(arch)} if arch is not None else {})
-
-
-def check_model_args(model_args) -> None:
-    """Sizes >= 1, rates in range, a finite positive learning rate (`model_args`: parsed init_args)."""
-    for option, value in model_options(model_args).items():
-        key = option.rpartition(".")[2]
-        if value is None:
-            continue
-        if key in AT_LEAST_ONE and (not isinstance(value, int) or value < 1):
-            raise ConfigError(f"--{option} must be an integer >= 1, got {value!r}")
-        if key in ("lr", "token_init_std") and _number(option, value) <= 0:
-            raise ConfigError(f"--{option} must be a finite number > 0, got {value!r}")
-        if key in NOT_NEGATIVE and _number(option, value) < 0:
-            raise ConfigError(f"--{option} must be >= 0, got {value!r}")
-        if key in FRACTIONS and not 0 <= _number(option, value) < 1:
-            raise ConfigError(f"--{option} must be in [0, 1), got {value!r}")
 
 
 def check_trainer_args(trainer_args: dict, fit: bool = True) -> None:

@@ -15,6 +15,7 @@ from lightning_modules.optim import check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import Transformer
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
 from pe_sweeps.vocab import IGNORE_INDEX
 
 PPL = "ppl"
@@ -67,9 +68,9 @@ class CausalLMModel(TaskModule):
     def __init__(
         self,
         arch: ArchConfig = ArchConfig(max_length=512),  # --model.arch.*; vocab_size, max_length from the data
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 0,
+        lr: PositiveFloat = 1e-3,
+        weight_decay: NonNegativeFloat = 0.0,
+        warmup_steps: NonNegativeInt = 0,
         lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
         causal: bool = True,
         compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)

@@ -21,6 +21,7 @@ from lightning_modules.optim import check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import Transformer
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 # GLUE's metrics per task (Wang et al. 2019); the task score is their mean, as on the GLUE leaderboard.
 GLUE_METRICS = {
@@ -83,10 +84,10 @@ class SequenceClassifier(TaskModule):
         ),  # fmt: skip
         pooling: str = "cls",  # "cls" (state at position 0) or "mean" (over real tokens)
         init_from: str | None = None,  # MaskedLMModel checkpoint to fine-tune
-        lr: float = 1e-4,
-        weight_decay: float = 0.01,
-        warmup_steps: int = 0,
-        warmup_ratio: float | None = None,  # warm-up as a fraction of all steps (0.06 in TUPE); wins if set
+        lr: PositiveFloat = 1e-4,
+        weight_decay: NonNegativeFloat = 0.01,
+        warmup_steps: NonNegativeInt = 0,
+        warmup_ratio: Fraction | None = None,  # warm-up as a fraction of all steps (0.06 in TUPE); wins if set
         lr_decay: str = "linear",
         task: str = "sst2",  # linked from data.task
         num_labels: int = 2,  # linked from data.num_labels; 1 = regression

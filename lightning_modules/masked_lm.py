@@ -14,6 +14,7 @@ from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import Transformer
+from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 TOKENIZER_KEY = "tokenizer"  # checkpoint entry holding the tokenizer JSON (read by datamodules.glue)
 
@@ -48,9 +49,9 @@ class MaskedLMModel(TaskModule):
         self,
         # --model.arch.*; vocab_size and max_length (the block size) are linked from the data
         arch: ArchConfig = ArchConfig(encoding="tupe_a", dim=256, depth=4, dropout=0.1, post_norm=True, max_length=128),
-        lr: float = 5e-4,
-        weight_decay: float = 0.01,
-        warmup_steps: int = 100,
+        lr: PositiveFloat = 5e-4,
+        weight_decay: NonNegativeFloat = 0.01,
+        warmup_steps: NonNegativeInt = 100,
         lr_decay: str = "linear",
         compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):

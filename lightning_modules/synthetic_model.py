@@ -10,6 +10,7 @@ from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import check_lr_decay
 from lightning_modules.task_module import TaskModule
 from lightning_modules.transformer import Transformer
+from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 
 class SyntheticTaskModel(TaskModule):
@@ -29,9 +30,9 @@ class SyntheticTaskModel(TaskModule):
         self,
         arch: ArchConfig = ArchConfig(),  # --model.arch.*: encoding and sizes; vocab_size, max_length from the data
         causal: bool = True,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 0,
+        lr: PositiveFloat = 1e-3,
+        weight_decay: NonNegativeFloat = 0.0,
+        warmup_steps: NonNegativeInt = 0,
         lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
         compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):

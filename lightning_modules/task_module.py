@@ -8,6 +8,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import PositionalEncoding
 from lightning_modules.optim import DivergenceWatch, adamw_with_schedule
+from pe_sweeps.ranges import check_ranges
 
 
 def dotted_get(values, path: str):
@@ -56,10 +57,12 @@ class TaskModule(pl.LightningModule):
         return self.encoding_of(self.hparams)
 
     def save_arch_hyperparameters(self, arch: ArchConfig | dict) -> ArchConfig:
-        """`save_hyperparameters()` of the calling `__init__`, with `arch` kept as a plain dict (a checkpoint
+        """`save_hyperparameters()` of the calling `__init__` (its values checked against the ranges its
+        signature declares), with `arch` kept as a plain dict (a checkpoint
         then loads with `weights_only=True`); returns it as an ArchConfig."""
         arch = ArchConfig.of(arch)
         self.save_hyperparameters(ignore=["arch"], frame=inspect.currentframe().f_back)
+        check_ranges(type(self).__init__, self.hparams)  # the ranges its signature declares, when built directly
         self.hparams["arch"] = self._hparams_initial["arch"] = arch.as_dict()
         return arch
 

@@ -1,12 +1,16 @@
 """Every task module, for the callers that ask which of a run's parameters are encodings (compare, reseed)."""
 
-from lightning_modules.causal_lm import CausalLMModel
-from lightning_modules.classifier import SequenceClassifier
-from lightning_modules.masked_lm import MaskedLMModel
-from lightning_modules.synthetic_model import SyntheticTaskModel
-from lightning_modules.translation import TranslationModel
+import importlib
 
-TASK_MODULES = (SyntheticTaskModel, CausalLMModel, MaskedLMModel, SequenceClassifier, TranslationModel)
+from lightning_modules.registry import TASK_MODULE_PATHS
+
+
+def _load(path: str) -> type:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+TASK_MODULES = tuple(_load(path) for path in TASK_MODULE_PATHS.values())  # the registry's classes, imported
 
 
 def encoding_parameters() -> set[str]:
@@ -16,7 +20,7 @@ def encoding_parameters() -> set[str]:
     return {f"model.{p}" for p in paths} | {f"model.init_args.{p}" for p in paths}
 
 
-CLASS_PATHS = {f"{m.__module__}.{m.__qualname__}": m for m in TASK_MODULES}  # dotted class path -> class
+CLASS_PATHS = dict(zip(TASK_MODULE_PATHS.values(), TASK_MODULES))  # dotted class path -> class
 
 
 def run_encoding_of(config: dict) -> str | None:

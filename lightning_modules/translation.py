@@ -32,6 +32,7 @@ from lightning_modules.transformer import (
     layer_masks,
 )
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from pe_sweeps.vocab import BOS, EOS, IGNORE_INDEX, PAD
 
 PPL, BLEU, BLEU_GREEDY = "ppl", "bleu", "bleu_greedy"
@@ -189,22 +190,21 @@ class TranslationModel(TaskModule):
         arch: ArchConfig = ArchConfig(encoding="sinusoidal", dim=256, depth=3, dropout=0.1, max_length=64),
         decoder_encoding: str = "sinusoidal",
         decoder_encoding_options: dict | None = None,
-        decoder_depth: int = 3,
-        lr: float = 5e-4,
-        weight_decay: float = 0.0,
-        warmup_steps: int = 0,
+        decoder_depth: PositiveInt = 3,
+        lr: PositiveFloat = 5e-4,
+        weight_decay: NonNegativeFloat = 0.0,
+        warmup_steps: NonNegativeInt = 0,
         lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
-        label_smoothing: float = 0.1,
-        beam_size: int = 5,
-        max_decode_len: int | None = None,  # generated tokens incl. EOS; None = max_length
-        val_bleu_batches: int | None = 4,  # validation batches decoded for val/bleu; None = all
+        label_smoothing: Fraction = 0.1,
+        beam_size: PositiveInt = 5,
+        max_decode_len: PositiveInt | None = None,  # generated tokens incl. EOS; None = max_length
+        val_bleu_batches: PositiveInt | None = 4,  # validation batches decoded for val/bleu; None = all
         compile: bool = False,  # torch.compile the encoder and decoder blocks (lightning_modules/compiling.py)
     ):
         super().__init__()
         self.arch = self.save_arch_hyperparameters(arch)
         check_lr_decay(lr_decay)
         check_encoder_encoding(self.arch.encoding)
-        _check_decoding(beam_size, max_decode_len, val_bleu_batches, label_smoothing)
         self.encoder = Transformer(self.arch, causal=False)
         decoder = replace(self.arch, encoding=decoder_encoding, encoding_options=decoder_encoding_options,
                           depth=decoder_depth)  # fmt: skip
@@ -400,13 +400,3 @@ class TranslationModel(TaskModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test", {BLEU: "test", BLEU_GREEDY: "test_greedy"})
-
-
-def _check_decoding(beam_size: int, max_decode_len: int | None, val_bleu_batches: int | None, smoothing: float):
-    if beam_size < 1:
-        raise ConfigError(f"beam_size must be >= 1, got {beam_size}")
-    for name, value in (("max_decode_len", max_decode_len), ("val_bleu_batches", val_bleu_batches)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{name} must be >= 1 or null, got {value}")
-    if not 0.0 <= smoothing < 1.0:
-        raise ConfigError(f"label_smoothing must be in [0, 1), got {smoothing}")

@@ -30,8 +30,9 @@ import yaml  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar  # noqa: E402
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI  # noqa: E402
 
+from datamodules.base import TaskDataModule  # noqa: E402
+from datamodules.registry import DATA_MODULES  # noqa: E402
 from lightning_modules.arg_checks import (  # noqa: E402
-    check_model_args,
     check_not_linked,
     check_seed,
     check_trainer_args,
@@ -39,8 +40,8 @@ from lightning_modules.arg_checks import (  # noqa: E402
 )
 from lightning_modules.checkpoint_io import check_given_arch, load_checkpoint  # noqa: E402
 from lightning_modules.encodings import check_encoding  # noqa: E402
+from lightning_modules.registry import TASK_MODULE_PATHS  # noqa: E402
 from lightning_modules.task_module import TaskModule, dotted_get  # noqa: E402
-from lightning_modules.task_modules import CLASS_PATHS  # noqa: E402
 from pe_sweeps.cli_errors import OneLineErrors  # noqa: E402
 from pe_sweeps.cli_options import dashes_to_underscores, parse_options  # noqa: E402
 from pe_sweeps.errors import ConfigError, DivergedError  # noqa: E402
@@ -74,14 +75,7 @@ PREBUILT: dict = {}  # filled in a sweep's fork server by prepare_fork_server():
 
 # short class names accepted wherever a model or data class path is (`--model=SyntheticTaskModel`,
 # `--model.help SyntheticTaskModel`)
-CLASSES = {
-    "model": {path.rsplit(".", 1)[-1]: path for path in CLASS_PATHS},
-    "data": {c.rsplit(".", 1)[-1]: c for c in (
-        "datamodules.synthetic.SyntheticDataModule", "datamodules.text.TextDataModule",
-        "datamodules.masked_lm.MaskedLMDataModule", "datamodules.glue.GLUEDataModule",
-        "datamodules.text_classification.TextClassificationDataModule",
-        "datamodules.translation.TranslationDataModule")},
-}  # fmt: skip
+CLASSES = {"model": TASK_MODULE_PATHS, "data": DATA_MODULES}  # the registries (lightning_modules, datamodules)
 SUBCOMMANDS = {
     "fit": "train a model (LightningCLI: --config FILE, --model.*, --data.*, --trainer.*, --run.*)",
     "validate": "evaluate a checkpoint on the validation set (--ckpt_path)",
@@ -175,7 +169,6 @@ class PECLI(LightningCLI):
         if config.get("run.name") is not None:
             check_name("--run.name", config.run.name)
         model_args = config.get("model.init_args") or {}
-        check_model_args(model_args)
         check_trainer_args(config.get("trainer") or {}, fit=subcommand in (None, "fit"))
         check_seed(config.get("seed_everything"))
         model_class = locate(config.get("model.class_path") or "")
@@ -191,10 +184,9 @@ class PECLI(LightningCLI):
             config["model.init_args.init_from"] = path
             if "init_from" in (config.get("data.init_args") or {}):
                 config["data.init_args.init_from"] = path
-        data_class = config.get("data.class_path")
-        check_args = getattr(locate(data_class), "check_args", None) if data_class else None
-        if check_args:
-            check_args(**vars(config.data.init_args))
+        data_class = locate(config.get("data.class_path") or "")
+        if isinstance(data_class, type) and issubclass(data_class, TaskDataModule):  # the data modules' contract
+            data_class.check_args(**vars(config.data.init_args))
         if config.get("ckpt_path"):  # read before LightningCLI puts its hyper-parameters in the config
             checkpoint = load_checkpoint(config.ckpt_path, "--ckpt_path")
             if config.get("model.init_args.arch") is not None:
@@ -258,7 +250,7 @@ class PECLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         config = self.config[self.subcommand]
         run: RunOptions = self.config_init[self.subcommand].run
-        task = self.datamodule.task  # every datamodule names its task: the run's name and group
+        task = self.datamodule.task  # a TaskDataModule names its task: the run's name and group
         encoding = self.model.run_encoding
         seed = config.seed_everything
         distinct = self._distinguishing(config)

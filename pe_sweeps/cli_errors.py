@@ -22,6 +22,28 @@ NOISE = re.compile(
 )
 EXPECTED = re.compile(r"(?:- )?Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])")
 GIVEN = re.compile(r"(?:Given value|Expected .*\. Got value): (.*)$")
+# a range declared with the option (pe_sweeps/ranges.py), as jsonargparse reports pydantic's check of it
+RANGE = re.compile(
+    r"validation error for constrained-(int|float)\s+Input should be (.*?) \[type=[^\]]*\]"
+    r".*?(?:Got|Given) value: ([^\n]*)",
+    re.S,
+)
+RANGE_WORDS = (("greater than or equal to ", ">= "), ("greater than ", "> "), ("less than or equal to ", "<= "),
+               ("less than ", "< "))  # fmt: skip
+
+
+def range_error(key: str, message: str) -> str | None:
+    """`--model.arch.dim must be an integer >= 1, got 0` from pydantic's report of a declared range."""
+    match = RANGE.search(message)
+    if match is None:
+        return None
+    kind, should, given = match.groups()
+    bound = next((should.replace(words, op) for words, op in RANGE_WORDS if should.startswith(words)), "")
+    if kind == "float" and given.strip().lower().lstrip("+-.") in ("nan", "inf", "infinity"):  # YAML's .nan, .inf
+        return f"--{key} must be a finite number, got {given.strip()}"
+    if not bound:  # not a number at all: the same words as any other type error
+        return f"--{key}: expected {'an integer' if kind == 'int' else 'a number'}, got {given.strip()!r}"
+    return f"--{key} must be {'an integer' if kind == 'int' else 'a finite number'} {bound}, got {given.strip()}"
 
 
 def type_name(name: str) -> str:
@@ -32,6 +54,8 @@ def one_line(message: str) -> str:
     """The parse error `message` as one line: `--KEY: reason` where the report names a key."""
     keys = re.findall(r'Parser key "([^"]+)":', message)
     key = ".".join(keys)
+    if key and (ranged := range_error(key, message)):
+        return ranged
     after = message.split(f'Parser key "{keys[-1]}":', 1)[-1] if keys else message
     lines = [line.strip() for line in after.splitlines() if line.strip() and not NOISE.match(line.strip())]
     expected = [m.group(1) or m.group(2) for line in lines if (m := EXPECTED.match(line))]

@@ -59,6 +59,8 @@ import threading
 import time
 from pathlib import Path
 
+from datamodules.registry import DATA_MODULES
+from lightning_modules.registry import TASK_MODULE_PATHS, modules_of
 from pe_sweeps.layout import PACKAGE, PARENT_ENV, is_project_program
 from pe_sweeps.tracking.children import launch_child
 
@@ -74,10 +76,7 @@ PRELOAD = (
     "requests", "certifi", "http.cookies", "encodings.idna", "wandb.wandb_run", "wandb.sdk.lib.gitlib",
     "wandb.apis.public", "wandb.sdk.launch", "wandb.docker",
     "torch.utils.serialization", "fsspec.implementations.chained", "rich._emoji_codes", "pe_sweeps.tracking.summary",
-    "lightning_modules.synthetic_model", "lightning_modules.causal_lm", "lightning_modules.masked_lm",
-    "lightning_modules.classifier", "lightning_modules.translation", "lightning_modules.task_modules",
-    "datamodules.synthetic", "datamodules.text", "datamodules.masked_lm", "datamodules.glue",
-    "datamodules.text_classification", "datamodules.translation",
+    *modules_of(TASK_MODULE_PATHS.values()), "lightning_modules.task_modules", *modules_of(DATA_MODULES.values()),
 )  # fmt: skip
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")  # read when a library loads
 
