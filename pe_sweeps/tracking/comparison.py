@@ -1,4 +1,4 @@
-"""What a comparison holds and how one cell reads: shared by the table (tracking/compare.py) and the
+"""What a comparison holds and how one cell reads: shared by the formats (tracking/compare_render.py) and the
 report (tracking/compare_report.py), so that neither imports the other."""
 
 import functools
@@ -148,7 +148,7 @@ class Comparison:
     alternatives: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # best-over candidates
     declared_goal: str | None = None  # "max"/"min" from the sweep file's metric(s); else by the metric's name
     # across-column aggregates (mean rank, MRR, IQM) cover only the rows with a cell in every column, and only
-    # when every column holds one kind of run (see tracking/compare.py `aggregate_rows`)
+    # when every column holds one kind of run (see tracking/compare_statistics.py `aggregate_rows`)
     missing: dict[str, list[str]] = field(default_factory=dict)  # row -> the columns it lacks (no aggregate)
     kinds: dict[str, str] = field(default_factory=dict)  # column -> its kind of run (the task module's class)
     no_aggregate: str | None = None  # why no across-column aggregate is shown (columns of different kinds)
