@@ -7,15 +7,25 @@ from pathlib import Path
 from lightning_modules.metrics import ACC, goal, name
 from pe_sweeps.layout import STUDY_DB, SWEEPS, study_db
 from pe_sweeps.tracking.compare_selection import config_path, keys_of
+from pe_sweeps.tracking.manifest import read_manifest
 
 DEFAULT_METRIC = name("val", ACC)
 
 
 def sweep_spec(out_dir: str, sweep: str | None) -> dict:
-    """The sweep dict of a local Optuna study: in out_dir/sweeps/<sweep>/optuna.db, or in the database of
-    the sweep file it was made from (`--set`, `--reseed` studies share one); {} if there is none."""
+    """The sweep's metrics, parameters and their roles from its manifest (out_dir/sweeps/<sweep>/manifest.json,
+    any storage), else from a sweep made before manifests: the sweep dict of its local Optuna study."""
     if sweep is None:
         return {}
+    manifest = read_manifest(out_dir, sweep)
+    if manifest is not None:
+        return {k: manifest.get(k) for k in ("metrics", "parameters", "roles", "compare_rows")}
+    return optuna_spec(out_dir, sweep)
+
+
+def optuna_spec(out_dir: str, sweep: str) -> dict:
+    """The sweep dict of a local Optuna study: in out_dir/sweeps/<sweep>/optuna.db, or in the database of
+    the sweep file it was made from (`--set`, `--reseed` studies share one); {} if there is none."""
     import optuna
     import sqlalchemy
 
@@ -45,10 +55,12 @@ def default_rows(spec: dict, best_over: str | None = None) -> str:
     holds that group's chosen setting)."""
     if spec.get("compare_rows"):
         return spec["compare_rows"]
-    from lightning_modules.task_modules import encoding_parameters
+    if spec.get("roles") is not None:  # from the manifest: seeds, tasks and encodings are not rows
+        fixed = {k for k, role in spec["roles"].items() if role != "setting"}
+    else:  # a run's `encoding` holds every parameter a task module declares as an encoding
+        from lightning_modules.task_modules import encoding_parameters
 
-    # a run's `encoding` holds every parameter a task module declares as an encoding
-    fixed = {"seed_everything", "data.task", "data.init_args.task"} | encoding_parameters()
+        fixed = {"seed_everything", "data.task", "data.init_args.task"} | encoding_parameters()
     chosen = config_path(best_over) if best_over else None
     varied = [k for k, v in (spec.get("parameters") or {}).items()
               if k not in fixed and "value" not in dict(v) and config_path(k) != chosen]  # fmt: skip
