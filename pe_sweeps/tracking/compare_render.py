@@ -69,7 +69,7 @@ def render_table(comps, per_seed: bool = False) -> Table:
     return table
 
 
-def comparison_table(records: list[dict], metric: str, value: str = "final", rows="encoding", cols="task") -> Table:
+def comparison_table(records: list, metric: str, value: str = "final", rows="encoding", cols="task") -> Table:
     """The rich comparison table of records (see `compare` for what is aggregated and excluded)."""
     return render_table(compare(records, metric, value, rows, cols))
 
@@ -88,7 +88,7 @@ def cell_rows(comp: Comparison) -> list[dict]:
             "std": _num(cell.std), "n": cell.n, "ci_low": _num(lo), "ci_high": _num(hi),
             "ci_level": cell.interval.level if cell.n > 1 else None, "ci_clipped": list(cell.interval.clipped),
             "rank": comp.ranks[row, col], "best": comp.is_best(row, col), "mean_rank": comp.mean_rank.get(row),
-            "mrr": comp.mrr.get(row), "chosen": cell.chosen, "seeds": [r.get("seed") for r in cell.records],
+            "mrr": comp.mrr.get(row), "chosen": cell.chosen, "seeds": [r.seed for r in cell.records],
             "values": cell.values,
         })  # fmt: skip
     return out

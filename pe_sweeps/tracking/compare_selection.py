@@ -11,7 +11,7 @@ from pathlib import Path
 from lightning_modules.metrics import ACC, ACC_OOD, bounds, name
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking.comparison import Cell, Excluded, lookup
-from pe_sweeps.tracking.records import RECORD_FILE, load_records
+from pe_sweeps.tracking.records import RECORD_FILE, RunRecord, load_records
 
 # What defines a result, declared once (config paths without `init_args`): runs are replicates of one setup
 # when these agree, the seed aside; everything else (logging and its cadence, naming, checkpoints, progress
@@ -30,13 +30,13 @@ def keys_of(spec: str | list[str] | tuple[str, ...]) -> list[str]:
     return [k.strip() for k in spec.split(",") if k.strip()] if isinstance(spec, str) else list(spec)
 
 
-def label(record: dict, keys: list[str]) -> str:
+def label(record: RunRecord, keys: list[str]) -> str:
     values = [lookup(record, k) for k in keys]
     return ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in values)
 
 
-def run_id(record: dict) -> str:
-    return str(record.get("run_dir") or record.get("name"))
+def run_id(record: RunRecord) -> str:
+    return str(record.run_dir or record.name)
 
 
 def flatten(config: dict, prefix: str = "") -> dict[str, object]:
@@ -47,11 +47,11 @@ def flatten(config: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def setup_of(record: dict, keys: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+def setup_of(record: RunRecord, keys: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
     """The keys of SETUP in a record (config paths without `init_args`, JSON values), less `keys` (the
     row and column keys: they differ between cells by design)."""
-    flat = {config_path(k): v for k, v in flatten(record.get("config") or {}).items()}
-    flat |= {k: record[k] for k in ("world_size", "precision") if record.get(k) is not None}
+    flat = {config_path(k): v for k, v in flatten(record.config).items()}
+    flat |= {k: v for k, v in (("world_size", record.world_size), ("precision", record.precision)) if v is not None}
     skip = tuple(config_path(k) for k in keys) + NOT_SETUP
     return {
         k: json.dumps(v, sort_keys=True) for k, v in flat.items()
@@ -63,14 +63,14 @@ def _under(key: str, prefix: str) -> bool:
     return key == prefix or key.startswith(prefix + ".")
 
 
-def unusable(record: dict, metric: str, value: str, keys: list[str]) -> str | None:
+def unusable(record: RunRecord, metric: str, value: str, keys: list[str]) -> str | None:
     """Why a run cannot be averaged in (None if it can)."""
-    if record.get("status") != "finished":
-        return f"status {record.get('status')}"
+    if record.status != "finished":
+        return f"status {record.status}"
     missing = [k for k in keys if lookup(record, k) is None]
     if missing:
         return f"no {missing[0]}"
-    number = (record.get(value) or {}).get(metric)
+    number = getattr(record, value).get(metric)  # value: final or best
     if number is None:
         return f"no {metric}"
     if not math.isfinite(number):
@@ -84,7 +84,7 @@ def config_diff(config: dict, kept: dict) -> str:
     return shown + (f" and {len(diff) - 2} more" if len(diff) > 2 else "")
 
 
-def same_config(runs: list[dict], keys: list[str]) -> tuple[list[dict], list[tuple[dict, str]]]:
+def same_config(runs: list[RunRecord], keys: list[str]) -> tuple[list[RunRecord], list[tuple[RunRecord, str]]]:
     """Keep the runs sharing the most common config; the rest (all of them on a tie) are dropped."""
     configs = [setup_of(r, keys) for r in runs]
     signatures = [json.dumps(c, sort_keys=True) for c in configs]
@@ -101,14 +101,14 @@ def same_config(runs: list[dict], keys: list[str]) -> tuple[list[dict], list[tup
     return kept, [d for d, s in zip(dropped, signatures) if s != counts[0][0]]
 
 
-def one_per_seed(runs: list[dict]) -> tuple[list[dict], list[tuple[dict, str]]]:
+def one_per_seed(runs: list[RunRecord]) -> tuple[list[RunRecord], list[tuple[RunRecord, str]]]:
     """The newest run per seed; older repeats are dropped (a mean over seeds counts each seed once)."""
     newest = {}
-    for run in sorted(runs, key=lambda r: r.get("updated_at") or 0):
-        newest[run["seed"] if run.get("seed") is not None else id(run)] = run
+    for run in sorted(runs, key=lambda r: r.updated_at or 0):
+        newest[run.seed if run.seed is not None else id(run)] = run
     kept = list(newest.values())
     dropped = [r for r in runs if not any(r is k for k in kept)]
-    return kept, [(r, f"repeats seed {r.get('seed')} (newer run kept)") for r in dropped]
+    return kept, [(r, f"repeats seed {r.seed} (newer run kept)") for r in dropped]
 
 
 def group_cells(records, metric, value, row_keys, col_keys, aggregate="mean", over=None) -> tuple[dict, list]:
@@ -128,7 +128,7 @@ def group_cells(records, metric, value, row_keys, col_keys, aggregate="mean", ov
         kept, repeats = one_per_seed(kept)
         excluded += [Excluded(row, col, why, run_id(r)) for r, why in dropped + repeats]
         if kept:
-            values = [float(r[value][metric]) for r in kept]
+            values = [float(getattr(r, value)[metric]) for r in kept]
             cells[row, col, choice] = Cell(kept, values, aggregate, choice, bounds(metric))
     return cells, excluded
 
@@ -162,12 +162,12 @@ def check_columns(cells: dict, keys: list[str]) -> None:
                 )
 
 
-def check_best_over(records: list[dict], key: str) -> None:
+def check_best_over(records: list[RunRecord], key: str) -> None:
     """--best-over needs a key that takes at least two values among the selected runs."""
     values = {json.dumps(lookup(r, key), sort_keys=True) for r in records}
     if len(values - {"null"}) > 1:
         return
-    flat = [flatten(r.get("config") or {}) for r in records]
+    flat = [flatten(r.config) for r in records]
     varied = sorted(k for k in set().union(*flat) if len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1)
     varied = [k for k in varied if any(_under(config_path(k), s) for s in SETUP)]
     raise ConfigError(f"--best-over {key!r} does not vary among the selected runs (values: {', '.join(sorted(values))})"
@@ -192,14 +192,14 @@ def pick_best_over(cells: dict, comp_goal: str, chosen: dict | None = None) -> t
     return kept, alternatives
 
 
-def check_metric(records: list[dict], metric: str, value: str) -> None:
-    logged = {m for r in records for m in (r.get(value) or {})}
+def check_metric(records: list[RunRecord], metric: str, value: str) -> None:
+    logged = {m for r in records for m in getattr(r, value)}
     if metric not in logged:
         short = sorted({re.sub(r"_(\d+)$", "_<n>", m) for m in logged})
         raise ConfigError(f"metric {metric!r} was not logged by any selected run; available: {', '.join(short)}")
 
 
-def read_records(out_dir: str, sweep: str | None) -> list[dict]:
+def read_records(out_dir: str, sweep: str | None) -> list[RunRecord]:
     """Local records under out_dir (recursively), those of one sweep when given."""
     records = load_records(Path(out_dir))
     if not records:
@@ -207,12 +207,12 @@ def read_records(out_dir: str, sweep: str | None) -> list[dict]:
     return select(records, sweep, f"under {out_dir!r}")
 
 
-def select(records: list[dict], sweep: str | None, where: str) -> list[dict]:
+def select(records: list[RunRecord], sweep: str | None, where: str) -> list[RunRecord]:
     if sweep is None:
         return records
-    kept = [r for r in records if r.get("sweep") == sweep]
+    kept = [r for r in records if r.sweep == sweep]
     if not kept:
-        known = sorted({str(r.get("sweep")) for r in records if r.get("sweep")})
+        known = sorted({str(r.sweep) for r in records if r.sweep})
         raise ConfigError(f"no runs of sweep {sweep!r} {where}; sweeps found: {', '.join(known) or 'none'}")
     return kept
 
@@ -222,12 +222,12 @@ def config_path(key: str) -> str:
     return ".".join(part for part in key.split(".") if part != "init_args")
 
 
-def side_by_side(metric: str, records: list[dict], value: str = "final") -> list[str]:
+def side_by_side(metric: str, records: list[RunRecord | dict], value: str = "final") -> list[str]:
     """The sweep's metric and, for the synthetic tasks, its in-distribution / beyond-length companion
     (`val/acc` with `val/acc_ood`), the sweep's own metric first."""
     stage, _, short = metric.rpartition("/")
     if short not in (ACC, ACC_OOD) or not stage:
         return [metric]
     other = name(stage, ACC_OOD if short == ACC else ACC)
-    logged = any(other in (r.get(value) or {}) for r in records)
+    logged = any(other in getattr(RunRecord.of(r), value) for r in records)
     return [metric, other] if logged else [metric]

@@ -22,6 +22,7 @@ from pe_sweeps.tracking.compare_selection import (
     pick_best_over,
 )
 from pe_sweeps.tracking.comparison import Cell, Comparison, cell_number, lookup
+from pe_sweeps.tracking.records import RunRecord
 
 VALUES = ("final", "best")
 AGGREGATES = ("mean", "median")
@@ -129,13 +130,14 @@ def welch_statement(comp: Comparison, col: str) -> str:
 
 
 def compare(
-    records: list[dict], metric: str, value: str = "final", rows="encoding", cols="task", aggregate: str = "mean",
+    records: list, metric: str, value: str = "final", rows="encoding", cols="task", aggregate: str = "mean",
     best_over: str | None = None, chosen: dict | None = None, direction: str | None = None, tuned=(),
 ) -> Comparison:  # fmt: skip
     """Aggregate records into a Comparison: cells over seeds, ranks, mean ranks, tests, exclusions.
     `chosen` ({(row, col): value}) fixes the --best-over choice (made on another metric); `direction`
     (maximize/minimize, the sweep file's goal) overrides the goal read from the metric's name; `tuned`: keys
     the rows of a column may differ in besides the row keys (the parameters a sweep tunes)."""
+    records = [RunRecord.of(r) for r in records]  # dicts: a test's, or records made by hand
     if value not in VALUES:
         raise ConfigError(f"--value {value!r}; choose one of: {', '.join(VALUES)}")
     if aggregate not in AGGREGATES:
@@ -161,7 +163,7 @@ def compare(
 
 
 def compare_metrics(
-    records: list[dict], metrics: list[str], goals: list[str | None] | None = None, **kwargs
+    records: list[RunRecord | dict], metrics: list[str], goals: list[str | None] | None = None, **kwargs
 ) -> list["Comparison"]:
     """One Comparison per metric; a --best-over choice is made on the first metric and kept for the rest
     (so, e.g., a learning rate is never chosen on a beyond-length metric listed second). `goals`: per

@@ -11,6 +11,7 @@ from scipy import stats
 
 from lightning_modules.metrics import bounds, goal
 from pe_sweeps.tracking.across_tasks import IQM_INTERVAL
+from pe_sweeps.tracking.records import RunRecord
 
 IDENTITY = ("name", "group", "task", "encoding", "seed", "sweep", "subcommand", "status")
 LEVEL = 0.95  # every interval's nominal coverage
@@ -167,12 +168,12 @@ class Comparison:
         return self.ranks.get((row, col)) == min(self.ranks[r, col] for r in self.rows if (r, col) in self.ranks)
 
 
-def lookup(record: dict, key: str):
+def lookup(record: RunRecord, key: str):
     """A record field (`encoding`) or a dotted config path (`model.init_args.dim`, or `model.dim`);
     None when absent. Flat configs (W&B) are looked up by the whole key, then by its last part."""
-    if key in IDENTITY or ("." not in key and key in record):
-        return record.get(key)
-    config = record.get("config") or {}
+    if key in IDENTITY or ("." not in key and record.value_of(key) is not None):
+        return record.value_of(key)
+    config = record.config
     parts = key.split(".")
     for path in (parts, parts[:1] + ["init_args"] + parts[1:]):
         node = config
@@ -225,7 +226,7 @@ def seed_lines(comp: Comparison) -> list[str]:
     """Every cell's per-seed values (`--per_seed`; the csv and json always carry them)."""
     lines = []
     for (row, col), cell in sorted(comp.cells.items()):
-        shown = ", ".join(f"{fmt(v)} (seed {r.get('seed')})" for r, v in zip(cell.records, cell.values))
+        shown = ", ".join(f"{fmt(v)} (seed {r.seed})" for r, v in zip(cell.records, cell.values))
         lines.append(f"{row} / {col} [{comp.metric}]: {shown}")
     return lines
 

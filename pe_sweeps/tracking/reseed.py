@@ -131,8 +131,8 @@ def used_seeds(sweep: dict, studies: list[optuna.Study]) -> set:
     for study in studies:
         for trial in study.get_trials(deepcopy=False):
             record = latest_record(Path(trial.user_attrs["trial_dir"])) if "trial_dir" in trial.user_attrs else None
-            if record and record.get("seed") is not None:
-                seeds.add(record["seed"])
+            if record and record.seed is not None:
+                seeds.add(record.seed)
     return seeds
 
 
