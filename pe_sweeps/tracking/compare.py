@@ -21,6 +21,10 @@ averaged in; a column whose rows differ in setup (beyond the row, column and --b
 parameters the sweep tunes) is refused with one line naming the keys. Reads the local run records
 (tracking/records.py) or, with --wandb ENTITY/PROJECT, the same runs from the W&B API.
 
+This module parses the options and runs the steps: which runs (compare_selection.py), the sweep's metrics
+and parameters (compare_spec.py: its manifest, else its Optuna database), the statistics
+(compare_statistics.py), the five formats (compare_render.py) and the report (compare_report.py).
+
 To run:
     python cli.py compare                                   # every run under out/, val/acc
     python cli.py compare --sweep length_generalization     # that sweep's runs and metric
