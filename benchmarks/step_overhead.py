@@ -6,7 +6,7 @@ The model is so small (d=64, 2 layers, batches of 8 copy-task examples) that a s
 what Python, Lightning and our callbacks cost around the same forward, backward and AdamW step.
 - "plain": a hand-written PyTorch loop over the same `SyntheticTaskModel` (its forward and loss), the same
   DataLoader and the same AdamW + schedule (`adamw_with_schedule`), with no logging.
-- "ours": `Trainer.fit` on that task module with the callbacks `cli.py` adds (RunRecord, StepProgressBar,
+- "ours": `Trainer.fit` on that task module with the callbacks `cli.py` adds (RecordWriter, StepProgressBar,
   LogLearningRate, ModelCheckpoint) and a CSVLogger standing in for W&B (whose writes go to a background
   process); no validation inside the timed steps.
 Timing: the wall time of steps [warmup, steps) only (model building, Lightning's start-up and the first steps
@@ -137,7 +137,7 @@ def lightning_fit(args, reads: HostReads | None = None) -> float:
     from pytorch_lightning.loggers import CSVLogger
 
     from pe_sweeps.tracking.callbacks import LogLearningRate, StepProgressBar
-    from pe_sweeps.tracking.records import RunRecord
+    from pe_sweeps.tracking.records import RecordWriter
 
     class Clock(pl.Callback):
         start = end = None
@@ -157,7 +157,7 @@ def lightning_fit(args, reads: HostReads | None = None) -> float:
     model, data = build(args)
     clock = Clock()
     with tempfile.TemporaryDirectory() as run_dir:
-        callbacks = [clock, RunRecord(Path(run_dir), {"name": "bench"}, {}), StepProgressBar(), LogLearningRate(),
+        callbacks = [clock, RecordWriter(Path(run_dir), {"name": "bench"}, {}), StepProgressBar(), LogLearningRate(),
                      ModelCheckpoint(dirpath=Path(run_dir) / "checkpoints", save_last=True)]  # fmt: skip
         trainer = pl.Trainer(
             max_steps=args.steps, accelerator="cpu", devices=1, logger=CSVLogger(run_dir), callbacks=callbacks,

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import TINY  # noqa: E402
 
+from pe_sweeps.tracking.records import load_records  # noqa: E402
 from pe_sweeps.tracking.sweep import cpu_cores  # noqa: E402
 
 ENCODINGS = ["rope", "alibi", "none", "learned"]
@@ -74,15 +75,15 @@ def run_setting(grid: Path, out: Path, start: str, workers: str) -> dict:
     starts = {t.user_attrs.get("start") for t in trials}
     if starts != {start}:
         raise SystemExit(f"error: {start}/{workers}: trials started {starts}")
-    records = [json.loads(p.read_text()) for p in (out / "sweeps" / "g").glob("trial-*/runs/*/record.json")]
+    records = load_records(out / "sweeps" / "g")
     n_workers = cpu_cores() if workers == "auto" else int(workers)  # cli.py sweep's rule, threads_per_trial 0
     wall = ended - began
     in_trial = sum(t.datetime_complete.timestamp() - t.datetime_start.timestamp() for t in trials)
-    training = sum(r["updated_at"] - (r["process_start"] + r["startup_seconds"]) for r in records)
+    training = sum(r.updated_at - (r.process_start + r.startup_seconds) for r in records)
     return {
         "start": start, "workers": workers, "resolved_workers": n_workers, "trials": len(trials),
         "wall_s": wall, "trials_per_hour": 3600 * len(trials) / wall,
-        "startup_s": sorted(r["startup_seconds"] for r in records),
+        "startup_s": sorted(r.startup_seconds for r in records),
         "idle_worker_fraction": max(0.0, 1 - in_trial / (n_workers * wall)),
         "not_training_fraction": max(0.0, 1 - training / (n_workers * wall)),
         "val_acc": {f"{t.params['model.arch.encoding']}-s{t.params['seed_everything']}": t.value for t in trials},

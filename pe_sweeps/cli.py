@@ -61,7 +61,7 @@ from pe_sweeps.layout import (  # noqa: E402
 from pe_sweeps.tracking.callbacks import LogLearningRate, StepProgressBar  # noqa: E402
 from pe_sweeps.tracking.children import check_given_gpus, start_watchdog  # noqa: E402
 from pe_sweeps.tracking.console import quiet_lightning_tips  # noqa: E402
-from pe_sweeps.tracking.records import RunRecord, check_name, find_checkpoint, read_record  # noqa: E402
+from pe_sweeps.tracking.records import RecordWriter, check_name, find_checkpoint, read_record  # noqa: E402
 from pe_sweeps.tracking.run_naming import (  # noqa: E402
     distinguishing,
     run_group,
@@ -261,9 +261,9 @@ class PECLI(LightningCLI):
         resumed = self._resumed_run(config)
         previous = resumed[1] if resumed else None
         if resumed:  # the same run: its folder, name, sweep and W&B run
-            run_dir, name, sweep = resumed[0], previous.get("name") or name, sweep or previous.get("sweep")
+            run_dir, name, sweep = resumed[0], previous.name or name, sweep or previous.sweep
             if launch_rank() == 0:
-                wandb_id = (previous.get("wandb") or {}).get("id")
+                wandb_id = previous.wandb.get("id")
                 print(f"resuming run {run_dir}" + (f" (W&B run {wandb_id})" if wandb_id else ""), flush=True)
         else:
             run_dir = self._run_dir(self._out_dir(run, config), name)
@@ -277,7 +277,7 @@ class PECLI(LightningCLI):
         model_args = resolved["model"]["init_args"]  # values linked at instantiation are not in `config`
         # (a None default is left out of the dump: a value linked into it, e.g. the class names, is added)
         model_args.update({k: v for k, v in self.model.hparams.items() if k in model_args or v is not None})
-        self.run_record = RunRecord(run_dir, identity, resolved, previous)
+        self.run_record = RecordWriter(run_dir, identity, resolved, previous)
         callbacks = [self.run_record]
         if config.trainer.enable_checkpointing is not False:
             callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True))
@@ -291,7 +291,7 @@ class PECLI(LightningCLI):
                 print("W&B is off: --trainer.logger=false turns every logger off (--run.wandb=false says so too)")
         elif run.wandb:
             tags = [task, encoding] + ([sweep] if sweep else [])
-            run_id = ((previous or {}).get("wandb") or {}).get("id")  # a resumed run continues its W&B run
+            run_id = previous.wandb.get("id") if previous else None  # a resumed run continues its W&B run
             wandb_logger = make_wandb_logger(
                 run_dir, name, identity["group"], run.project, run.entity, tags, run_id=run_id
             )
@@ -323,7 +323,7 @@ def hpc_checkpoint(folder: str) -> str | None:
 
 
 def stored_run_dir(checkpoint: str) -> Path | None:
-    """The run folder a checkpoint names (`pe_run_dir`, written by RunRecord) when it still holds a record;
+    """The run folder a checkpoint names (`pe_run_dir`, written by RecordWriter) when it still holds a record;
     None for a checkpoint without one, or one that cannot be read."""
     import torch
 

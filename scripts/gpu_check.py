@@ -418,17 +418,19 @@ def probe_verdict(probe: dict, needed: bool) -> str:
 def ddp_section(setup, result: dict) -> None:
     import torch
 
+    from pe_sweeps.tracking.records import load_records
+
     cuda = setup.device == "cuda"
     processes = min(2, torch.cuda.device_count()) if cuda else 2
     with tempfile.TemporaryDirectory() as folder:
         argv = [sys.executable, *FIT, "--trainer.strategy=ddp", f"--trainer.devices={processes}",
                 f"--trainer.accelerator={'gpu' if cuda else 'cpu'}", f"--run.out_dir={folder}"]  # fmt: skip
         code, output = run(argv, setup.limit("ddp") * (0.5 if cuda else 1))  # on CUDA, then 2 NCCL probes
-        records = [json.loads(p.read_text()) for p in Path(folder).glob("runs/*/record.json")]
+        records = load_records(Path(folder) / "runs")
     line = next((x for x in output.splitlines() if x.startswith("DDP over")), None)
     result["fit"] = {"processes": processes, "backend": "nccl" if cuda else "gloo", "exit_code": code,
-                     "world_size": records[0].get("world_size") if records else None,
-                     "status": records[0].get("status") if records else None, "line": line}  # fmt: skip
+                     "world_size": records[0].world_size if records else None,
+                     "status": records[0].status if records else None, "line": line}  # fmt: skip
     if processes < 2:
         result["fit"]["note"] = "one GPU: DDP over 1 process (NCCL process group of 1); 2-GPU DDP not run"
     if cuda:  # a raw NCCL check; 2 ranks share the GPU when there is one (NCCL may refuse that: recorded)

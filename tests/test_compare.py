@@ -69,9 +69,12 @@ from rich.console import Console
 from scipy import stats
 
 from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import compare as C
+from pe_sweeps.tracking.compare import compare_main, print_comparison
+from pe_sweeps.tracking.compare_render import comparison_table, grid_of, render_table, to_csv, to_json, to_markdown
 from pe_sweeps.tracking.compare_report import PLOTS, write_report
-from pe_sweeps.tracking.comparison import interval_text
+from pe_sweeps.tracking.compare_selection import side_by_side
+from pe_sweeps.tracking.compare_statistics import AGGREGATES, compare, compare_metrics, holm
+from pe_sweeps.tracking.comparison import Cell, cell_number, cell_text, interval_text, notes
 from pe_sweeps.tracking.records import load_records
 from pe_sweeps.tracking.wandb_records import wandb_record
 
@@ -121,7 +124,7 @@ def text_of(renderable) -> str:
 
 
 def test_cells_mean_std_n_ci_ranks_and_best():
-    comp = C.compare(grid(), "val/acc")
+    comp = compare(grid(), "val/acc")
     cell = comp.cells["rope", "copy"]
     assert (cell.n, cell.mean, cell.std) == (3, pytest.approx(0.9), pytest.approx(0.1))
     half = stats.t.ppf(0.975, 2) * 0.1 / math.sqrt(3)  # Student's t, 2 degrees of freedom: 0.248
@@ -133,32 +136,32 @@ def test_cells_mean_std_n_ci_ranks_and_best():
     assert comp.mean_rank == {"alibi": 1.5, "rope": 1.5, "none": 3.0}
     assert comp.mrr == {"alibi": 0.75, "rope": 0.75, "none": pytest.approx(1 / 3)}
     assert comp.is_best("rope", "copy") and comp.is_best("alibi", "reverse") and not comp.is_best("rope", "reverse")
-    text = text_of(C.comparison_table(grid(), "val/acc"))
+    text = text_of(comparison_table(grid(), "val/acc"))
     assert "* 0.90 ± 0.10 (n=3) [0.65, 1.00†] #1" in text and "mean rank" in text and "MRR" in text and "1.50" in text
     assert "95% Student-t interval of the mean over seeds" in text and "metric's range [0, 1] († marks" in text
     assert "few seeds (n < 5 in 6 of 6 cells): intervals are wide by design" in text
 
 
 def test_min_goal_ranks_lowest_first_and_best_value():
-    comp = C.compare(grid(), "val/loss")
+    comp = compare(grid(), "val/loss")
     assert comp.goal == "min" and comp.ranks["rope", "copy"] == 1 and comp.ranks["none", "copy"] == 3
-    best = C.compare(grid(), "val/acc", value="best")
+    best = compare(grid(), "val/acc", value="best")
     assert best.cells["rope", "copy"].mean == pytest.approx(0.95)
 
 
 def test_welch_statement_per_column():
-    comp = C.compare(grid(), "val/acc")
+    comp = compare(grid(), "val/acc")
     assert comp.tests["copy"].startswith("copy: rope (0.90) vs runner-up alibi (0.55): Welch t-test p=")
     assert "Holm-adjusted over 3 pairs p=" in comp.tests["copy"] and comp.tests["copy"].endswith("pairs separated")
     (top, *_) = comp.pairs["copy"]
     raw = stats.ttest_ind([0.9, 0.8, 1.0], [0.5, 0.6, 0.55], equal_var=False).pvalue
     assert (top["a"], top["b"], top["p"]) == ("rope", "alibi", pytest.approx(raw))
-    assert top["p_holm"] == pytest.approx(C.holm([p["p"] for p in comp.pairs["copy"]])[0])
-    two_rows = C.compare([r for r in grid() if r["encoding"] != "none"], "val/acc")
+    assert top["p_holm"] == pytest.approx(holm([p["p"] for p in comp.pairs["copy"]])[0])
+    two_rows = compare([r for r in grid() if r["encoding"] != "none"], "val/acc")
     assert "Holm" not in two_rows.tests["copy"] and "separated at 0.05" in two_rows.tests["copy"]
-    one_seed = C.compare([rec("rope", acc=0.9), rec("alibi", acc=0.5), rec("alibi", seed=1, acc=0.6)], "val/acc")
+    one_seed = compare([rec("rope", acc=0.9), rec("alibi", acc=0.5), rec("alibi", seed=1, acc=0.6)], "val/acc")
     assert one_seed.tests["copy"].endswith("n<2, not testable")
-    assert any("Welch t-test p=" in line for line in C.notes(comp))
+    assert any("Welch t-test p=" in line for line in notes(comp))
 
 
 def test_unusable_runs_are_excluded_and_reported():
@@ -170,7 +173,7 @@ def test_unusable_runs_are_excluded_and_reported():
         rec("alibi", seed=11, final={"val/loss": 1.0}),
         rec("rope", seed=0, acc=0.0, updated_at=0.5),  # an older repeat of seed 0
     ]
-    comp = C.compare(records, "val/acc")
+    comp = compare(records, "val/acc")
     assert comp.cells["rope", "copy"].values == [0.9, 0.8, 1.0]  # unchanged by the bad runs
     reasons = {(e.row, e.col, e.reason) for e in comp.excluded}
     assert reasons == {
@@ -178,52 +181,52 @@ def test_unusable_runs_are_excluded_and_reported():
         ("rope", "copy", "val/acc is nan"), ("alibi", "copy", "no val/acc"),
         ("rope", "copy", "repeats seed 0 (newer run kept)"),
     }  # fmt: skip
-    text = text_of(C.render_table(comp))
+    text = text_of(render_table(comp))
     assert "excluded 6 run(s) [val/acc]:" in text and "rope / copy: 1 x status running" in text
 
 
 def test_mixed_configs_keep_the_majority_or_exclude_the_cell():
     records = [rec(seed=s, acc=0.9) for s in range(3)] + [rec(seed=3, acc=0.1, lr=0.01)]
-    comp = C.compare(records, "val/acc")
+    comp = compare(records, "val/acc")
     assert comp.cells["rope", "copy"].n == 3
     (dropped,) = comp.excluded
     assert dropped.reason == "config differs: model.lr=0.01 (kept: 0.001)"
-    tie = C.compare([rec(seed=0), rec(seed=1, lr=0.01)], "val/acc")
+    tie = compare([rec(seed=0), rec(seed=1, lr=0.01)], "val/acc")
     assert not tie.cells and len(tie.excluded) == 2
     assert all(e.reason.startswith("mixed configs, no majority: model.lr=") for e in tie.excluded)
-    split = C.compare([rec(seed=0), rec(seed=1, lr=0.01)], "val/acc", rows="encoding,model.lr")
+    split = compare([rec(seed=0), rec(seed=1, lr=0.01)], "val/acc", rows="encoding,model.lr")
     assert set(split.cells) == {("rope, 0.001", "copy"), ("rope, 0.01", "copy")} and not split.excluded
     shown = [rec(seed=s) for s in range(3)]  # display options are not the config: one cell, nothing excluded
     shown[0]["config"]["trainer"] |= {"enable_progress_bar": True, "enable_model_summary": False}
-    assert C.compare(shown, "val/acc").cells["rope", "copy"].n == 3
+    assert compare(shown, "val/acc").cells["rope", "copy"].n == 3
 
 
 def test_machine_formats_parse():
-    comp = C.compare(grid() + [rec("rope", seed=5, status="running")], "val/acc")
-    rows = list(csv.DictReader(io.StringIO(C.to_csv(comp))))
+    comp = compare(grid() + [rec("rope", seed=5, status="running")], "val/acc")
+    rows = list(csv.DictReader(io.StringIO(to_csv(comp))))
     rope = next(r for r in rows if r["row"] == "rope" and r["col"] == "copy")
     assert float(rope["mean"]) == pytest.approx(0.9) and rope["n"] == "3" and rope["best"] == "True"
-    data = json.loads(C.to_json(comp))
+    data = json.loads(to_json(comp))
     assert data["metric"] == "val/acc" and data["goal"] == "max" and len(data["cells"]) == 6
     assert data["mean_rank"]["none"] == 3.0 and data["excluded"][0]["reason"] == "status running"
     assert next(c for c in data["cells"] if c["row"] == "none" and c["col"] == "reverse")["std"] is None
-    lines = C.to_markdown(comp).splitlines()
+    lines = to_markdown(comp).splitlines()
     assert lines[0] == "| encoding | copy | reverse | mean rank | MRR |" and lines[1] == "|---|---|---|---|---|"
     assert all(line.count("|") == 6 for line in lines[2:5]) and lines[4].startswith("| none |")
-    assert "| rope | **0.90 ± 0.10 (n=3) [0.65, 1.00†] #1** |" in C.to_markdown(comp)
+    assert "| rope | **0.90 ± 0.10 (n=3) [0.65, 1.00†] #1** |" in to_markdown(comp)
     assert any(line.startswith("- copy: rope") and "Welch t-test p=" in line for line in lines)
 
 
 def test_bad_input_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="available: val/acc, val/acc_len_<n>, val/loss"):
-        C.compare(grid(), "val/bleu")
+        compare(grid(), "val/bleu")
     with pytest.raises(ConfigError, match="choose one of: table, csv, json, markdown, latex"):
-        C.compare_main([f"--out_dir={tmp_path}", "--format=xml"])
+        compare_main([f"--out_dir={tmp_path}", "--format=xml"])
     with pytest.raises(ConfigError, match=f"no run records \\(record.json\\) under '{tmp_path}'"):
-        C.compare_main([f"--out_dir={tmp_path}"])
+        compare_main([f"--out_dir={tmp_path}"])
     write_records(tmp_path, [rec(sweep="a")])
     with pytest.raises(ConfigError, match="no runs of sweep 'b' under .*; sweeps found: a"):
-        C.compare_main([f"--out_dir={tmp_path}", "--sweep=b"])
+        compare_main([f"--out_dir={tmp_path}", "--sweep=b"])
 
 
 def test_unwritable_report_and_unreadable_studies_are_one_line(tmp_path):
@@ -236,18 +239,18 @@ def test_unwritable_report_and_unreadable_studies_are_one_line(tmp_path):
     write_records(tmp_path, [rec(sweep="s"), rec(seed=1, sweep="s")])
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(ConfigError, match=f"--report: cannot create the folder {tmp_path}/a_file \\(a file is in"):
-        C.compare_main([f"--out_dir={tmp_path}", f"--report={tmp_path / 'a_file'}"])
+        compare_main([f"--out_dir={tmp_path}", f"--report={tmp_path / 'a_file'}"])
     db = tmp_path / "sweeps" / "s" / "optuna.db"
     db.parent.mkdir(parents=True)
     db.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)
     with pytest.raises(ConfigError, match=f"cannot open sweep storage sqlite:///{db}: .* file is not a database"):
-        C.compare_main([f"--out_dir={tmp_path}", "--sweep=s"])
+        compare_main([f"--out_dir={tmp_path}", "--sweep=s"])
     db.unlink()
     optuna.create_study(study_name="s", storage=f"sqlite:///{db}")
     with sqlite3.connect(db) as connection:  # as a newer Optuna would leave it
         connection.execute("UPDATE alembic_version SET version_num = 'v9.9.9'")
     with pytest.raises(ConfigError, match="optuna.db: The runtime optuna version .* no longer compatible with the"):
-        C.compare_main([f"--out_dir={tmp_path}", "--sweep=s"])
+        compare_main([f"--out_dir={tmp_path}", "--sweep=s"])
 
 
 def write_records(root: Path, records: list[dict]) -> None:
@@ -267,21 +270,21 @@ def test_compare_main_reads_a_sweep_its_metric_and_varied_parameters(tmp_path, c
     parameters = {"model.arch.encoding": {"values": ["rope"]}, "model.lr": {"values": [0.001, 0.01]}, "data.task": {}}
     sweep = {"metric": {"name": "val/loss"}, "parameters": {**parameters, "seed_everything": {"values": [0, 1]}}}
     optuna.create_study(study_name="study", storage=storage).set_user_attr("sweep", sweep)
-    comp = C.compare_main([f"--out_dir={tmp_path}", "--sweep=study", "--format=json"])
+    comp = compare_main([f"--out_dir={tmp_path}", "--sweep=study", "--format=json"])
     data = json.loads(capsys.readouterr().out)
     assert comp.metric == data["metric"] == "val/loss" and data["rows"] == ["encoding", "model.lr"]
     assert len(data["cells"]) == 7 and not comp.excluded  # the other sweep's run is not read
     assert comp.cells["rope, 0.01", "copy"].n == 2 and comp.cells["rope, 0.001", "copy"].n == 3
     console = Console(file=io.StringIO(), width=250)
-    C.print_comparison(str(tmp_path), "study", "val/acc", console=console)
+    print_comparison(str(tmp_path), "study", "val/acc", console=console)
     assert "final val/acc (max)" in console.file.getvalue() and "rope, 0.01" in console.file.getvalue()
-    C.print_comparison(str(tmp_path / "empty"), "study", None, console=console)
+    print_comparison(str(tmp_path / "empty"), "study", None, console=console)
     assert "compare: no run records" in console.file.getvalue()  # one line, never raises
 
 
 def test_report_has_every_plot_and_page_refers_to_each(tmp_path):
     records = grid() + [rec("rope", seed=9, status="failed")]
-    page = write_report(C.compare(records, "val/acc"), tmp_path / "report")
+    page = write_report(compare(records, "val/acc"), tmp_path / "report")
     text = page.read_text()
     pngs = sorted(p.name for p in page.parent.glob("*.png"))
     assert pngs == ["bars.png", "curves.png", "length.png", "profile.png"]  # no ppl_ctx_<n> in these records
@@ -290,7 +293,7 @@ def test_report_has_every_plot_and_page_refers_to_each(tmp_path):
     assert "Skipped: no run logged perplexity per context length" in text
     assert "Welch t-test p=" in text and "status failed" in text
     with_ppl = [dict(r, final={**r["final"], "val/ppl_ctx_8": 3.0, "val/ppl_ctx_16": 5.0}) for r in grid()]
-    page = write_report(C.compare(with_ppl, "val/acc"), tmp_path / "report")
+    page = write_report(compare(with_ppl, "val/acc"), tmp_path / "report")
     assert (page.parent / "ppl_ctx.png").is_file() and 'alt="ppl_ctx.png"' in page.read_text()
     assert {name for name, *_ in PLOTS} == {p.name for p in page.parent.glob("*.png")}
 
@@ -324,11 +327,11 @@ def test_wandb_path_with_a_fake_api(monkeypatch, capsys):
             return runs
 
     monkeypatch.setattr(wandb, "Api", FakeApi)
-    comp = C.compare_main(["--wandb=me/pe-sweeps", "--format=csv"])
+    comp = compare_main(["--wandb=me/pe-sweeps", "--format=csv"])
     assert comp.cells["rope", "copy"].values == [0.9, 0.8, 1.0] and comp.mean_rank["none"] == 3.0
     assert [(e.reason, e.run) for e in comp.excluded] == [("status failed", "wandb/copy-rope-s4")]
     assert "rope,copy,0.9" in capsys.readouterr().out
-    best = C.compare_main(["--wandb=me/pe-sweeps", "--value=best", "--format=json"])
+    best = compare_main(["--wandb=me/pe-sweeps", "--value=best", "--format=json"])
     assert best.cells["rope", "copy"].mean == pytest.approx(0.95)
     record = wandb_record(runs[0])
     assert record["history"][-1] == {"step": 100, "val/acc": 0.9, "val/loss": pytest.approx(1.1)}
@@ -401,7 +404,7 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
 def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():
     import yaml
 
-    from pe_sweeps.tracking.compare import default_rows
+    from pe_sweeps.tracking.compare_spec import default_rows
 
     spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "sweeps/pe_study_mt.yaml").read_text())
     assert default_rows(spec) == "encoding"
@@ -413,17 +416,17 @@ def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():
 
 def test_holm_matches_the_hand_computed_step_down():
     # sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.04 -> monotone: 0.02, 0.03, 0.06, 0.06
-    assert C.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert C.holm([0.5, 0.9]) == [1.0, 1.0]  # 0.5 x 2 capped at 1; 0.9 x 1 raised to 1 (monotone)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == [1.0, 1.0]  # 0.5 x 2 capped at 1; 0.9 x 1 raised to 1 (monotone)
 
 
 @pytest.mark.parametrize("values", [[1.0, 1.0, 0.9], [0.0, 0.0, 0.1], [1.0, 0.98], [0.0, 0.0, 0.0, 0.02, 0.0]])
-@pytest.mark.parametrize("aggregate", C.AGGREGATES)
+@pytest.mark.parametrize("aggregate", AGGREGATES)
 def test_intervals_are_clipped_to_the_metric_range_and_the_clipping_shown(values, aggregate):
-    cell = C.Cell([{}] * len(values), values, aggregate, bounds=(0.0, 1.0))
+    cell = Cell([{}] * len(values), values, aggregate, bounds=(0.0, 1.0))
     low, high = cell.ci
     assert 0.0 <= low <= cell.center <= high <= 1.0
-    free = C.Cell([{}] * len(values), values, aggregate)  # the same values, no range: nothing clipped
+    free = Cell([{}] * len(values), values, aggregate)  # the same values, no range: nothing clipped
     clipped = (free.ci[0] < 0.0, free.ci[1] > 1.0)
     assert cell.interval.clipped == clipped and free.interval.clipped == (False, False)
     assert interval_text(cell).count("†") == sum(clipped)
@@ -472,33 +475,33 @@ def tupe_records() -> list[dict]:
 
 
 def test_numbers_carry_two_significant_digits_of_the_interval_width():
-    wide = C.Cell([{}] * 3, [0.9, 0.8, 1.0])  # interval [0.65, 1.15]: width 0.5
-    assert wide.decimals == 2 and C.cell_text(wide, 1, False) == "0.90 ± 0.10 (n=3) [0.65, 1.15] #1"
-    narrow = C.Cell([{}] * 3, [0.5011, 0.5023, 0.5032])  # width about 0.002: two significant digits of it
+    wide = Cell([{}] * 3, [0.9, 0.8, 1.0])  # interval [0.65, 1.15]: width 0.5
+    assert wide.decimals == 2 and cell_text(wide, 1, False) == "0.90 ± 0.10 (n=3) [0.65, 1.15] #1"
+    narrow = Cell([{}] * 3, [0.5011, 0.5023, 0.5032])  # width about 0.002: two significant digits of it
     low, high = narrow.ci
     assert narrow.decimals == 1 - math.floor(math.log10(high - low)) == 4
-    assert C.cell_number(narrow.center, narrow) == f"{narrow.center:.4f}"
-    single = C.Cell([{}], [0.123456])  # one seed: no interval, three significant digits
-    assert single.decimals is None and C.cell_text(single, 1, True) == "* 0.123 (n=1) #1"
+    assert cell_number(narrow.center, narrow) == f"{narrow.center:.4f}"
+    single = Cell([{}], [0.123456])  # one seed: no interval, three significant digits
+    assert single.decimals is None and cell_text(single, 1, True) == "* 0.123 (n=1) #1"
 
 
 def test_best_over_keeps_the_best_aggregate_per_cell_and_names_it():
-    median = C.compare(tupe_records(), "val/acc", aggregate="median", best_over="model.lr")
+    median = compare(tupe_records(), "val/acc", aggregate="median", best_over="model.lr")
     cell = median.cells["rope", "copy"]
     assert (cell.chosen, cell.center, cell.values) == ("0.01", pytest.approx(0.7), [0.7, 0.7, 0.1])
-    assert "@0.01" in C.cell_text(cell, 1, False) and not median.excluded
+    assert "@0.01" in cell_text(cell, 1, False) and not median.excluded
     assert any(
-        line.startswith("rope / copy: model.lr -> 0.01 (medians 0.001: 0.6, 0.01: 0.7)") for line in C.notes(median)
+        line.startswith("rope / copy: model.lr -> 0.01 (medians 0.001: 0.6, 0.01: 0.7)") for line in notes(median)
     )
-    mean = C.compare(tupe_records(), "val/acc", best_over="model.lr")
+    mean = compare(tupe_records(), "val/acc", best_over="model.lr")
     assert mean.cells["rope", "copy"].chosen == "0.001"  # the rule's aggregate decides
-    loss = C.compare_metrics(tupe_records(), ["val/acc", "val/loss"], aggregate="median", best_over="model.lr")[1]
+    loss = compare_metrics(tupe_records(), ["val/acc", "val/loss"], aggregate="median", best_over="model.lr")[1]
     assert loss.cells["rope", "copy"].chosen == "0.01"  # chosen on the first metric, not on the loss
 
 
 def test_several_metrics_side_by_side_and_latex(tmp_path, capsys):
     write_records(tmp_path, grid())
-    comps = C.compare_main([f"--out_dir={tmp_path}", "--metric=val/acc,val/loss", "--format=latex"])
+    comps = compare_main([f"--out_dir={tmp_path}", "--metric=val/acc,val/loss", "--format=latex"])
     assert [c.metric for c in comps] == ["val/acc", "val/loss"]
     latex = capsys.readouterr().out
     assert latex.startswith("\\begin{table}") and "\\toprule" in latex and latex.rstrip().endswith("\\end{table}")
@@ -509,7 +512,7 @@ def test_several_metrics_side_by_side_and_latex(tmp_path, capsys):
     )
     assert "\\textbf{0.90 $\\pm$ 0.10 (n=3) [0.65, 1.00$^\\dagger$] \\#1}" in latex and "val\\_acc" not in header
     assert "95\\% Student-t interval of the mean" in latex
-    C.compare_main([f"--out_dir={tmp_path}", "--metric=val/acc,val/loss", "--format=json"])
+    compare_main([f"--out_dir={tmp_path}", "--metric=val/acc,val/loss", "--format=json"])
     data = json.loads(capsys.readouterr().out)
     assert [c["metric"] for c in data["comparisons"]] == ["val/acc", "val/loss"]
 
@@ -532,11 +535,11 @@ def test_best_over_a_key_that_does_not_vary_is_one_line_exit_2(tmp_path, capsys)
 def test_end_of_sweep_comparison_shows_in_distribution_and_beyond_length(tmp_path):
     ood = [dict(r, final={**r["final"], "val/acc_ood": r["final"]["val/acc"] / 4}) for r in grid()]
     write_records(tmp_path, ood)
-    assert C.side_by_side("val/acc", ood) == ["val/acc", "val/acc_ood"]
-    assert C.side_by_side("val/acc_ood", ood) == ["val/acc_ood", "val/acc"]
-    assert C.side_by_side("val/acc", grid()) == ["val/acc"] and C.side_by_side("val/loss", ood) == ["val/loss"]
+    assert side_by_side("val/acc", ood) == ["val/acc", "val/acc_ood"]
+    assert side_by_side("val/acc_ood", ood) == ["val/acc_ood", "val/acc"]
+    assert side_by_side("val/acc", grid()) == ["val/acc"] and side_by_side("val/loss", ood) == ["val/loss"]
     console = Console(file=io.StringIO(), width=400)
-    C.print_comparison(str(tmp_path), None, "val/acc", console=console)
+    print_comparison(str(tmp_path), None, "val/acc", console=console)
     assert "copy val/acc " in console.file.getvalue() and "copy val/acc_ood" in console.file.getvalue()
     assert "Pareto front" not in console.file.getvalue()  # the companion metric is shown, not an objective
 
@@ -548,14 +551,14 @@ def test_several_metrics_rank_by_the_declared_goal_and_show_their_pareto_front(t
 
     cost = {"rope": 3.0, "alibi": 1.0, "none": 0.5}  # "cost" has no loss/ppl/error in its name: max by name
     records = [dict(r, final={**r["final"], "val/cost": cost[r["encoding"]]}) for r in grid()]
-    comps = C.compare_metrics(records, ["val/acc", "val/cost"], goals=["maximize", "minimize"])
+    comps = compare_metrics(records, ["val/acc", "val/cost"], goals=["maximize", "minimize"])
     assert [c.goal for c in comps] == ["max", "min"] and comps[1].ranks["none", "copy"] == 1
     front = comparison_front(comps, ["maximize", "minimize"])
     assert set(front["copy"]) == {"rope", "alibi", "none"}  # each trades accuracy for cost
     assert set(front["reverse"]) == {"alibi", "none"}  # rope: less accurate and dearer than alibi
-    assert C.compare(records, "val/cost").goal == "max"  # no declared goal: by the name
+    assert compare(records, "val/cost").goal == "max"  # no declared goal: by the name
     write_records(tmp_path, records)
-    comps = C.compare_main([f"--out_dir={tmp_path}", "--metric=val/acc,val/cost", "--value=final"])
+    comps = compare_main([f"--out_dir={tmp_path}", "--metric=val/acc,val/cost", "--value=final"])
     shown = capsys.readouterr().out
     assert [c.metric for c in comps] == ["val/acc", "val/cost"] and "Pareto front" in shown
     assert "Holm" in shown or "Welch" in shown  # main's statistics under the side-by-side table
@@ -571,7 +574,7 @@ def test_report_plots_agree_on_colours_show_seed_bands_units_and_log_perplexity(
     records = [dict(r, final={**r["final"], "val/ppl_ctx_8": 3.0 + r["seed"], "val/ppl_ctx_16": 50.0}) for r in grid()]
     for r in records:
         r["config"]["data"]["init_args"]["block_size"] = 8
-    comp = C.compare(records, "val/acc")
+    comp = compare(records, "val/acc")
     colors = {row: to_hex(c) for row, c in row_colors(comp).items()}
     bars = bar_chart(comp).axes[0]
     assert [to_hex(p.get_facecolor()) for p in bars.patches] == [
@@ -606,7 +609,7 @@ def test_report_page_renders_every_image_in_headless_chromium(tmp_path):
         pytest.fail("CI must install Chromium (scripts/install_chromium.sh)")
     if browser is None:
         pytest.skip(f"no headless Chromium on PATH (looked for {', '.join(BROWSERS)}): scripts/install_chromium.sh")
-    page = write_report(C.compare(grid(), "val/acc"), tmp_path / "report")
+    page = write_report(compare(grid(), "val/acc"), tmp_path / "report")
     check = (
         "<script>window.addEventListener('load', () => { const bad = [...document.images].filter(i => "
         "!(i.complete && i.naturalWidth > 0 && i.getBoundingClientRect().width > 0)).map(i => i.alt); "
@@ -629,19 +632,19 @@ def test_report_page_renders_every_image_in_headless_chromium(tmp_path):
 
 
 def test_per_seed_values_in_csv_and_json_always_and_under_the_table_on_request(tmp_path, capsys):
-    comp = C.compare(grid(), "val/acc")
-    data = json.loads(C.to_json(comp))
+    comp = compare(grid(), "val/acc")
+    data = json.loads(to_json(comp))
     rope = next(c for c in data["cells"] if c["row"] == "rope" and c["col"] == "copy")
     assert rope["values"] == [0.9, 0.8, 1.0] and rope["seeds"] == [0, 1, 2] and rope["ci_clipped"] == [False, True]
     assert rope["ci_level"] == 0.95 and data["interval"].startswith("95% Student-t interval of the mean")
-    row = next(r for r in csv.DictReader(io.StringIO(C.to_csv(comp))) if r["row"] == "rope" and r["col"] == "copy")
+    row = next(r for r in csv.DictReader(io.StringIO(to_csv(comp))) if r["row"] == "rope" and r["col"] == "copy")
     assert row["values"] == "0.9 0.8 1.0" and row["seeds"] == "0 1 2"
-    assert "rope / copy [val/acc]: 0.9 (seed 0), 0.8 (seed 1), 1 (seed 2)" not in text_of(C.render_table(comp))
+    assert "rope / copy [val/acc]: 0.9 (seed 0), 0.8 (seed 1), 1 (seed 2)" not in text_of(render_table(comp))
     write_records(tmp_path, grid())
-    C.compare_main([f"--out_dir={tmp_path}", "--per_seed"])
+    compare_main([f"--out_dir={tmp_path}", "--per_seed"])
     assert "rope / copy [val/acc]: 0.9 (seed 0), 0.8 (seed 1), 1 (seed 2)" in capsys.readouterr().out
-    enough = C.compare([rec(seed=s, acc=0.5 + s / 100) for s in range(5)], "val/acc")
-    assert not any(line.startswith("few seeds") for line in C.notes(enough))
+    enough = compare([rec(seed=s, acc=0.5 + s / 100) for s in range(5)], "val/acc")
+    assert not any(line.startswith("few seeds") for line in notes(enough))
 
 
 def missing_worst() -> list[dict]:
@@ -654,16 +657,16 @@ def missing_worst() -> list[dict]:
 def test_a_row_missing_a_column_is_left_out_of_the_aggregates_and_named():
     """Issue 24, finding 2: averaged over the columns it has, c's MRR would be (1 + 1/2) / 2 = 0.75 and beat
     a's 0.67; it has no t3, so it gets no aggregate, is named, and a and b are ranked among themselves."""
-    comp = C.compare(missing_worst(), "val/acc")
+    comp = compare(missing_worst(), "val/acc")
     assert comp.ranks["c", "t1"] == 1 and comp.ranks["c", "t2"] == 2  # its cells keep their ranks
     assert comp.missing == {"c": ["t3"]} and set(comp.mrr) == set(comp.mean_rank) == set(comp.iqm) == {"a", "b"}
     assert comp.mrr == {"a": pytest.approx(2.5 / 3), "b": pytest.approx(2 / 3)} and comp.rows == ["a", "b", "c"]
     assert comp.mean_rank == {"a": pytest.approx(4 / 3), "b": pytest.approx(5 / 3)}
-    lines = C.notes(comp)
+    lines = notes(comp)
     assert "mean rank, MRR and IQM over the rows with every column; left out: c (no t3)" in lines
-    header, rows = C.grid_of(comp)
+    header, rows = grid_of(comp)
     assert rows[-1][0] == "c" and rows[-1][2] == ["-", "-"]
-    data = json.loads(C.to_json(comp))
+    data = json.loads(to_json(comp))
     assert data["missing"] == {"c": ["t3"]} and set(data["iqm"]) == {"a", "b"}
 
 
@@ -681,9 +684,9 @@ def test_iqm_and_its_stratified_bootstrap_follow_rliable():
     profile, low, high = performance_profile([[0.2, 0.4], [0.6, 0.8]], taus)
     assert profile.tolist() == [1.0, 0.5, 0.0] and np.all(low <= profile) and np.all(profile <= high)
     assert performance_profile([[0.2, 0.4], [0.6, 0.8]], taus, "min")[0].tolist() == [0.0, 0.5, 1.0]
-    comp = C.compare(grid(), "val/acc")
+    comp = compare(grid(), "val/acc")
     expected = iqm_interval([comp.cells["rope", c].values for c in comp.cols])
-    assert comp.iqm["rope"] == expected and any(line.startswith("IQM over columns x seeds") for line in C.notes(comp))
+    assert comp.iqm["rope"] == expected and any(line.startswith("IQM over columns x seeds") for line in notes(comp))
 
 
 def with_setup(record: dict, **changes) -> dict:
@@ -704,21 +707,21 @@ def test_identity_is_the_setup_allowlist():
     runs = [rec(seed=s) for s in range(3)]
     runs[2] = with_setup(runs[2], **{"trainer.log_every_n_steps": 7, "trainer.val_check_interval": 3,
                                      "data.init_args.num_workers": 4, "model.init_args.compile": True})  # fmt: skip
-    assert C.compare(runs, "val/acc").cells["rope", "copy"].n == 3
+    assert compare(runs, "val/acc").cells["rope", "copy"].n == 3
     for change in ({"trainer.max_steps": 10}, {"trainer.precision": "bf16-mixed"}, {"trainer.num_nodes": 2}):
         odd = runs[:2] + [with_setup(rec(seed=2), **change), rec(seed=3)]
-        comp = C.compare(odd, "val/acc")
+        comp = compare(odd, "val/acc")
         (dropped,) = comp.excluded
         assert comp.cells["rope", "copy"].n == 3 and dropped.reason.startswith(f"config differs: {next(iter(change))}=")
     world = runs[:2] + [dict(rec(seed=2), world_size=8), rec(seed=3)]  # the record's own field, from the trainer
-    assert C.compare(world, "val/acc").excluded[0].reason == "config differs: world_size=8 (kept: missing)"
+    assert compare(world, "val/acc").excluded[0].reason == "config differs: world_size=8 (kept: missing)"
 
 
 def test_the_data_seed_is_a_seed_not_a_setup():
     """The configs' data seed follows seed_everything, so seeds differ in it: one cell, not 'mixed configs' (the
     quick start's comparison was empty)."""
     runs = [with_setup(rec(seed=s), **{"data.init_args.seed": s}) for s in range(3)]
-    comp = C.compare(runs, "val/acc")
+    comp = compare(runs, "val/acc")
     assert comp.cells["rope", "copy"].n == 3 and not comp.excluded
 
 
@@ -733,28 +736,28 @@ def test_a_column_mixing_setups_is_refused_in_one_line(tmp_path, capsys):
         "trainer.max_steps (10 vs 100); split them with --cols task,KEY (or --rows), or select one study with --sweep"
     )
     with pytest.raises(ConfigError) as error:
-        C.compare(records, "val/acc")
+        compare(records, "val/acc")
     assert str(error.value) == message
     write_records(tmp_path, records)
     with pytest.raises(SystemExit) as exit_info:
         cli.cli_main(["compare", f"--out_dir={tmp_path}"])
     assert exit_info.value.code == 2 and capsys.readouterr().err.strip() == f"error: {message}"
-    split = C.compare(records, "val/acc", cols="task,trainer.max_steps")  # one column per setup
+    split = compare(records, "val/acc", cols="task,trainer.max_steps")  # one column per setup
     assert set(split.cols) == {"copy, 10", "copy, 100"}
     # a sweep's tuned parameters may differ between rows (a reseed study: each encoding's chosen lr)
     tuned = [rec("rope", seed=s) for s in range(2)] + [rec("alibi", seed=s, lr=0.01) for s in range(2)]
     with pytest.raises(ConfigError, match="differ in model.lr"):
-        C.compare(tuned, "val/acc")
-    assert C.compare(tuned, "val/acc", tuned=["model.lr"]).cells["alibi", "copy"].n == 2
+        compare(tuned, "val/acc")
+    assert compare(tuned, "val/acc", tuned=["model.lr"]).cells["alibi", "copy"].n == 2
 
 
 def test_aggregates_only_over_columns_of_one_kind_of_run():
     lm = [with_setup(rec(e, "wikitext", s, 0.3), **{"model.class_path": "x.MaskedLM"}) for e in ("rope", "alibi")
           for s in range(2)]  # fmt: skip
-    comp = C.compare(grid() + lm, "val/acc")
+    comp = compare(grid() + lm, "val/acc")
     assert not comp.mean_rank and not comp.mrr and not comp.iqm and comp.kinds["wikitext"] == "MaskedLM"
     assert (
         "no mean rank, MRR or IQM: the columns hold different kinds of run (M: copy, reverse; MaskedLM: wikitext); "
-        "compare each kind on its own" in C.notes(comp)
+        "compare each kind on its own" in notes(comp)
     )
     assert comp.ranks["rope", "wikitext"] == 1.5  # each column is still ranked

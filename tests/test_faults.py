@@ -757,7 +757,7 @@ def test_ambiguous_run_reference_names_the_candidates(tmp_path):
 def test_disk_full_leaves_no_temp_file_and_the_old_record(tmp_path, monkeypatch, capsys):
     import errno
 
-    from pe_sweeps.tracking.records import RunRecord, write_atomic
+    from pe_sweeps.tracking.records import RecordWriter, write_atomic
 
     path = tmp_path / "record.json"
     write_atomic(path, '{"status": "running"}')
@@ -771,10 +771,10 @@ def test_disk_full_leaves_no_temp_file_and_the_old_record(tmp_path, monkeypatch,
     assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
     assert json.loads(path.read_text()) == {"status": "running"}
 
-    class Trainer:  # what RunRecord.on_exception reads
+    class Trainer:  # what RecordWriter.on_exception reads
         is_global_zero, global_step = True, 3
 
-    record = RunRecord(tmp_path, {"name": "n"}, {})
+    record = RecordWriter(tmp_path, {"name": "n"}, {})
     record.on_exception(Trainer(), None, OSError(errno.ENOSPC, "No space left on device"))  # warns, no raise
     assert "warning: cannot update" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["record.json"]

@@ -28,14 +28,14 @@ def host_reads():
 def tiny_fit(tmp_path, max_steps: int, callbacks=(), log_every_n_steps: int = 50, model=None, **trainer):
     from datamodules.synthetic import SyntheticDataModule
     from pe_sweeps.tracking.callbacks import LogLearningRate, StepProgressBar
-    from pe_sweeps.tracking.records import RunRecord
+    from pe_sweeps.tracking.records import RecordWriter
 
     data = SyntheticDataModule(task="copy", train_max_len=4, eval_max_len=8, train_size=128, eval_per_length=4,
                                batch_size=8)  # fmt: skip
     data.setup("fit")
     arch = ArchConfig("rope", dim=16, depth=1, num_heads=2, vocab_size=data.vocab_size, max_length=data.max_seq_len)
     model = model or SyntheticTaskModel(arch)
-    ours = [RunRecord(tmp_path, {"name": "t"}, {}), StepProgressBar(), LogLearningRate()]
+    ours = [RecordWriter(tmp_path, {"name": "t"}, {}), StepProgressBar(), LogLearningRate()]
     trainer = pl.Trainer(
         max_steps=max_steps, accelerator="cpu", devices=1, logger=pl.loggers.CSVLogger(tmp_path),
         callbacks=[*callbacks, *ours], log_every_n_steps=log_every_n_steps, limit_val_batches=0,

@@ -14,6 +14,7 @@ README claims covered here:
 
 import json
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,11 +23,21 @@ import torch
 
 from lightning_modules.optim import check_finite
 from pe_sweeps.errors import ConfigError, DivergedError
-from pe_sweeps.tracking.records import RECORD_FILE, RunRecord, find_checkpoint, status_of
+from pe_sweeps.tracking.records import (
+    RECORD_FILE,
+    SCHEMA_VERSION,
+    RecordWriter,
+    RunRecord,
+    find_checkpoint,
+    load_records,
+    read_record,
+    status_of,
+    write_record,
+)
 
 
 def trainer(step: int, **metrics: float) -> SimpleNamespace:
-    """What RunRecord reads from a Lightning trainer at the end of a validation."""
+    """What RecordWriter reads from a Lightning trainer at the end of a validation."""
     return SimpleNamespace(
         callback_metrics={k: torch.tensor(v) for k, v in metrics.items()}, global_step=step, is_global_zero=True,
         sanity_checking=False, state=SimpleNamespace(fn="fit"), interrupted=False,
@@ -36,7 +47,7 @@ def trainer(step: int, **metrics: float) -> SimpleNamespace:
 
 def test_record_is_rewritten_at_every_validation(tmp_path):
     identity = {"name": "copy-rope-s0", "task": "copy", "encoding": "rope", "seed": 0, "sweep": None}
-    record = RunRecord(tmp_path, identity, {"model": {}})
+    record = RecordWriter(tmp_path, identity, {"model": {}})
     path = tmp_path / RECORD_FILE
     record.on_validation_end(trainer(10, **{"val/acc": 0.5, "val/loss": 2.0}), None)
     first = json.loads(path.read_text())  # on disk after the first validation: a killed run keeps it
@@ -59,7 +70,7 @@ def test_status_of_each_ending(tmp_path):
     assert status_of(KeyboardInterrupt()) == "interrupted"
     assert status_of(type("SIGTERMException", (Exception,), {})()) == "interrupted"
     assert status_of(ValueError("boom")) == "failed"
-    record = RunRecord(tmp_path, {"name": "n"}, {})
+    record = RecordWriter(tmp_path, {"name": "n"}, {})
     record.on_exception(trainer(7), None, DivergedError("train/loss is nan at step 7"))
     saved = json.loads((tmp_path / RECORD_FILE).read_text())
     assert saved["status"] == "diverged" and saved["global_step"] == 7 and "step 7" in saved["error"]
@@ -95,3 +106,47 @@ def test_run_reference_is_the_newest_finished_run_of_its_name(tmp_path):
     assert find_checkpoint("some/path.ckpt", str(tmp_path), {}) == "some/path.ckpt"  # a path is taken as given
     with pytest.raises(ConfigError, match="cannot fill"):
         find_checkpoint("run:mlm-{size}", str(tmp_path), {"encoding": "rope"})
+
+
+# a record as `cli.py fit` wrote it before records had a schema version (and a key this version does not know)
+OLD_RECORD = """{"name": "copy-rope-s0", "group": "pe-sweeps/copy/rope", "task": "copy", "encoding": "rope", "seed": 0,
+ "sweep": null, "subcommand": "fit", "status": "finished", "config": {"model": {"init_args": {"lr": 0.001}}},
+ "final": {"val/acc": 0.75}, "best": {"val/acc": 0.8}, "history": [{"step": 10, "val/acc": 0.75}],
+ "world_size": 1, "precision": "32-true", "global_step": 10, "updated_at": 5.0, "sweep_params": "lr=0.001"}"""
+
+
+def test_an_old_record_reads_into_the_typed_record_and_writes_back_unchanged(tmp_path):
+    path = tmp_path / "run" / RECORD_FILE
+    path.parent.mkdir()
+    path.write_text(OLD_RECORD)
+    record = read_record(path)
+    assert isinstance(record, RunRecord) and record.schema_version == SCHEMA_VERSION
+    assert (record.name, record.task, record.encoding, record.seed, record.status) == ("copy-rope-s0", "copy", "rope",
+                                                                                       0, "finished")  # fmt: skip
+    assert record.final == {"val/acc": 0.75} and record.history[0]["step"] == 10 and record.world_size == 1
+    assert record.resumes == [] and record.wandb == {} and record.error is None  # absent then: defaults
+    assert record.run_dir == str(path.parent) and record.extra == {"sweep_params": "lr=0.001"}
+    assert record["status"] == "finished" and record.get("wandb", {}) == {} and "error" not in record  # old readers
+    write_record(path, record)
+    again = json.loads(path.read_text())
+    assert {k: again[k] for k in json.loads(OLD_RECORD)} == json.loads(OLD_RECORD)  # nothing lost, unknown key kept
+    assert again["schema_version"] == SCHEMA_VERSION and "run_dir" not in again
+    assert read_record(path) == record
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [("{not json", "Expecting property name"), ("[1]", "not a JSON object"),
+     ('{"schema_version": 99}', f"schema_version 99: this version reads 0 to {SCHEMA_VERSION}"),
+     ('{"final": [1, 2]}', "final is a list, not a dict"), ('{"status": 3}', "status 3 is not one of running")],
+)  # fmt: skip
+def test_a_malformed_record_is_one_line_naming_the_file(tmp_path, capsys, text, why):
+    good, bad = tmp_path / "a" / RECORD_FILE, tmp_path / "b" / RECORD_FILE
+    for path, content in ((good, OLD_RECORD), (bad, text)):
+        path.parent.mkdir()
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=f"^run record {bad}: {re.escape(why)}"):
+        read_record(bad)
+    assert read_record(bad, warn=False) is None  # a sweep polling a trial's record
+    assert [r.name for r in load_records(tmp_path)] == ["copy-rope-s0"]  # a folder scan skips it, saying so
+    assert f"warning: skipping unreadable run record {bad}: " in capsys.readouterr().err

@@ -34,7 +34,7 @@ from conftest import TINY
 
 from pe_sweeps import layout
 from pe_sweeps.tracking import wandb_setup as ws
-from pe_sweeps.tracking.records import RECORD_FILE, RunRecord, run_scale, scale_line
+from pe_sweeps.tracking.records import RECORD_FILE, RecordWriter, run_scale, scale_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,7 +124,7 @@ def test_a_checkpoint_names_its_run(tmp_path):
     for n in (2, 10, 9):  # Lightning's SLURM requeue checkpoints: the newest version is resumed
         torch.save({"pe_run_dir": str(run)}, tmp_path / f"hpc_ckpt_{n}.ckpt")
     assert hpc_checkpoint(str(tmp_path)) == str(tmp_path / "hpc_ckpt_10.ckpt")
-    assert stored_run_dir(hpc_checkpoint(str(tmp_path))) == run  # written by RunRecord.on_save_checkpoint
+    assert stored_run_dir(hpc_checkpoint(str(tmp_path))) == run  # written by RecordWriter.on_save_checkpoint
     assert hpc_checkpoint(str(tmp_path / "runs")) is None
     (tmp_path / "bad.ckpt").write_bytes(b"not a checkpoint")
     assert stored_run_dir(str(tmp_path / "bad.ckpt")) is None
@@ -139,14 +139,14 @@ def test_a_resumed_record_continues_its_history(tmp_path):
     previous = {"name": "n", "status": "failed", "error": "killed", "history": history, "first_step": 1,
                 "best": {"val/acc": 0.9, "val/loss": 1 / 6, "train/loss": 0.5}, "final": {"val/acc": 0.9},
                 "wandb": {"id": "abc", "dirs": ["/w/1"]}}  # fmt: skip
-    record = RunRecord(tmp_path, {"name": "n"}, {"trainer": {}}, previous)
-    assert record.record["status"] == "running" and "error" not in record.record and "first_step" not in record.record
+    record = RecordWriter(tmp_path, {"name": "n"}, {"trainer": {}}, previous)
+    assert record.record.status == "running" and record.record.error is None and record.record.first_step is None
     record.on_train_batch_start(SimpleNamespace(global_step=4, is_global_zero=True), None, None, 0)
     kept = record.record
-    assert [h["step"] for h in kept["history"]] == [2, 4] and kept["first_step"] == 5
-    assert kept["best"] == {"val/acc": 0.3, "val/loss": 0.25, "train/loss": 0.5}
-    assert kept["resumes"][0]["previous_status"] == "failed" and kept["resumes"][0]["step"] == 4
-    assert kept["wandb"]["id"] == "abc"
+    assert [h["step"] for h in kept.history] == [2, 4] and kept.first_step == 5
+    assert kept.best == {"val/acc": 0.3, "val/loss": 0.25, "train/loss": 0.5}
+    assert kept.resumes[0]["previous_status"] == "failed" and kept.resumes[0]["step"] == 4
+    assert kept.wandb["id"] == "abc"
     checkpoint = {}
     record.on_save_checkpoint(None, None, checkpoint)
     assert checkpoint["pe_run_dir"] == str(tmp_path.resolve())

@@ -98,13 +98,13 @@ def mean_and_band(ax, series: dict, color: str, label: str, **plot) -> None:
 def per_length(comp: Comparison, prefix: str, ylabel: str, xlabel: str, boundary: str, log=False) -> Figure | None:
     """Final `<prefix><n>` vs n: mean and min-max band over seeds, one line per row, one panel per column;
     the training length or context (config key `boundary`) as a dashed vertical line."""
-    if not any(by_suffix(r["final"], prefix) for c in comp.cells.values() for r in c.records):
+    if not any(by_suffix(r.final, prefix) for c in comp.cells.values() for r in c.records):
         return None
     fig, axes = panels(comp)
     colors = row_colors(comp)
     for ax, col in zip(axes, comp.cols):
         for row in [r for r in comp.rows if (r, col) in comp.cells]:
-            series = over_seeds(comp.cells[row, col].records, lambda r: by_suffix(r["final"], prefix).items())
+            series = over_seeds(comp.cells[row, col].records, lambda r: by_suffix(r.final, prefix).items())
             mean_and_band(ax, series, colors[row], row, marker=".")
         records = [r for (_, c), cell in comp.cells.items() if c == col for r in cell.records]
         for trained in sorted({lookup(r, boundary) for r in records} - {None}):
@@ -130,15 +130,13 @@ def ppl_context(comp: Comparison) -> Figure | None:
 def learning_curves(comp: Comparison) -> Figure | None:
     """The metric vs step: mean over seeds, min-max band."""
     metric = comp.metric
-    if not any(metric in h for c in comp.cells.values() for r in c.records for h in r.get("history", [])):
+    if not any(metric in h for c in comp.cells.values() for r in c.records for h in r.history):
         return None
     fig, axes = panels(comp)
     colors = row_colors(comp)
     for ax, col in zip(axes, comp.cols):
         for row in [r for r in comp.rows if (r, col) in comp.cells]:
-            points = lambda r: [
-                (h["step"], h[metric]) for h in r.get("history", []) if metric in h and h.get("step") is not None
-            ]
+            points = lambda r: [(h["step"], h[metric]) for h in r.history if metric in h and h.get("step") is not None]
             mean_and_band(ax, over_seeds(comp.cells[row, col].records, points), colors[row], row)
         ax.set(title=col, xlabel="training step", ylabel=metric)
         ax.legend(fontsize=7)

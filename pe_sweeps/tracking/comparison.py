@@ -1,4 +1,4 @@
-"""What a comparison holds and how one cell reads: shared by the table (tracking/compare.py) and the
+"""What a comparison holds and how one cell reads: shared by the formats (tracking/compare_render.py) and the
 report (tracking/compare_report.py), so that neither imports the other."""
 
 import functools
@@ -11,6 +11,7 @@ from scipy import stats
 
 from lightning_modules.metrics import bounds, goal
 from pe_sweeps.tracking.across_tasks import IQM_INTERVAL
+from pe_sweeps.tracking.records import RunRecord
 
 IDENTITY = ("name", "group", "task", "encoding", "seed", "sweep", "subcommand", "status")
 LEVEL = 0.95  # every interval's nominal coverage
@@ -148,7 +149,7 @@ class Comparison:
     alternatives: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # best-over candidates
     declared_goal: str | None = None  # "max"/"min" from the sweep file's metric(s); else by the metric's name
     # across-column aggregates (mean rank, MRR, IQM) cover only the rows with a cell in every column, and only
-    # when every column holds one kind of run (see tracking/compare.py `aggregate_rows`)
+    # when every column holds one kind of run (see tracking/compare_statistics.py `aggregate_rows`)
     missing: dict[str, list[str]] = field(default_factory=dict)  # row -> the columns it lacks (no aggregate)
     kinds: dict[str, str] = field(default_factory=dict)  # column -> its kind of run (the task module's class)
     no_aggregate: str | None = None  # why no across-column aggregate is shown (columns of different kinds)
@@ -167,12 +168,12 @@ class Comparison:
         return self.ranks.get((row, col)) == min(self.ranks[r, col] for r in self.rows if (r, col) in self.ranks)
 
 
-def lookup(record: dict, key: str):
+def lookup(record: RunRecord, key: str):
     """A record field (`encoding`) or a dotted config path (`model.init_args.dim`, or `model.dim`);
     None when absent. Flat configs (W&B) are looked up by the whole key, then by its last part."""
-    if key in IDENTITY or ("." not in key and key in record):
-        return record.get(key)
-    config = record.get("config") or {}
+    if key in IDENTITY or ("." not in key and record.value_of(key) is not None):
+        return record.value_of(key)
+    config = record.config
     parts = key.split(".")
     for path in (parts, parts[:1] + ["init_args"] + parts[1:]):
         node = config
@@ -225,7 +226,7 @@ def seed_lines(comp: Comparison) -> list[str]:
     """Every cell's per-seed values (`--per_seed`; the csv and json always carry them)."""
     lines = []
     for (row, col), cell in sorted(comp.cells.items()):
-        shown = ", ".join(f"{fmt(v)} (seed {r.get('seed')})" for r, v in zip(cell.records, cell.values))
+        shown = ", ".join(f"{fmt(v)} (seed {r.seed})" for r, v in zip(cell.records, cell.values))
         lines.append(f"{row} / {col} [{comp.metric}]: {shown}")
     return lines
 

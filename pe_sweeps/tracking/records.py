@@ -6,13 +6,19 @@ A record holds the resolved config, identity (task, encoding, seed, sweep), what
 and the history of validation metrics. It is rewritten atomically at every validation, so a run
 killed mid-way still leaves what it had measured. A fit resumed from one of the run's checkpoints continues
 the same record (its history cut back to the checkpoint's step; `resumes` says when) and W&B run.
+
+The record is a RunRecord (a dataclass with a `schema_version`), written by RecordWriter through
+`write_record` and read through `read_record` / `load_records`: this module is the only one that knows
+its JSON. Records written before the schema was versioned (version 0) read with the same fields.
 """
 
+import dataclasses
 import json
 import os
 import re
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -26,6 +32,108 @@ from pe_sweeps.tracking.length_tables import log_by_length
 from pe_sweeps.tracking.wandb_setup import describe_run
 
 PROGRESS_EVERY_S = 5.0  # training progress (`step`) reaches the record at most this often between validations
+SCHEMA_VERSION = 1  # 0: the records written before the schema had a version (same fields, no `schema_version`)
+STATUSES = ("running", "finished", "failed", "diverged", "interrupted")
+
+
+@dataclass
+class RunRecord:
+    """One run's `record.json`, typed: what `cli.py fit/validate/test` writes (RecordWriter) and what compare,
+    the sweep runner, its live view, reseed and `init_from: run:NAME` read. Written and read by this module
+    only (`write_record`, `read_record`); unknown top-level keys are kept in `extra` and written back.
+    Readers not yet moved to attributes may still use `record["key"]` / `record.get("key")` (read-only)."""
+
+    # identity
+    name: str | None = None
+    group: str | None = None
+    task: str | None = None
+    encoding: str | None = None
+    seed: int | None = None
+    data_seed: int | None = None
+    sweep: str | None = None
+    subcommand: str | None = None
+    # outcome
+    status: str = "running"
+    error: str | None = None
+    config: dict = field(default_factory=dict)  # the resolved config
+    final: dict = field(default_factory=dict)  # metric -> last value
+    best: dict = field(default_factory=dict)  # metric -> best value by its goal
+    history: list = field(default_factory=list)  # one row per validation: step, wandb_step, val/* metrics
+    resumes: list = field(default_factory=list)  # {at, previous_status, step} per resume from a checkpoint
+    wandb: dict = field(default_factory=dict)  # the W&B run: id, path, mode, dir, dirs
+    # what `devices: auto` resolved to (compare's SETUP), and TF32
+    world_size: int | None = None
+    num_devices: int | None = None
+    num_nodes: int | None = None
+    precision: str | None = None
+    global_batch_size: int | None = None
+    matmul_precision: str | None = None
+    # progress and timing (the sweep's live view)
+    step: int | None = None
+    max_steps: int | None = None
+    global_step: int | None = None
+    first_step: int | None = None
+    process_start: float | None = None
+    started_at: float | None = None
+    first_step_at: float | None = None
+    startup_seconds: float | None = None
+    updated_at: float | None = None
+    schema_version: int = SCHEMA_VERSION
+    extra: dict = field(default_factory=dict)  # top-level keys this version does not know, kept as they are
+    run_dir: str | None = None  # where it was read from (not written)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunRecord":
+        """A record from its JSON object (any schema version up to ours); ValueError when it is not one."""
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        version = data.get("schema_version", 0)
+        if not isinstance(version, int) or not 0 <= version <= SCHEMA_VERSION:
+            raise ValueError(f"schema_version {version!r}: this version reads 0 to {SCHEMA_VERSION}")
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        record = cls(
+            **{k: v for k, v in data.items() if k in known}, extra={k: v for k, v in data.items() if k not in known}
+        )
+        record.schema_version = SCHEMA_VERSION  # read into this version's fields: written back as such
+        for name, kind in (("config", dict), ("final", dict), ("best", dict), ("history", list), ("resumes", list),
+                           ("wandb", dict)):  # fmt: skip
+            value = getattr(record, name)
+            if value is None:
+                setattr(record, name, kind())
+            elif not isinstance(value, kind):
+                raise ValueError(f"{name} is a {type(value).__name__}, not a {kind.__name__}")
+        if not isinstance(record.status, str):
+            raise ValueError(f"status {record.status!r} is not one of {', '.join(STATUSES)}")
+        return record
+
+    @classmethod
+    def of(cls, record: "RunRecord | dict") -> "RunRecord":
+        """A RunRecord as it is, or one made from a dict (a W&B run's, a test's)."""
+        return record if isinstance(record, cls) else cls.from_dict(record)
+
+    def to_dict(self) -> dict:
+        """The JSON object written to record.json (without `run_dir`, with `extra` at the top level)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "run_dir")}
+        return {**self.extra, **data}
+
+    def value_of(self, key: str):
+        """A top-level field by name, known or `extra` (None when absent)."""
+        if key == "extra" or key not in self.__dataclass_fields__:
+            return self.extra.get(key)
+        return getattr(self, key)
+
+    # read-only dict access for readers not yet moved to attributes (tracking/sweep.py, tracking/wandb_setup.py)
+    def get(self, key: str, default=None):
+        value = self.value_of(key)
+        return default if value is None else value
+
+    def __getitem__(self, key: str):
+        if key not in self:
+            raise KeyError(key)
+        return self.value_of(key)
+
+    def __contains__(self, key: str) -> bool:
+        return self.value_of(key) is not None
 
 
 def _scalars(metrics: dict) -> dict[str, float]:
@@ -60,65 +168,61 @@ def scale_line(trainer: pl.Trainer, scale: dict) -> str | None:
     return line
 
 
-class RunRecord(Callback):
-    """Write and keep up to date `<run_dir>/record.json` (rank 0 only). `previous`: the record of the run
-    this fit resumes (from one of its checkpoints), continued rather than replaced."""
+class RecordWriter(Callback):
+    """Write and keep up to date `<run_dir>/record.json` (rank 0 only), a RunRecord. `previous`: the record of
+    the run this fit resumes (from one of its checkpoints), continued rather than replaced."""
 
-    def __init__(self, run_dir: Path, identity: dict, config: dict, previous: dict | None = None):
+    def __init__(self, run_dir: Path, identity: dict, config: dict, previous: RunRecord | dict | None = None):
         self.path = Path(run_dir) / RECORD_FILE
-        kept = {k: previous[k] for k in ("final", "best", "history", "wandb") if k in (previous or {})}
-        self.record = {
-            **identity,
-            "status": "running",
-            "config": config,
-            "final": {},
-            "best": {},
-            "history": [],
-            **kept,
-        }
+        self.record = RunRecord.from_dict({**identity, "status": "running", "config": config})
         self.resumed = previous is not None
         if self.resumed:
-            resume = {"at": time.time(), "previous_status": previous.get("status")}
-            self.record["resumes"] = [*previous.get("resumes", []), resume]
+            previous = RunRecord.of(previous)
+            record = self.record
+            record.final, record.best, record.history = previous.final, previous.best, previous.history
+            record.wandb = previous.wandb
+            record.resumes = [*previous.resumes, {"at": time.time(), "previous_status": previous.status}]
 
     def write(self) -> None:
-        self.record["updated_at"] = time.time()
-        write_atomic(self.path, json.dumps(self.record, indent=1))
+        self.record.updated_at = time.time()
+        write_record(self.path, self.record)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
-            self.record["started_at"] = time.time()
+            self.record.started_at = time.time()
             scale = run_scale(trainer)  # part of what defines a result, whatever `devices: auto` resolved to
-            self.record.update(scale)
+            for key, value in scale.items():
+                setattr(self.record, key, value)
             if line := scale_line(trainer, scale):
                 print(line, flush=True)
-            self.record["matmul_precision"] = torch.get_float32_matmul_precision()  # "high": TF32 on CUDA
+            self.record.matmul_precision = torch.get_float32_matmul_precision()  # "high": TF32 on CUDA
             self.write()
             where = describe_run(trainer, self.record)
             if where:  # the W&B run (id, path, offline folder), for the sweep's trial attributes and `wandb sync`
-                folders = (self.record.get("wandb") or {}).get("dirs") or []  # a resumed run's earlier ones
+                folders = self.record.wandb.get("dirs") or []  # a resumed run's earlier ones
                 if where.get("dir") and where["dir"] not in folders:
                     folders = [*folders, where["dir"]]
-                self.record["wandb"] = {**where, "dirs": folders}
+                self.record.wandb = {**where, "dirs": folders}
                 self.write()
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
-        if "first_step" not in self.record and trainer.is_global_zero:
-            self.record["first_step"] = trainer.global_step + 1  # > 1 when resumed from a checkpoint
-            self.record["first_step_at"] = time.time()  # the live view's ETA counts from here
+        record = self.record
+        if record.first_step is None and trainer.is_global_zero:
+            record.first_step = trainer.global_step + 1  # > 1 when resumed from a checkpoint
+            record.first_step_at = time.time()  # the live view's ETA counts from here
             if self.resumed:  # validations after the checkpoint are done again: theirs are dropped
                 self.cut_history(trainer.global_step)
-        if "startup_seconds" not in self.record and trainer.is_global_zero and "process_start" in self.record:
-            self.record["startup_seconds"] = time.time() - self.record["process_start"]  # process start -> step 1
+        if record.startup_seconds is None and trainer.is_global_zero and record.process_start is not None:
+            record.startup_seconds = time.time() - record.process_start  # process start -> step 1
 
     def cut_history(self, step: int) -> None:
         """A resumed run's history up to its checkpoint's `step`, and the best values of its metrics again."""
-        history = [row for row in self.record["history"] if row.get("step", 0) <= step]
-        self.record["history"] = history
-        self.record["resumes"][-1]["step"] = step
+        history = [row for row in self.record.history if row.get("step", 0) <= step]
+        self.record.history = history
+        self.record.resumes[-1]["step"] = step
         for key in {k for row in history for k in row} - {"step", "wandb_step"}:
             values = [row[key] for row in history if key in row]
-            self.record["best"][key] = (max if goal(key) == "max" else min)(values)
+            self.record.best[key] = (max if goal(key) == "max" else min)(values)
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module, checkpoint: dict) -> None:
         """The run folder, in every checkpoint: a fit resumed from one outside it (Lightning's SLURM requeue
@@ -129,51 +233,52 @@ class RunRecord(Callback):
         """Progress for the sweep's live view: the step and max_steps, written every PROGRESS_EVERY_S."""
         if not trainer.is_global_zero:
             return
-        self.record["step"], self.record["max_steps"] = trainer.global_step, trainer.max_steps
-        if time.time() - self.record.get("updated_at", 0) >= PROGRESS_EVERY_S:
+        self.record.step, self.record.max_steps = trainer.global_step, trainer.max_steps
+        if time.time() - (self.record.updated_at or 0) >= PROGRESS_EVERY_S:
             self.write()
 
     def _update(self, trainer: pl.Trainer) -> None:
         metrics = _scalars(trainer.callback_metrics)
-        self.record["final"].update(metrics)
+        self.record.final.update(metrics)
         for key, value in metrics.items():
-            best = self.record["best"].get(key)
+            best = self.record.best.get(key)
             better = max if goal(key) == "max" else min
-            self.record["best"][key] = value if best is None else better(best, value)
+            self.record.best[key] = value if best is None else better(best, value)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         self._update(trainer)
         if trainer.state.fn == "validate":  # `cli.py validate`: the run is this evaluation
-            self.record["status"] = "finished"
+            self.record.status = "finished"
         evals = {k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val/")}
-        self.record["history"].append({"step": trainer.global_step, "wandb_step": logged_step(trainer), **evals})
+        self.record.history.append({"step": trainer.global_step, "wandb_step": logged_step(trainer), **evals})
         self.write()
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
             self._update(trainer)
-            self.record["status"] = "interrupted" if trainer.interrupted else "finished"
-            self.record["global_step"] = trainer.global_step
+            record = self.record
+            record.status = "interrupted" if trainer.interrupted else "finished"
+            record.global_step = trainer.global_step
             # resumed from its last checkpoint, with no step left to train: it would have started here
-            self.record.setdefault("first_step", trainer.global_step + 1)
-            self.record.setdefault("first_step_at", time.time())
+            if record.first_step is None:
+                record.first_step, record.first_step_at = trainer.global_step + 1, time.time()
             self.write()
-            log_by_length(trainer, self.record)
+            log_by_length(trainer, record)
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
             self._update(trainer)
             if trainer.state.fn != "fit":  # `cli.py test`: the run is this evaluation
-                self.record["status"] = "finished"
+                self.record.status = "finished"
             self.write()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if trainer.is_global_zero:
-            self.record["status"] = status_of(exception)
-            self.record["error"] = f"{type(exception).__name__}: {exception}"
-            self.record["global_step"] = trainer.global_step
+            self.record.status = status_of(exception)
+            self.record.error = f"{type(exception).__name__}: {exception}"
+            self.record.global_step = trainer.global_step
             try:
                 self.write()
             except OSError as error:  # e.g. the disk that made the run fail is still full
@@ -211,31 +316,32 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def read_record(path: Path, warn: bool = True) -> dict | None:
-    """One record, or None (with a warning naming the file) when it is unreadable or not a record."""
+def write_record(path: Path, record: RunRecord) -> None:
+    """Write a record atomically (readers see the old or the new file)."""
+    write_atomic(Path(path), json.dumps(record.to_dict(), indent=1))
+
+
+def read_record(path: Path, warn: bool | None = None) -> RunRecord | None:
+    """The record in `path` (its `run_dir` set). A file that cannot be read, is not JSON or is not a record
+    (another schema, a field of the wrong type) is one line naming the file: a ConfigError by default; with
+    `warn` (polling a run that may not have written yet, scanning a folder), None, with a warning if True."""
     try:
-        record = json.loads(Path(path).read_text())
-        if not isinstance(record, dict):
-            raise ValueError("not a JSON object")
-        return record
-    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        record = RunRecord.from_dict(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, TypeError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        line = f"run record {path}: {str(error).splitlines()[0][:120] if str(error) else type(error).__name__}"
+        if warn is None:
+            raise ConfigError(line) from None
         if warn:
-            print(
-                f"warning: skipping unreadable run record {path}: {str(error).splitlines()[0][:120]}", file=sys.stderr
-            )
+            print(f"warning: skipping unreadable {line}", file=sys.stderr)
         return None
+    record.run_dir = str(Path(path).parent)
+    return record
 
 
-def load_records(root: Path) -> list[dict]:
+def load_records(root: Path) -> list[RunRecord]:
     """Every readable record under root (recursively), each with its `run_dir`; unreadable ones are skipped
     with a warning naming the file."""
-    records = []
-    for path in sorted(Path(root).rglob(RECORD_FILE)):
-        record = read_record(path)
-        if record is not None:
-            record["run_dir"] = str(path.parent)
-            records.append(record)
-    return records
+    return [r for path in sorted(Path(root).rglob(RECORD_FILE)) if (r := read_record(path, warn=True)) is not None]
 
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+,@-]*")
@@ -269,18 +375,16 @@ def find_checkpoint(reference: str, out_dir: str, fields: dict) -> str:
         name = reference[len(RUN_PREFIX) :].format(**fields)
     except (KeyError, IndexError, ValueError) as error:
         raise ConfigError(f"init_from {reference!r}: cannot fill {error} from the model's arguments") from None
-    runs = [r for r in load_records(Path(out_dir)) if r.get("name") == name and r.get("status") == "finished"]
-    runs = [r for r in runs if (Path(r["run_dir"]) / "checkpoints" / "last.ckpt").is_file()]
-    encodings = sorted({str(r.get("encoding")) for r in runs})
+    runs = [r for r in load_records(Path(out_dir)) if r.name == name and r.status == "finished"]
+    runs = [r for r in runs if (Path(r.run_dir) / "checkpoints" / "last.ckpt").is_file()]
+    encodings = sorted({str(r.encoding) for r in runs})
     if len(encodings) > 1:  # the same name for different models: refuse to guess
-        found = ", ".join(f"{r['run_dir']} ({r.get('encoding')})" for r in runs[:6])
+        found = ", ".join(f"{r.run_dir} ({r.encoding})" for r in runs[:6])
         raise ConfigError(
             f"init_from {reference!r}: {len(runs)} finished runs named {name!r} with different encodings "
             f"({', '.join(encodings)}): {found}; pass a checkpoint path or a name with {{encoding}}"
         )
-    checkpoints = sorted(
-        (Path(r["run_dir"]) / "checkpoints" / "last.ckpt" for r in runs), key=lambda c: c.stat().st_mtime
-    )
+    checkpoints = sorted((Path(r.run_dir) / "checkpoints" / "last.ckpt" for r in runs), key=lambda c: c.stat().st_mtime)
     if not checkpoints:
         raise ConfigError(
             f"init_from {reference!r}: no finished run named {name!r} with a last.ckpt under {out_dir}; "

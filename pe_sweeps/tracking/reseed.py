@@ -29,6 +29,7 @@ from rich.table import Table
 
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking import sweep_file as sf
+from pe_sweeps.tracking.manifest import set_compare_rows
 from pe_sweeps.tracking.records import check_name
 from pe_sweeps.tracking.run_naming import short_value
 from pe_sweeps.tracking.sweep import (
@@ -130,8 +131,8 @@ def used_seeds(sweep: dict, studies: list[optuna.Study]) -> set:
     for study in studies:
         for trial in study.get_trials(deepcopy=False):
             record = latest_record(Path(trial.user_attrs["trial_dir"])) if "trial_dir" in trial.user_attrs else None
-            if record and record.get("seed") is not None:
-                seeds.add(record["seed"])
+            if record and record.seed is not None:
+                seeds.add(record.seed)
     return seeds
 
 
@@ -223,6 +224,7 @@ def run_reseed(opts: SweepOptions) -> optuna.Study:
     console.print(f"stage 2: {len(choices)} configuration(s) x seeds {seeds}, data: {data}: study {base}-reseed")
     study = run_study(reseed_sweep(sweep, choices, seeds, opts.reseed_data), opts, f"{base}-reseed", console)
     study.set_user_attr("compare_rows", comparison_rows(keys))  # `cli.py compare --sweep <study>-reseed` rows
+    set_compare_rows(opts.out_dir, study.study_name, comparison_rows(keys))  # and in its manifest
     console.print(trial_table(study, metric))
     print_comparison(opts.out_dir, study.study_name, metric, console=console, rows=comparison_rows(keys))
     return study

@@ -6,14 +6,16 @@ import re
 from rich.console import Console
 from rich.table import Table
 
+from pe_sweeps.tracking.records import RunRecord
 from pe_sweeps.tracking.wandb_setup import sync_command
 
 PER_LENGTH = re.compile(r"_(len|ctx)_\d+")  # one value per length or context: the record has them all
 
 
-def summary_table(record: dict) -> Table:
+def summary_table(record: RunRecord | dict) -> Table:
     """One row per validation metric (per-length ones aside): final and best value."""
-    final, best = record.get("final", {}), record.get("best", {})
+    record = RunRecord.of(record)
+    final, best = record.final, record.best
     table = Table()
     for column in ("metric", "final", "best"):
         table.add_column(column, justify="left" if column == "metric" else "right")
@@ -22,10 +24,10 @@ def summary_table(record: dict) -> Table:
     return table
 
 
-def summary_lines(record: dict, record_path) -> list[str]:
+def summary_lines(record: RunRecord | dict, record_path) -> list[str]:
     """The record's path and, for an offline W&B run, the exact `wandb sync` command."""
     lines = [f"record: {record_path}"]
-    where = record.get("wandb") or {}
+    where = RunRecord.of(record).wandb
     if where.get("mode") == "offline" and where.get("dir"):  # a resumed run: one folder per start, one run id
         lines.append(f"W&B (offline): {sync_command(where.get('dirs') or [where['dir']], where.get('id'))}")
     elif where.get("path"):
@@ -33,9 +35,10 @@ def summary_lines(record: dict, record_path) -> list[str]:
     return lines
 
 
-def print_fit_summary(record: dict, record_path, console: Console | None = None) -> None:
-    console = console or Console()
-    console.print(f"{record.get('name')}: {record.get('status')} at step {record.get('global_step', '?')}")
+def print_fit_summary(record: RunRecord | dict, record_path, console: Console | None = None) -> None:
+    console, record = console or Console(), RunRecord.of(record)
+    step = "?" if record.global_step is None else record.global_step
+    console.print(f"{record.name}: {record.status} at step {step}")
     console.print(summary_table(record))
     for line in summary_lines(record, record_path):
         console.print(line, highlight=False, soft_wrap=True)

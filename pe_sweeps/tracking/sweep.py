@@ -58,6 +58,7 @@ from pe_sweeps.tracking import storage
 from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.children import stop_child
 from pe_sweeps.tracking.failpoints import failpoint
+from pe_sweeps.tracking.manifest import write_manifest
 from pe_sweeps.tracking.records import RECORD_FILE, check_name, read_record
 from pe_sweeps.tracking.run_naming import short_value
 from pe_sweeps.tracking.search import SAMPLER_ATTR, Search, build_search, check_sampler
@@ -810,6 +811,7 @@ class Sweep:
                 self.storage = open_storage(url, opts.heartbeat)
                 locked = self.lock.process is not None
                 self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
+                write_manifest(opts.out_dir, self.study_name, sweep, opts.file, url)  # what compare reads
         except ConfigError:  # already one line (a storage that cannot be opened, a study of another sweep file)
             raise
         except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, *storage.transient_errors()) as error:

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from pe_sweeps.tracking.pareto import front_trials
-from pe_sweeps.tracking.records import RECORD_FILE, read_record
+from pe_sweeps.tracking.records import RECORD_FILE, RunRecord, read_record
 
 
 def redact_url(url: str) -> str:
@@ -48,10 +48,10 @@ def status_line(study: optuna.Study) -> str:
     return line
 
 
-def latest_progress(trial_dir: str | None) -> dict:
-    """The newest run record of a trial folder ({} before the child wrote one)."""
+def latest_progress(trial_dir: str | None) -> RunRecord | None:
+    """The newest run record of a trial folder (None before the child wrote one)."""
     paths = sorted(Path(trial_dir).glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime) if trial_dir else []
-    return (read_record(paths[-1], warn=False) or {}) if paths else {}
+    return read_record(paths[-1], warn=False) if paths else None
 
 
 def duration(seconds: float) -> str:
@@ -59,14 +59,15 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def progress(record: dict, now: float | None = None) -> str:
+def progress(record: RunRecord | dict | None, now: float | None = None) -> str:
     """`step 120/3000, ETA 4m10s` from a run record (steps since its first step, and their rate)."""
-    step, total = record.get("step"), record.get("max_steps")
+    record = RunRecord.of(record or {})
+    step, total = record.step, record.max_steps
     if step is None:
-        return "starting" if not record else "validating" if record.get("history") else "starting"
+        return "validating" if record.history else "starting"
     text = f"step {step}/{total}" if total and total > 0 else f"step {step}"
-    done = step - record.get("first_step", 1) + 1
-    elapsed = (now or time.time()) - record.get("first_step_at", now or time.time())
+    done = step - (record.first_step or 1) + 1
+    elapsed = (now or time.time()) - (now or time.time() if record.first_step_at is None else record.first_step_at)
     if total and total > 0 and done > 0 and elapsed > 0:
         text += f", ETA {duration((total - step) * elapsed / done)}"
     return text

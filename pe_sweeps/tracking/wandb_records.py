@@ -12,6 +12,7 @@ import re
 
 from lightning_modules.metrics import goal
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking.records import RunRecord
 from pe_sweeps.tracking.wandb_setup import STAGE_METRIC
 
 WANDB_STATES = {"crashed": "failed", "killed": "interrupted", "preempted": "interrupted"}
@@ -64,7 +65,7 @@ def init_arg(config: dict, section: str, key: str):
     return ((config.get(section) or {}).get("init_args") or {}).get(key)
 
 
-def wandb_record(run) -> dict:
+def wandb_record(run) -> RunRecord:
     """A W&B public-API run in the shape of a local record (tracking/records.py)."""
     from lightning_modules.task_modules import run_encoding_of
 
@@ -74,18 +75,18 @@ def wandb_record(run) -> dict:
     summary = dict(getattr(run, "summary_metrics", None) or run.summary)
     final, best = wandb_values(summary, history)
     group = (run.group or "/").split("/")
-    return {
-        "name": run.name, "group": run.group,
-        "task": config.get("task") or init_arg(resolved, "data", "task") or group[-2 if len(group) > 1 else 0],
-        "encoding": config.get("encoding") or run_encoding_of(resolved) or group[-1],
-        "seed": wandb_seed(config, resolved, run.name or ""),
-        "sweep": config.get("sweep") or getattr(run, "sweep_name", None), "subcommand": "fit",
-        "status": WANDB_STATES.get(run.state, run.state), "config": resolved, "final": final, "best": best,
-        "history": history, "run_dir": getattr(run, "url", None) or run.name,
-    }  # fmt: skip
+    return RunRecord(
+        name=run.name, group=run.group,
+        task=config.get("task") or init_arg(resolved, "data", "task") or group[-2 if len(group) > 1 else 0],
+        encoding=config.get("encoding") or run_encoding_of(resolved) or group[-1],
+        seed=wandb_seed(config, resolved, run.name or ""),
+        sweep=config.get("sweep") or getattr(run, "sweep_name", None), subcommand="fit",
+        status=WANDB_STATES.get(run.state, run.state), config=resolved, final=final, best=best,
+        history=history, run_dir=getattr(run, "url", None) or run.name,
+    )  # fmt: skip
 
 
-def read_wandb(path: str) -> list[dict]:
+def read_wandb(path: str) -> list[RunRecord]:
     """Every run of ENTITY/PROJECT from the W&B public API, as records."""
     import wandb
 
