@@ -187,6 +187,8 @@ def collapse_rounding_noise(E: np.ndarray, rtol: float = IDENTICAL_RTOL) -> tupl
 def build_bare(opts: ProbeOptions, length: int) -> Transformer:
     """A freshly initialised (seeded) 1-layer Transformer around the registry encoding `opts.encoding`."""
     torch.manual_seed(opts.seed)
+    if opts.token < 0:  # the bare model's vocabulary is 0..token
+        raise ConfigError(f"--token {opts.token} is outside the vocabulary: a token id is >= 0")
     arch = ArchConfig(opts.encoding, dim=opts.dim, depth=1, num_heads=opts.num_heads, vocab_size=opts.token + 1,
                       max_length=length)  # fmt: skip
     return Transformer(arch, causal=opts.causal)
