@@ -9,6 +9,7 @@ import re
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from pe_sweeps.cli_errors import OneLineErrorParser
+from pe_sweeps.tracking import internals
 
 FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s*(.*))?$")  # `name: type = default  # help`
 COMMENT = re.compile(r"^\s+#\s?(.*)$")  # a comment line: continues a field's help, or precedes its field
@@ -59,7 +60,7 @@ def options_parser(options_class: type, prog: str | None = None) -> ArgumentPars
         if dataclasses.is_dataclass(f.type):
             helps |= {f"{f.name}.{key}": text for key, text in field_help(f.type).items()}
     choices = getattr(options_class, "CHOICES", {})
-    for action in parser._actions:
+    for action in internals.parser_actions(parser):
         text = helps.get(action.dest, "")
         if action.dest in choices:
             text = f"{text}; choices: {', '.join(map(str, choices[action.dest]))}".lstrip("; ")

@@ -40,7 +40,7 @@ DATA_ROOT_ENV = "PE_DATA_ROOT"  # default of every data module's --data.data_dir
 # LOCAL_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, TORCHELASTIC_RUN_ID), LightningEnvironment (LOCAL_RANK, NODE_RANK,
 # GROUP_RANK, MASTER_ADDR, MASTER_PORT), LSFEnvironment (JSM_NAMESPACE_*, LSB_DJOB_RANKFILE), rank_zero_only
 # (RANK, LOCAL_RANK, SLURM_PROCID, JSM_NAMESPACE_RANK) and seed_everything (PL_GLOBAL_SEED, PL_SEED_WORKERS,
-# which Lightning's launcher hands its DDP ranks). None of them reaches a trial (tracking/sweep.py `child_env`).
+# which Lightning's launcher hands its DDP ranks). None of them reaches a trial (tracking/trial_child.py `child_env`).
 LAUNCHER_ENV = (
     "RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
     "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "LSB_DJOB_RANKFILE",

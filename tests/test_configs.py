@@ -63,7 +63,8 @@ def test_devices_per_trial_and_one_agent_per_gpu_resolve(monkeypatch):
     started with CUDA_VISIBLE_DEVICES=0 trains on one GPU; no config is edited."""
     import torch
 
-    from pe_sweeps.tracking.sweep import SweepOptions, child_env
+    from pe_sweeps.tracking.sweep import SweepOptions
+    from pe_sweeps.tracking.trial_child import child_env
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # the sweep sees 4 GPUs
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -607,7 +607,7 @@ def test_crafted_checkpoint_never_runs_code(tmp_path, monkeypatch):
 
     from lightning_modules.checkpoint_io import load_checkpoint
     from pe_sweeps.errors import ConfigError
-    from pe_sweeps.tracking.sweep import readable
+    from pe_sweeps.tracking.trial_child import readable
 
     marker = tmp_path / "pwned"
     monkeypatch.setenv("PE_EVIL_MARKER", str(marker))
@@ -723,7 +723,7 @@ def test_a_trial_parameter_fit_refuses_fails_its_trial_in_one_line(tmp_path):
 def test_corrupt_record_is_skipped_with_a_warning_everywhere(tmp_path, capsys):
     from pe_sweeps.tracking.compare import read_records
     from pe_sweeps.tracking.records import find_checkpoint, load_records
-    from pe_sweeps.tracking.sweep import latest_record
+    from pe_sweeps.tracking.trial_child import latest_record
 
     good = tmp_path / "runs" / "good"
     (good / "checkpoints").mkdir(parents=True)
@@ -804,7 +804,7 @@ def test_disk_full_during_fit_ends_the_run_failed_in_one_line(tiny_fit_args, tmp
 
 
 def test_passwords_never_printed():
-    from pe_sweeps.tracking.storage import hide_secrets, quote_password, redact_url
+    from pe_sweeps.tracking.storage_url import hide_secrets, quote_password, redact_url
 
     url = quote_password("postgresql://user:pa@ss@db.example:5432/optuna?sslmode=require&password=s3cret")
     assert redact_url(url) == "postgresql://user:***@db.example:5432/optuna?sslmode=require&password=***"
@@ -815,7 +815,7 @@ def test_passwords_never_printed():
 
 def test_unfinished_grid_points_are_named():
     from pe_sweeps.tracking import sweep_file as sf
-    from pe_sweeps.tracking.sweep import QUEUED, queue_grid, unfinished_points
+    from pe_sweeps.tracking.study_protocol import QUEUED, queue_grid, unfinished_points
 
     sweep = {"method": "grid", "parameters": {"x": {"values": [1, 2, 3]}}, "metric": {"name": "m"}}
     study = optuna.create_study(sampler=sf.sampler(sweep))
@@ -835,7 +835,9 @@ def test_retry_resumes_and_continues_its_pruning_steps(tmp_path, start_path):
     import torch
 
     from pe_sweeps.tracking import sweep_file as sf
-    from pe_sweeps.tracking.sweep import Sweep, SweepOptions, TrialRun
+    from pe_sweeps.tracking.supervision import Sweep
+    from pe_sweeps.tracking.sweep import SweepOptions
+    from pe_sweeps.tracking.trial_run import TrialRun
 
     path = fake_sweep(tmp_path, 1, "r")
     opts = SweepOptions(file=str(path), out_dir=str(tmp_path), heartbeat=1, warm_any=start_path == "warm")

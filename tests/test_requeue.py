@@ -18,19 +18,13 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import sweep as sweep_module
 from pe_sweeps.tracking import sweep_file as sf
+from pe_sweeps.tracking.recovery import HOST_ID, recover_dead_trials, requeue
 from pe_sweeps.tracking.storage import check_clock
 from pe_sweeps.tracking.study_lock import AdvisoryLock, StudyLock
-from pe_sweeps.tracking.sweep import (
-    QUEUED,
-    FailureStreak,
-    Heartbeats,
-    Sweep,
-    SweepOptions,
-    recover_dead_trials,
-    requeue,
-)
+from pe_sweeps.tracking.study_protocol import QUEUED
+from pe_sweeps.tracking.supervision import FailureStreak, Heartbeats, Sweep
+from pe_sweeps.tracking.sweep import SweepOptions
 
 FAKE = Path(__file__).resolve().parent / "fake_fit.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,7 +148,7 @@ def test_a_failure_that_promised_a_retry_it_lacks_is_re_queued_once():
 def test_a_dead_trial_gets_its_reason_and_one_retry(monkeypatch):
     study = grid_study(TrialState.RUNNING, "")
     (trial,) = study.get_trials()
-    for key, value in {"pid": dead_pid(), "token": "gone", "host_id": sweep_module.HOST_ID, "host": "h"}.items():
+    for key, value in {"pid": dead_pid(), "token": "gone", "host_id": HOST_ID, "host": "h"}.items():
         study._storage.set_trial_user_attr(trial._trial_id, key, value)
     recover_dead_trials(study, max_retries=2, heartbeat=30)
     dead, retry = study.get_trials()

@@ -31,7 +31,8 @@ from optuna.distributions import CategoricalDistribution
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking import reseed
 from pe_sweeps.tracking import sweep_file as sf
-from pe_sweeps.tracking.sweep import SweepOptions, apply_overrides
+from pe_sweeps.tracking.study_protocol import apply_overrides
+from pe_sweeps.tracking.sweep import SweepOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = {

@@ -183,7 +183,8 @@ def gpus(monkeypatch, count: int) -> None:
 def test_a_sweep_pins_each_trial_to_one_gpu(monkeypatch, count, sweep, options, per_trial):
     """With GPUs and no word on devices, each trial sees one GPU (CUDA_VISIBLE_DEVICES of one entry) and
     `--workers auto` runs one trial per GPU: 8 side by side on an 8-GPU box."""
-    from pe_sweeps.tracking.sweep import SweepOptions, check_options, child_env
+    from pe_sweeps.tracking.sweep import SweepOptions, check_options
+    from pe_sweeps.tracking.trial_child import child_env
 
     gpus(monkeypatch, count)
     opts = SweepOptions(file="s.yaml", workers="auto", **options)

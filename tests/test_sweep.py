@@ -40,7 +40,7 @@ from optuna.trial import TrialState
 
 from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.storage import grace_period
-from pe_sweeps.tracking.sweep import build_command
+from pe_sweeps.tracking.trial_child import build_command
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -114,7 +114,7 @@ def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path, 
     that checkpoint (the resumed run's first step is the checkpoint's step + 1)."""
     import torch
 
-    from pe_sweeps.tracking.sweep import readable
+    from pe_sweeps.tracking.trial_child import readable
 
     grid = {"model.arch.encoding": {"values": ["rope", "alibi", "none"]}}
     path = tiny_sweep(tmp_path, grid)
@@ -312,7 +312,8 @@ def test_ddp_trial_in_a_sweep(tmp_path, launcher):
 
 def test_trials_search_the_whole_sweep_root_for_run_references(tmp_path):
     """A fine-tuning trial's `init_from: run:NAME` must find runs of another sweep under the same --out_dir."""
-    from pe_sweeps.tracking.sweep import SweepOptions, child_env
+    from pe_sweeps.tracking.sweep import SweepOptions
+    from pe_sweeps.tracking.trial_child import child_env
 
     env = child_env("s", tmp_path / "sweeps" / "s" / "trial-0", 0, SweepOptions(file="f.yaml", out_dir=str(tmp_path)))
     assert env["PE_OUT_ROOT"] == str(tmp_path) and env["PE_OUT_DIR"].endswith("trial-0")

@@ -220,8 +220,9 @@ def test_known_macros_and_project_are_honoured(tmp_path):
 
 @pytest.mark.parametrize("method", ["grid", "random", "bayes"])
 def test_run_cap_bounds_the_runner_for_every_method(method):
-    """The runner's own budget check (tracking/sweep.py budget_left), on a study the runner created."""
-    from pe_sweeps.tracking.sweep import SweepOptions, budget_left, open_study
+    """The runner's own budget check (tracking/study_protocol.py budget_left), on a study the runner created."""
+    from pe_sweeps.tracking.study_protocol import budget_left, open_study
+    from pe_sweeps.tracking.sweep import SweepOptions
 
     spec = {"values": [1, 2, 3]} if method == "grid" else {"min": 1, "max": 3}
     sweep = {**base(method, x=spec), "run_cap": 2}
@@ -399,7 +400,8 @@ def test_bayes_pins_every_tpe_setting(metrics):
 
 def test_the_study_records_its_tpe_settings_and_refuses_others_on_resume(capsys):
     from pe_sweeps.tracking import search
-    from pe_sweeps.tracking.sweep import SweepOptions, open_study
+    from pe_sweeps.tracking.study_protocol import open_study
+    from pe_sweeps.tracking.sweep import SweepOptions
 
     sweep = base("bayes", x={"min": 0.0, "max": 1.0})
     storage = optuna.storages.InMemoryStorage()
@@ -426,7 +428,8 @@ def test_the_study_records_its_tpe_settings_and_refuses_others_on_resume(capsys)
 
 
 def test_random_and_grid_studies_record_no_sampler_settings():
-    from pe_sweeps.tracking.sweep import SweepOptions, open_study
+    from pe_sweeps.tracking.study_protocol import open_study
+    from pe_sweeps.tracking.sweep import SweepOptions
 
     for method, spec in (("random", {"min": 0.0, "max": 1.0}), ("grid", {"values": [1, 2]})):
         study = open_study(base(method, x=spec), SweepOptions(file="s.yaml"), optuna.storages.InMemoryStorage(),

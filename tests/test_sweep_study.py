@@ -1,5 +1,5 @@
-"""What the sweep runner puts into Optuna (tracking/sweep.py), through Optuna's API on in-memory or
-temporary SQLite studies: no trial process (the end-to-end runs are in test_sweep.py)."""
+"""What the sweep runner puts into Optuna (tracking/study_protocol.py, trial_run.py, trial_child.py), through
+Optuna's API on in-memory or temporary SQLite studies: no trial process (the end-to-end runs are in test_sweep.py)."""
 
 import json
 import types
@@ -8,44 +8,46 @@ import optuna
 import pytest
 
 from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import sweep as sw
+from pe_sweeps.tracking import study_protocol, trial_child
 from pe_sweeps.tracking import sweep_file as sf
+from pe_sweeps.tracking.sweep import SweepOptions
+from pe_sweeps.tracking.trial_run import TrialRun
 
 
-def options(tmp_path, **kwargs) -> sw.SweepOptions:
-    return sw.SweepOptions(file=str(tmp_path / "file_stem.yaml"), out_dir=str(tmp_path / "out"), **kwargs)
+def options(tmp_path, **kwargs) -> SweepOptions:
+    return SweepOptions(file=str(tmp_path / "file_stem.yaml"), out_dir=str(tmp_path / "out"), **kwargs)
 
 
 def test_study_name_from_the_files_name_and_one_database_per_file(tmp_path):
     sweep = {"name": "lr_search"}
     opts = options(tmp_path)
-    sw.name_study(opts, sweep, "rope")
+    study_protocol.name_study(opts, sweep, "rope")
     assert opts.study_name == "lr_search-rope"
     assert opts.storage == f"sqlite:///{(tmp_path / 'out' / 'sweeps' / 'lr_search' / 'optuna.db').resolve()}"
     other = options(tmp_path)
-    sw.name_study(other, sweep, "t5_bias")
+    study_protocol.name_study(other, sweep, "t5_bias")
     assert other.storage == opts.storage and other.study_name == "lr_search-t5_bias"  # --set studies share it
     plain = options(tmp_path)
-    sw.name_study(plain, {})
+    study_protocol.name_study(plain, {})
     assert plain.study_name == "file_stem" and "sweeps/file_stem/optuna.db" in plain.storage
     named = options(tmp_path, study_name="mine")
-    sw.name_study(named, sweep, "rope")
+    study_protocol.name_study(named, sweep, "rope")
     assert named.study_name == "mine" and "sweeps/mine/optuna.db" in named.storage
     with pytest.raises(ConfigError, match="study name"):
-        sw.name_study(options(tmp_path), {"name": "../up"})
+        study_protocol.name_study(options(tmp_path), {"name": "../up"})
 
 
 def test_objectives_carry_their_metric_names(tmp_path):
     sweep = {"method": "random", "metric": {"name": "val/acc", "goal": "maximize"},
              "parameters": {"x": {"values": [1, 2]}}}  # fmt: skip
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    study = sw.open_study(sweep, options(tmp_path), storage, "s", locked=True)
+    study = study_protocol.open_study(sweep, options(tmp_path), storage, "s", locked=True)
     assert optuna.load_study(study_name="s", storage=storage).metric_names == ["val/acc"]
     assert study.directions == [optuna.study.StudyDirection.MAXIMIZE]
 
 
-def fake_trial_run(metric: str) -> sw.TrialRun:
-    run = sw.TrialRun.__new__(sw.TrialRun)
+def fake_trial_run(metric: str) -> TrialRun:
+    run = TrialRun.__new__(TrialRun)
     run.metric = metric
     run.search = types.SimpleNamespace(multi_objective=False)
     run.runner = types.SimpleNamespace(quietly=lambda action, *args: action(*args))
@@ -75,10 +77,10 @@ def test_intermediate_values_are_reported_at_the_global_step(tmp_path):
 def test_trial_attributes_name_its_record_and_wandb_run(tmp_path):
     study = optuna.create_study()
     trial = study.ask()
-    assert sw.note_run(trial, tmp_path) is False  # no record yet
+    assert trial_child.note_run(trial, tmp_path) is False  # no record yet
     where = {"id": "abc", "path": "me/pe-sweeps/abc", "mode": "offline", "dir": "/o/wandb/offline-run-x"}
     path = write_record(tmp_path, {"started_at": 1.0, "wandb": where})
-    assert sw.note_run(trial, tmp_path) is True
+    assert trial_child.note_run(trial, tmp_path) is True
     attrs = study.trials[0].user_attrs
     assert attrs["record"] == str(path) and attrs["wandb_run_id"] == "abc"
     assert attrs["wandb_run_path"] == "me/pe-sweeps/abc" and attrs["wandb_run_dir"] == "/o/wandb/offline-run-x"

@@ -101,7 +101,7 @@ def gpus(monkeypatch, count: int, mask: str | None = None, cores: int = 8) -> No
 
 def placement(opts: SweepOptions) -> list[tuple[str, str]]:
     """(CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS) of each worker slot's trials, after the sweep's own checks."""
-    from pe_sweeps.tracking.sweep import child_env
+    from pe_sweeps.tracking.trial_child import child_env
 
     check_options(opts)
     envs = [child_env("s", Path("/t"), slot, opts) for slot in range(opts.workers)]
@@ -269,13 +269,14 @@ def test_a_warm_trial_trains_to_the_same_numbers_as_a_cold_one(tmp_path):
 def test_each_warm_trial_stages_wandb_media_in_its_own_folder():
     """Forked trials shared W&B's import-time media folder and the first to exit deleted it under the others
     (FileNotFoundError on their length tables)."""
-    from wandb.sdk.data_types import _private
+    import wandb  # noqa: F401  (makes W&B's media folder)
 
+    from pe_sweeps.tracking.internals import wandb_media_dir
     from pe_sweeps.tracking.warm_start import own_media_dir
 
-    shared = _private.MEDIA_TMP.name
+    shared = wandb_media_dir().name
     own_media_dir()
-    assert _private.MEDIA_TMP.name != shared and os.path.isdir(_private.MEDIA_TMP.name) and os.path.isdir(shared)
+    assert wandb_media_dir().name != shared and os.path.isdir(wandb_media_dir().name) and os.path.isdir(shared)
 
 
 ATTACKER = """import json, socket, struct, sys
@@ -334,7 +335,7 @@ def test_another_user_cannot_make_the_fork_server_run_code(tmp_path):
 def test_a_storage_password_stays_off_the_command_line(monkeypatch, capsys):
     """A password in --storage is visible in `ps`: one warning line pointing to $PE_SWEEP_STORAGE, which is
     read as the default and never passed on to a trial."""
-    from pe_sweeps.tracking.sweep import child_env
+    from pe_sweeps.tracking.trial_child import child_env
 
     check_options(SweepOptions(file="s.yaml", storage="postgresql://u:s3cret@127.0.0.1/db"))
     err = capsys.readouterr().err

@@ -23,6 +23,8 @@ import optuna
 from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 from optuna.trial import TrialState
 
+from pe_sweeps.tracking import internals
+
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
@@ -102,7 +104,7 @@ class HeartbeatJournalStorage(optuna.storages.JournalStorage):
 
     def stale_trial_ids(self, study_id: int) -> list[int]:
         running = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-        return self.heartbeats.stale([t._trial_id for t in running])
+        return self.heartbeats.stale([internals.trial_id(t) for t in running])
 
 
 def journal_file(url: str) -> Path:

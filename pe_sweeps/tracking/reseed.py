@@ -32,16 +32,12 @@ from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.manifest import set_compare_rows
 from pe_sweeps.tracking.records import check_name
 from pe_sweeps.tracking.run_naming import short_value
-from pe_sweeps.tracking.sweep import (
-    Sweep,
-    SweepOptions,
-    apply_overrides,
-    base_name,
-    check_options,
-    latest_record,
-    storage_url,
-)
+from pe_sweeps.tracking.storage_url import storage_url
+from pe_sweeps.tracking.study_protocol import apply_overrides, base_name
+from pe_sweeps.tracking.supervision import Sweep
+from pe_sweeps.tracking.sweep import SweepOptions, check_options
 from pe_sweeps.tracking.sweep_display import LiveStatus, short_params, trial_table
+from pe_sweeps.tracking.trial_child import latest_record
 
 SEED = "seed_everything"
 DATA_SEED_KEYS = ("data.seed", "data.init_args.seed")

@@ -194,7 +194,8 @@ def submit(command: list[str], folder: Path, jobs: int, params: dict) -> str:
 def launch(opts) -> None:
     """`cli.py sweep ... --launcher slurm`: check everything here, then print the script or submit the array."""
     from pe_sweeps.tracking import sweep_file as sf
-    from pe_sweeps.tracking.sweep import apply_overrides, check_options, name_study
+    from pe_sweeps.tracking.study_protocol import apply_overrides, name_study
+    from pe_sweeps.tracking.sweep import check_options
 
     check_launcher_options(opts)
     task = copy.deepcopy(opts)

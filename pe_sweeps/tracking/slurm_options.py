@@ -1,5 +1,5 @@
 """The sbatch options of `cli.py sweep --launcher slurm` (tracking/slurm.py), apart so that the sweep's own
-options (tracking/sweep.py `SweepOptions`) can hold them without importing the launcher."""
+options (tracking/sweep_options.py `SweepOptions`) can hold them without importing the launcher."""
 
 from dataclasses import dataclass
 

@@ -1,4 +1,5 @@
-"""The sweep's storage: opening it from a URL, its heartbeats and stale trials, and its errors as one line.
+"""The sweep's storage: opening it from a URL, its heartbeats and stale trials, retrying its transient errors
+(`retrying`), and its errors as one line (URLs and their passwords: tracking/storage_url.py).
 
 Every call the sweep makes on a storage beyond Optuna's public `Study` API goes through this module, so a
 storage kind is added here alone:
@@ -15,16 +16,17 @@ storage kind is added here alone:
 
 import errno
 import os
+import sys
 import time
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 import optuna
 import sqlalchemy
 
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import internals
 from pe_sweeps.tracking import journal_storage as journal
-from pe_sweeps.tracking.sweep_display import redact_url
+from pe_sweeps.tracking.storage_url import hide_secrets, redact_url
 
 SQLITE_TIMEOUT_S = 20  # SQLite busy timeout; the heartbeat grace period is longer (see `grace_period`)
 
@@ -33,36 +35,6 @@ def grace_period(heartbeat: int) -> int:
     """Seconds without a heartbeat before a trial counts as dead: longer than a heartbeat that waited the
     whole SQLite busy timeout for the database."""
     return 3 * heartbeat + SQLITE_TIMEOUT_S
-
-
-def quote_password(url: str) -> str:
-    """`user:pa@ss@host` -> `user:pa%40ss@host`: SQLAlchemy splits userinfo at the first '@', so a raw '@'
-    in a password would turn its tail into the host name (and print it in the error)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc or ":" not in parts.netloc.rsplit("@", 1)[0]:
-        return url
-    userinfo, host = parts.netloc.rsplit("@", 1)
-    user, password = userinfo.split(":", 1)
-    return urlunsplit(parts._replace(netloc=f"{user}:{quote(unquote(password), safe='')}@{host}"))
-
-
-def url_password(url: str) -> str:
-    """The password written in a storage URL ('' when there is none)."""
-    userinfo = urlsplit(url).netloc.rsplit("@", 1)[0] if "@" in urlsplit(url).netloc else ""
-    given = [v for k, v in parse_qsl(urlsplit(url).query) if "password" in k.lower()]
-    return userinfo.split(":", 1)[1] if ":" in userinfo else (given or [""])[0]
-
-
-def hide_secrets(text: str, url: str) -> str:
-    """`text` (an error message) with every password in `url` replaced, as written and URL-decoded."""
-    parts = urlsplit(url)
-    userinfo = parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else ""
-    secrets = [userinfo.split(":", 1)[1]] if ":" in userinfo else []
-    secrets += [v for k, v in parse_qsl(parts.query) if "password" in k.lower()]
-    text = text.replace(url, redact_url(url))
-    for secret in sorted(filter(None, {*secrets, *map(unquote, secrets)}), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 def transient_errors() -> tuple[type[BaseException], ...]:
@@ -75,6 +47,18 @@ def transient_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         pass
     return errors
+
+
+def retrying(action, *args, attempts: int = 8, what: str = "storage"):
+    """Run `action(*args)`, retrying storage errors (a locked SQLite file, a dropped connection)."""
+    for attempt in range(attempts):
+        try:
+            return action(*args)
+        except transient_errors() as error:  # OperationalError, InterfaceError, Redis' ConnectionError
+            if attempt == attempts - 1:
+                raise
+            print(f"warning: {what}: {str(error).splitlines()[0][:200]}; retrying", file=sys.stderr)
+            time.sleep(min(0.5 * 2**attempt, 5.0))
 
 
 def open_storage(url: str, heartbeat: int) -> optuna.storages.BaseStorage:
@@ -138,7 +122,7 @@ def stale_trial_ids(storage: optuna.storages.BaseStorage, study_id: int) -> list
         return storage.stale_trial_ids(study_id)
     if getattr(storage, "get_heartbeat_interval", lambda: None)() is None:
         return []
-    return storage._get_stale_trial_ids(study_id)
+    return internals.rdb_stale_trial_ids(storage, study_id)
 
 
 NETWORK_FILESYSTEMS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "fuse.sshfs",

@@ -3,7 +3,6 @@ step, ETA and log, the database and the dashboard command), the trial table at t
 
 import time
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import optuna
 from optuna.trial import TrialState
@@ -13,21 +12,7 @@ from rich.table import Table
 
 from pe_sweeps.tracking.pareto import front_trials
 from pe_sweeps.tracking.records import RECORD_FILE, RunRecord, read_record
-
-
-def redact_url(url: str) -> str:
-    """`url` with its password removed, from the userinfo (which may itself hold '@') and from the query."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        netloc = f"{userinfo.split(':', 1)[0]}{':***' if ':' in userinfo else ''}@{host}"
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    query = urlencode([(k, "***" if "password" in k.lower() else v) for k, v in pairs], safe="*")
-    if (netloc, query) == (parts.netloc, urlencode(pairs)):
-        return url  # nothing to hide (and sqlite:////abs/path keeps its slashes)
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
-
+from pe_sweeps.tracking.storage_url import redact_url
 
 STATE_NAMES = {
     TrialState.COMPLETE: "done", TrialState.RUNNING: "running", TrialState.FAIL: "failed",

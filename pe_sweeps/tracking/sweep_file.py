@@ -397,7 +397,7 @@ def grid_points(sweep: dict) -> list[dict]:
 
 class QueuedGridSampler(optuna.samplers.GridSampler):
     """GridSampler over the full product whose points the sweep runner queues once, tagged with their
-    grid ids (tracking/sweep.py `queue_grid`). The runner ends the sweep when the queue is empty:
+    grid ids (tracking/study_protocol.py `queue_grid`). The runner ends the sweep when the queue is empty:
     GridSampler's own `after_trial` calls `study.stop()`, which works only inside `study.optimize`."""
 
     def after_trial(self, study, trial, state, values) -> None:

@@ -62,6 +62,7 @@ from pathlib import Path
 from datamodules.registry import DATA_MODULES
 from lightning_modules.registry import TASK_MODULE_PATHS, modules_of
 from pe_sweeps.layout import PACKAGE, PARENT_ENV, is_project_program
+from pe_sweeps.tracking import internals
 from pe_sweeps.tracking.children import launch_child
 
 HEADER = struct.Struct("!I")  # request length, sent with the two file descriptors
@@ -102,7 +103,7 @@ def available() -> str | None:
 
 
 class WarmChild:
-    """A forked trial as the runner sees it: the parts of `subprocess.Popen` that tracking/sweep.py and
+    """A forked trial as the runner sees it: the parts of `subprocess.Popen` that tracking/trial_run.py and
     tracking/children.py use. The status comes from the server on this trial's connection."""
 
     def __init__(self, connection: socket.socket, pid: int, args: list[str]):
@@ -490,14 +491,7 @@ def become_trial(request: dict) -> str:
 def own_media_dir() -> None:
     """W&B stages tables and images in one temporary folder made at import time, which every forked trial
     would share and the first to exit would delete under the others: give this trial its own."""
-    private = sys.modules.get("wandb.sdk.data_types._private")
-    if private is None:
-        return
-    import tempfile
-
-    private.MEDIA_TMP._finalizer.detach()  # the server's folder stays the server's
-    fresh = tempfile.TemporaryDirectory("wandb-media")  # removed when this trial exits
-    private.MEDIA_TMP.name, private.MEDIA_TMP.own = fresh.name, fresh  # modules imported the object itself
+    internals.own_wandb_media_dir()  # the server's folder stays the server's
 
 
 def main() -> None:
@@ -531,10 +525,8 @@ def run_program(program: str) -> None:
             sys.excepthook(type(error), error, error.__traceback__)
         except BaseException:  # noqa: BLE001  (a broken hook: the default one)
             traceback.print_exception(error)
-    threading._shutdown()  # joins non-daemon threads, as Py_Finalize does first
-    import atexit
-
-    atexit._run_exitfuncs()
+    internals.join_non_daemon_threads()  # as Py_Finalize does first
+    internals.run_atexit_handlers()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

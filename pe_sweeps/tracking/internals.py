@@ -1,0 +1,83 @@
+"""Every use of another library's private API, in one place: Optuna's, CPython's and W&B's.
+
+The sweep needs a few things their public APIs do not give: the storage and ids behind a study and a trial
+(to read a trial's current state from another process, set its state, find stale heartbeats), CPython's
+own exit steps (a forked warm trial exits as the interpreter would, without its module teardown), and W&B's
+media staging folder (which forked trials would otherwise share). Each function below names what it
+reaches into; nothing outside this module touches a private name of these libraries, so an upgrade is
+checked here and in tests/test_internals.py, which runs each function on real objects.
+
+Checked against: optuna 5.1 (pyproject pins optuna>=5.0,<6), wandb 0.31 (pinned >=0.31,<0.32),
+CPython 3.10-3.13 (`threading._shutdown` and `atexit._run_exitfuncs` exist unchanged in all four).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import sys
+import tempfile
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # not imported at run time: the warm-start server uses this module before Optuna is loaded
+    import optuna
+    from optuna.trial import FrozenTrial
+
+
+def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
+    """The storage a study reads and writes (its trials as they are now, not as this process cached them)."""
+    return study._storage  # optuna: Study._storage
+
+
+def study_id(study: optuna.Study) -> int:
+    """The study's id in its storage (the key of every `BaseStorage` call about the study)."""
+    return study._study_id  # optuna: Study._study_id
+
+
+def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
+    """The trial's id in its storage (unique across studies; `number` is per study)."""
+    return trial._trial_id  # optuna: Trial._trial_id / FrozenTrial._trial_id
+
+
+def stored_trial(study: optuna.Study, trial: optuna.Trial | FrozenTrial) -> FrozenTrial:
+    """The trial as its storage holds it now (state, attributes, reported values), whoever wrote them."""
+    return study._storage.get_trial(trial._trial_id)  # optuna: Study._storage, Trial._trial_id
+
+
+def rdb_stale_trial_ids(storage: optuna.storages.RDBStorage, study_id: int) -> list[int]:
+    """RUNNING trials of the study whose heartbeat is older than the storage's grace period, judged by the
+    database's clock (what Optuna's `fail_stale_trials` uses, without failing them)."""
+    return storage._get_stale_trial_ids(study_id)  # optuna: RDBStorage._get_stale_trial_ids
+
+
+def parser_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The actions (options and positionals) a parser holds, to set their help texts after they were added."""
+    return parser._actions  # CPython: argparse.ArgumentParser._actions
+
+
+def join_non_daemon_threads() -> None:
+    """Join the non-daemon threads, as `Py_Finalize` does first."""
+    threading._shutdown()  # CPython: threading._shutdown
+
+
+def run_atexit_handlers() -> None:
+    """Run the `atexit` handlers now, as the interpreter does at exit."""
+    atexit._run_exitfuncs()  # CPython: atexit._run_exitfuncs
+
+
+def wandb_media_dir() -> tempfile.TemporaryDirectory | None:
+    """W&B's one temporary folder for staging tables and images (made at import), None before W&B is imported."""
+    private = sys.modules.get("wandb.sdk.data_types._private")  # wandb: wandb.sdk.data_types._private
+    return None if private is None else private.MEDIA_TMP
+
+
+def own_wandb_media_dir() -> None:
+    """Give this (forked) process its own W&B media folder, removed when it exits, and leave the parent's
+    folder to the parent. The object is changed in place: W&B's modules imported the object itself."""
+    media = wandb_media_dir()
+    if media is None:
+        return
+    media._finalizer.detach()  # CPython: TemporaryDirectory._finalizer (the parent's folder stays the parent's)
+    fresh = tempfile.TemporaryDirectory("wandb-media")
+    media.name, media.own = fresh.name, fresh

@@ -1,0 +1,238 @@
+"""The sweep process's workers: one thread per `--workers` slot asks the study for a trial and runs it
+(tracking/trial_run.py) until the budget is spent, a stop signal or a failure streak stops them; a heartbeat
+thread beats for every trial the process holds; each ask and tell is one locked step
+(tracking/study_lock.py) whose storage errors are retried."""
+
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+
+import optuna
+import sqlalchemy
+from optuna.trial import TrialState
+
+from pe_sweeps import layout
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import internals, storage
+from pe_sweeps.tracking.failpoints import failpoint
+from pe_sweeps.tracking.manifest import write_manifest
+from pe_sweeps.tracking.recovery import HOST_ID, TOKEN, recover_dead_trials, requeue, retries_left
+from pe_sweeps.tracking.search import build_search
+from pe_sweeps.tracking.storage import open_storage, retrying, storage_error
+from pe_sweeps.tracking.storage_url import storage_url
+from pe_sweeps.tracking.study_lock import StudyLock
+from pe_sweeps.tracking.study_protocol import QUEUED, base_name, budget_left, open_study
+from pe_sweeps.tracking.sweep_options import SweepOptions
+from pe_sweeps.tracking.trial_run import TrialRun
+from pe_sweeps.tracking.warm_start import TrialStarter
+
+
+class Heartbeats:
+    """A thread that beats, every `interval` seconds, for each trial this sweep process holds: from the moment
+    `ask` gives it until its result is told, so a live trial is never declared dead while its sweep waits
+    for the study lock, the fork server or the storage."""
+
+    def __init__(self, storage_, interval: int, quietly):
+        self.storage, self.interval, self.quietly = storage_, interval, quietly
+        self.held: set[int] = set()
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.beat, daemon=True, name="heartbeats")
+
+    def hold(self, trial_id: int) -> None:
+        with self.lock:
+            self.held.add(trial_id)
+
+    def release(self, trial_id: int) -> None:
+        with self.lock:
+            self.held.discard(trial_id)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def beat(self) -> None:
+        while not self.done.wait(self.interval):
+            with self.lock:
+                held = sorted(self.held)
+            for trial_id in held:
+                self.quietly(storage.record_heartbeat, self.storage, trial_id)
+
+    def close(self) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=30)
+
+
+class FailureStreak:
+    """Trials told failed in a row with the same reason (numbers and paths aside); `stopped()` says why the
+    sweep should stop once there are `limit` of them (0: never), e.g. a parameter every trial rejects."""
+
+    def __init__(self, limit: int):
+        self.limit, self.key, self.count, self.reason = limit, None, 0, ""
+
+    def add(self, state: TrialState, reason: str | None) -> None:
+        if state != TrialState.FAIL:
+            self.key, self.count = None, 0
+            return
+        key = re.sub(r"\d+|/\S+", "#", reason or "")[:120]
+        self.count = self.count + 1 if key == self.key else 1
+        self.key, self.reason = key, reason or "no reason"
+
+    def stopped(self) -> str | None:
+        if self.limit and self.count >= self.limit:
+            return (f"stopped after {self.count} trials in a row failed with the same reason "
+                    f"(--max_failures_in_a_row {self.limit}): {self.reason[:200]}")  # fmt: skip
+        return None
+
+
+class Sweep:
+    """Workers that ask the study for trials and run them until the budget is spent or a signal stops them."""
+
+    def __init__(self, sweep: dict, opts: SweepOptions):
+        self.sweep, self.opts = sweep, opts
+        self.study_name = opts.study_name or base_name(opts, sweep)
+        self.search = build_search(sweep, self.study_name)
+        url = storage_url(opts, self.study_name)
+        self.url = url
+        try:
+            self.lock = StudyLock(url, self.study_name)
+            with self.lock:  # creating the tables and queueing the grid happen once
+                storage.check_clock(url, opts.heartbeat)  # staleness needs one clock
+                if warning := storage.network_filesystem_warning(url):
+                    print(warning, file=sys.stderr)
+                self.storage = open_storage(url, opts.heartbeat)
+                locked = self.lock.process is not None
+                self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
+                write_manifest(opts.out_dir, self.study_name, sweep, opts.file, url)  # what compare reads
+        except ConfigError:  # already one line (a storage that cannot be opened, a study of another sweep file)
+            raise
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, *storage.transient_errors()) as error:
+            raise storage_error(url, error) from None
+        self.errors: list[str] = []
+        self.first_seen: dict[int, float] = {}  # trials seen RUNNING without a sweep's name (recover_dead_trials)
+        self.heartbeats = Heartbeats(self.storage, opts.heartbeat, self.quietly)
+        self.streak = FailureStreak(opts.max_failures_in_a_row)
+        self.starter = TrialStarter(layout.study_dir(opts.out_dir, self.study_name), opts.cold_start, opts.warm_any)
+        self.stop = threading.Event()
+        self.stop_signal: int | None = None
+
+    def stop_signal_name(self) -> str:
+        return signal.Signals(self.stop_signal).name if self.stop_signal else "a stop request"
+
+    def request_stop(self, signum: int, frame=None) -> None:
+        self.stop_signal = self.stop_signal or signum
+        self.stop.set()
+
+    def quietly(self, action, *args):
+        """A storage call that may fail (heartbeat, report): warn and go on; the next loop tries again."""
+        try:
+            return action(*args)
+        except storage.transient_errors() as error:
+            print(f"warning: storage: {str(error).splitlines()[0][:200]}", file=sys.stderr)
+            return None
+
+    def next_trial(self, study: optuna.Study) -> optuna.Trial | None:
+        with self.lock:
+            if self.stop.is_set():
+                return None
+            recover_dead_trials(study, self.opts.max_retries, self.opts.heartbeat, self.first_seen)
+            if not budget_left(study, self.sweep):
+                return None
+            if self.search.terminator and self.search.terminator(study):  # the optimizer factory's stop rule
+                return None
+            trial = study.ask()
+            # before anything else: a first heartbeat and who runs it, so it is never stranded; from now until
+            # its result is told, this process's heartbeat thread beats for it (waits for the lock included)
+            storage.record_heartbeat(internals.storage_of(study), internals.trial_id(trial))
+            self.heartbeats.hold(internals.trial_id(trial))
+            for key, value in {"host": socket.gethostname(), "host_id": HOST_ID, "pid": os.getpid(),
+                               "token": TOKEN}.items():  # fmt: skip
+                trial.set_user_attr(key, value)
+            queued = QUEUED in internals.stored_trial(study, trial).system_attrs
+            if self.sweep["method"] == "grid" and not queued:
+                trial.set_user_attr("reason", "grid already covered by other workers")
+                study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)  # lost a race for the last point
+                self.heartbeats.release(internals.trial_id(trial))
+                return None
+            return trial
+
+    def others_running(self, study: optuna.Study) -> bool:
+        """Grid points another sweep process is running: this one waits for them instead of exiting, so a
+        point whose process dies is re-queued (stale heartbeat) and finished here, and the exit status
+        reports the whole grid."""
+        if self.stop.is_set() or self.sweep["method"] != "grid":
+            return False
+        running = retrying(study.get_trials, False, (TrialState.RUNNING,))
+        return any(QUEUED in t.system_attrs and t.user_attrs.get("token") != TOKEN for t in running)
+
+    def finish(self, study, trial, state, value=None, reason=None, requeue_as=None) -> None:
+        """Tell the trial's result (skipped if another process already failed it) and re-queue it if asked."""
+
+        def tell():
+            with self.lock:
+                if internals.stored_trial(study, trial).state.is_finished():
+                    return  # another process found it stale, failed and re-queued it
+                current = internals.stored_trial(study, trial)
+                again = bool(requeue_as) and retries_left(current, self.opts.max_retries, requeue_as[1])
+                note = reason
+                if requeue_as and not again:
+                    note = f"{reason[:220]}; not re-queued: --max_retries {self.opts.max_retries} reached"
+                if note:
+                    trial.set_user_attr("reason", note[:300])
+                if again:  # first: killed before the tell, the trial stays RUNNING and recovery finds its retry
+                    requeue(study, current, requeue_as[0], self.opts.max_retries, crashed=requeue_as[1])
+                    failpoint("finish:requeued")
+                try:
+                    study.tell(trial, value, state=state)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    return  # another host's recovery failed it meanwhile
+                if not (requeue_as and not requeue_as[1]):  # a stop signal's re-queue is not the trial's failure
+                    self.streak.add(state, note)
+
+        retrying(tell, what=f"trial {trial.number}")
+        self.heartbeats.release(internals.trial_id(trial))
+        if self.streak.stopped() and not self.stop.is_set():
+            self.errors.append(self.streak.stopped())
+            self.stop.set()
+
+    def worker(self, slot: int) -> None:
+        try:
+            sampler = self.search.make_sampler(self.opts.seed + slot)
+            study = retrying(lambda: optuna.load_study(
+                study_name=self.study_name, storage=self.storage, sampler=sampler, pruner=self.search.pruner,
+            ))  # fmt: skip
+            while (trial := retrying(self.next_trial, study)) is not None or self.others_running(study):
+                if trial is None:  # another process runs the last points: wait, and take them over if it dies
+                    self.stop.wait(min(2.0, self.opts.heartbeat))
+                    continue
+                try:
+                    TrialRun(self, study, slot).run(trial)
+                except Exception as error:  # a bug or a storage failure: the trial is failed, not stranded
+                    reason = f"sweep runner error: {storage.error_line(error)}"
+                    self.finish(study, trial, TrialState.FAIL, reason=reason)
+                finally:
+                    self.heartbeats.release(internals.trial_id(trial))
+        except Exception as error:  # reported by the main thread; a trial left RUNNING is recovered later
+            self.errors.append(f"worker {slot} stopped: {storage.error_line(error)}")
+
+    def run(self, on_tick=None) -> None:
+        threads = [threading.Thread(target=self.worker, args=(slot,), daemon=True) for slot in range(self.opts.workers)]
+        self.heartbeats.start()
+        try:
+            for thread in threads:
+                thread.start()
+                time.sleep(0.2)  # stagger the first asks
+            while any(thread.is_alive() for thread in threads):
+                if on_tick:
+                    self.quietly(on_tick, self.study)
+                time.sleep(0.5)
+        finally:
+            self.heartbeats.close()
+            self.starter.close()
+            self.lock.close()
+        if on_tick:
+            self.quietly(on_tick, self.study)
