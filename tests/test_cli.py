@@ -98,6 +98,10 @@ def test_wandb_offline_without_key(tiny_fit_args, tmp_path):
         env={**env, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
+    # issue 29.6: no warning in a default run (W&B's "anonymous setting", Lightning's LeafSpec and srun hints,
+    # the config's limit_val_batches notice were in every run)
+    noise = [line for line in (result.stdout + result.stderr).splitlines() if re.search(r"(?i)warn|deprecat", line)]
+    assert not noise and "limit_val_batches" not in result.stderr, noise
     (record,) = load_records(tmp_path)
     run_dir = Path(record["run_dir"])
     (offline,) = list((run_dir / "wandb").glob("offline-run-*"))

@@ -1,6 +1,17 @@
-"""What Lightning prints to the console and run logs: its "Tip:" advertisements filtered out."""
+"""What Lightning prints to the console and run logs: its "Tip:" advertisements filtered out, and two warnings
+that are about the installed libraries or the machine, not about the run (each named exactly)."""
 
 import logging
+import warnings
+
+# (message regex, module) of warnings that say nothing about the run:
+KNOWN_WARNINGS = (
+    # pytorch-lightning 2.6.6 (the newest release) constructs torch's LeafSpec, which torch 2.13 deprecated
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", r"pytorch_lightning\.utilities\._pytree"),
+    # Lightning sees `srun` on PATH outside a SLURM job (a login node, or CI's one-node cluster): a fit started
+    # there by hand, or by a sweep's worker, is not meant as a SLURM step (`--launcher slurm` makes those)
+    (r"The `srun` command is available on your system but is not used", r"lightning_fabric\.plugins\.environments"),
+)
 
 
 class DropLightningTips(logging.Filter):
@@ -11,6 +22,9 @@ class DropLightningTips(logging.Filter):
 
 
 def quiet_lightning_tips() -> None:
+    """Lightning's tips out of the logs, and the KNOWN_WARNINGS ignored (by message and module, nothing else)."""
+    for message, module in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, module=module)
     for name in ("lightning_fabric.utilities.rank_zero", "pytorch_lightning.utilities.rank_zero"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropLightningTips) for f in logger.filters):

@@ -7,7 +7,8 @@ media staging folder (which forked trials would otherwise share). Each function 
 reaches into; nothing outside this module touches a private name of these libraries, so an upgrade is
 checked here and in tests/test_internals.py, which runs each function on real objects.
 
-Checked against: optuna 5.1 (pyproject pins optuna>=5.0,<6), wandb 0.31 (pinned >=0.31,<0.32),
+Checked against: optuna 5.1 (pyproject pins optuna>=5.0,<6), wandb 0.31 (pinned >=0.31,<0.32), pytorch-lightning
+2.6 (WandbLogger's init arguments),
 CPython 3.10-3.13 (`threading._shutdown` and `atexit._run_exitfuncs` exist unchanged in all four).
 """
 
@@ -81,3 +82,9 @@ def own_wandb_media_dir() -> None:
     media._finalizer.detach()  # CPython: TemporaryDirectory._finalizer (the parent's folder stays the parent's)
     fresh = tempfile.TemporaryDirectory("wandb-media")
     media.name, media.own = fresh.name, fresh
+
+
+def drop_wandb_init_argument(logger, name: str) -> None:
+    """Leave `name` out of what Lightning's WandbLogger passes to `wandb.init`: it always passes `anonymous`
+    (None unless asked), and wandb 0.31 warns that the setting "has no effect" whenever it is given at all."""
+    logger._wandb_init.pop(name, None)  # pytorch_lightning: WandbLogger._wandb_init

@@ -11,6 +11,7 @@ from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from lightning_modules.metrics import goal
+from pe_sweeps.tracking import internals
 from pe_sweeps.tracking.run_naming import in_name, short_key, sweep_params
 
 STEP = "trainer/global_step"  # the x axis WandbLogger declares for every metric
@@ -46,10 +47,12 @@ def make_wandb_logger(
     """A Lightning WandbLogger writing under run_dir; never needs network when offline. `run_id`: the W&B run
     a resumed fit continues (WandbLogger passes `resume="allow"` to `wandb.init`)."""
     default_wandb_mode()
-    return DirectedWandbLogger(
+    logger = DirectedWandbLogger(
         name=name, group=group, project=project, entity=entity, save_dir=str(run_dir), tags=tags,
         job_type="train", id=run_id,
     )  # fmt: skip
+    internals.drop_wandb_init_argument(logger, "anonymous")  # wandb warns about it in every run otherwise
+    return logger
 
 
 class DirectedWandbLogger(WandbLogger):
