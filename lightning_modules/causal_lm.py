@@ -142,7 +142,9 @@ class CausalLMModel(TaskModule):
 
     def _eval_epoch_end(self, stage: str) -> dict[str, float]:
         losses = self.per_context[stage].compute()
-        sliding = self.sliding[stage].compute()
+        # without --data.eval_stride nothing updates the sliding-window metric (on any rank: it is the data's
+        # setting), and computing it anyway made torchmetrics warn in every LM run
+        sliding = self.sliding[stage].compute() if self.sliding[stage].update_called else {}
         self.per_context[stage].reset()
         self.sliding[stage].reset()
         values = {context_name(stage, n): _ppl(loss) for n, loss in losses.items()}

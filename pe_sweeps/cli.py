@@ -116,6 +116,8 @@ class CheckedOnceParser(OneLineErrors, LightningArgumentParser):
     error is one line (cli_errors.py)."""
 
     def dump(self, cfg, *args, skip_validation: bool = True, **kwargs) -> str:
+        if "skip_none" in kwargs:  # Lightning's SaveConfigCallback still passes jsonargparse's deprecated name
+            kwargs["skip_unset"] = kwargs.pop("skip_none")
         return super().dump(cfg, *args, skip_validation=skip_validation, **kwargs)
 
 

@@ -246,6 +246,20 @@ def test_sliding_windows_score_each_token_once_with_enough_context(stride):
 
 
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log")
+def test_an_lm_evaluation_without_eval_stride_warns_nothing(monkeypatch):
+    """Issue 29.6: torchmetrics' "compute before update" in every LM run (the sliding metric, never updated)."""
+    import warnings
+
+    model = CausalLMModel(ArchConfig("rope", dim=16, depth=1, num_heads=2, vocab_size=11, max_length=16)).eval()
+    ids = torch.randint(0, 11, (70,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model._eval_step(torch.utils.data.default_collate(list(text.Windows(ids, 8))), "val")
+        values = model._eval_epoch_end("val")
+    caught = [str(w.message) for w in caught if "trainer` reference is not registered" not in str(w.message)]
+    assert not caught and set(values) >= {"val/ppl_ctx_8", "val/ppl"}  # (self.log without a Trainer: this test's)
+
+
 def test_sliding_perplexity_equals_non_overlapping_at_stride_window():
     torch.manual_seed(0)
     L, vocab = 8, 11
