@@ -15,7 +15,8 @@ README claims covered here:
 - "positional_logits(L) returns exactly the logit term it adds": test_positional_logits_is_the_bias
 - "tupe_a | untied positional attention, 1/sqrt(2 d_head)"; "deberta | ... 1/sqrt(3 d_head)": test_attention_scale
 - the options the README lists per encoding and their defaults (t5_bias 32 buckets, max distance 128; cope max_pos
-  64; sandwich sandwich_dim 128; scale_tokens off), and "encoding_options('rope') lists them":
+  64; sandwich sandwich_dim 128; scale_tokens off), and "python -m lightning_modules.encodings rope lists an
+  encoding's options" (its ranges: tests/test_ranges.py):
   test_the_readmes_options_and_defaults_are_the_encodings, test_every_option_is_accepted,
   test_unknown_option_names_the_valid_ones
 - "an encoding option of the wrong type or range" is one line: test_bad_options_are_one_line
