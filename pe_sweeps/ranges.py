@@ -7,11 +7,13 @@ checks for code that builds a class directly (tests, notebooks), in the same wor
 A new option gets its range from its own type, never from a table keyed by its name.
 """
 
+import functools
 import inspect
 import math
+import operator
 import types
 import typing
-from typing import Annotated
+from typing import Annotated, Literal
 
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import AllowInfNan
@@ -24,6 +26,8 @@ PositiveFloat = Annotated[float, Gt(0), AllowInfNan(False)]  # rates, scales
 NonNegativeFloat = Annotated[float, Ge(0), AllowInfNan(False)]
 Fraction = Annotated[float, Ge(0), Lt(1), AllowInfNan(False)]  # [0, 1): dropout, smoothing, warm-up share
 OpenFraction = Annotated[float, Gt(0), Lt(1), AllowInfNan(False)]  # (0, 1): a held-out share, a mask rate
+AtLeastOne = Annotated[float, Ge(1), AllowInfNan(False)]  # a stretch factor (1: unchanged)
+AboveOne = Annotated[float, Gt(1), AllowInfNan(False)]  # a frequency base, a factor that must change something
 
 BOUNDS = ((Ge, "ge", ">="), (Gt, "gt", ">"), (Le, "le", "<="), (Lt, "lt", "<"))
 
@@ -38,6 +42,25 @@ def bounds(annotation) -> tuple[type | None, list[tuple[str, float]]]:
     base, *metadata = typing.get_args(annotation)
     found = [(op, getattr(m, attr)) for m in metadata for kind, attr, op in BOUNDS if isinstance(m, kind)]
     return base, found
+
+
+def plain(annotation):
+    """The annotation without its range: `PositiveInt | None` -> `int | None`, `Literal["a", "b"]` -> `str`
+    (what `errors.wrong_type` checks the value's type against)."""
+    if isinstance(annotation, (types.UnionType, typing._UnionGenericAlias)):
+        return functools.reduce(operator.or_, (plain(arg) for arg in typing.get_args(annotation)))
+    if typing.get_origin(annotation) is Annotated:
+        return plain(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) is Literal:
+        return functools.reduce(operator.or_, {type(choice) for choice in typing.get_args(annotation)})
+    return annotation
+
+
+def choices(annotation) -> tuple:
+    """The values a `Literal` (also inside `X | None`) allows; () for any other annotation."""
+    if isinstance(annotation, (types.UnionType, typing._UnionGenericAlias)):
+        return sum((choices(arg) for arg in typing.get_args(annotation)), ())
+    return typing.get_args(annotation) if typing.get_origin(annotation) is Literal else ()
 
 
 def describe(annotation) -> str | None:

@@ -15,7 +15,8 @@ README claims covered here:
 - "positional_logits(L) returns exactly the logit term it adds": test_positional_logits_is_the_bias
 - "tupe_a | untied positional attention, 1/sqrt(2 d_head)"; "deberta | ... 1/sqrt(3 d_head)": test_attention_scale
 - the options the README lists per encoding and their defaults (t5_bias 32 buckets, max distance 128; cope max_pos
-  64; sandwich sandwich_dim 128; scale_tokens off), and "encoding_options('rope') lists them":
+  64; sandwich sandwich_dim 128; scale_tokens off), and "python -m lightning_modules.encodings rope lists an
+  encoding's options" (its ranges: tests/test_ranges.py):
   test_the_readmes_options_and_defaults_are_the_encodings, test_every_option_is_accepted,
   test_unknown_option_names_the_valid_ones
 - "an encoding option of the wrong type or range" is one line: test_bad_options_are_one_line
@@ -226,14 +227,18 @@ def test_every_option_is_accepted():
     "name, options, message",
     [
         ("alibi", {"heads": 5}, r"alibi heads must be in \[1, num_heads=4\]"),
-        ("alibi", {"heads": 0}, "alibi heads"),
+        ("alibi", {"heads": 0}, "encoding 'alibi' option 'heads' must be an integer >= 1, got 0"),
         ("rope", {"yarn_factor": 4.0}, "needs original_length"),
-        ("rope", {"yarn_factor": 0.5, "original_length": 8}, "yarn_factor must be > 1"),
+        (
+            "rope",
+            {"yarn_factor": 0.5, "original_length": 8},
+            "option 'yarn_factor' must be a finite number > 1, got 0.5",
+        ),
         ("rope", {"yarn_factor": 2.0, "interpolation_factor": 2.0, "original_length": 8}, "exclude other extensions"),
-        ("rope", {"rope_fraction": 0.0}, r"rope_fraction must be in \(0, 1\]"),
+        ("rope", {"rope_fraction": 0.0}, r"option 'rope_fraction' must be a finite number in \(0, 1\], got 0.0"),
         ("rope", {"original_length": 8}, "only with yarn_factor or dynamic_ntk_factor"),
         ("sandwich", {"sandwich_dim": 7}, "sandwich_dim must be even"),
-        ("cope", {"max_pos": 1}, "max_pos must be >= 2"),
+        ("cope", {"max_pos": 1}, "option 'max_pos' must be an integer >= 2, got 1"),
         ("sandwich", {"heads": 2}, "encoding 'sandwich' has no option 'heads'"),
         ("alibi", {"yarn_factor": 2.0}, "encoding 'alibi' has no option 'yarn_factor'"),
     ],

@@ -316,7 +316,7 @@ def test_tupe_bert_ad_cls_reset_touches_only_the_position_term():
     diff = untied.bias(i) - tied.bias(i)
     assert diff[:, 1:, 1:].abs().max() == 0 and diff[:, 0].abs().max() > 0
     assert make_encoding("tupe_a").content_bias(q, k, i) is None  # TUPE-A drops the cross terms
-    with pytest.raises(ConfigError, match="unknown tupe mode 'bert'"):
+    with pytest.raises(ConfigError, match="option 'mode' must be one of 'untied', 'bert_ad', got 'bert'"):
         make_encoding("tupe_a", mode="bert")
 
 

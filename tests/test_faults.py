@@ -433,7 +433,11 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
         "lr negative": ([*fit, "--model.lr=-0.1"], {}, "--model.lr must be a finite number > 0"),
         "token_init_std=0": ([*fit, "--model.arch.token_init_std=0"], {}, "token_init_std must be a finite number > 0"),
         "option type": ([*fit, "--model.arch.encoding_options={base: abc}"], {}, "option 'base' must be a number"),
-        "negative base": ([*fit, "--model.arch.encoding_options={base: -2}"], {}, "option 'base' must be > 1"),
+        "negative base": (
+            [*fit, "--model.arch.encoding_options={base: -2}"],
+            {},
+            "option 'base' must be a finite number > 1, got -2",
+        ),
         "option null": ([*fit, "--model.arch.encoding_options={base: null}"], {}, "'base' must be a number, got None"),
         "task option null": (
             [*fit, "--data.task=modular_arithmetic", "--data.task_options={modulus: null}"],

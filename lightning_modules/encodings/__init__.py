@@ -3,11 +3,14 @@
 `ENCODINGS` maps a registry name to its class; `PRESETS` names a registered encoding with other default
 options (a variant a paper reports under its own name, so sweeps, run names and comparisons tell it apart)
 and adds it to `ENCODINGS`. `build_encoding` builds either with a clear error for an unknown name or
-option. The registry-wide tests (tests/test_encodings_contract.py and others) run over this registry.
+option. An option's type, choices (`Literal`) and range (`Annotated`, pe_sweeps/ranges.py) are declared on the
+encoding's own constructor and checked from there (`check_encoding`); `python -m lightning_modules.encodings
+NAME` lists them. The registry-wide tests (tests/test_encodings_contract.py and others) run over this registry.
 """
 
 import inspect
 import math
+import typing
 
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
@@ -29,7 +32,8 @@ from lightning_modules.encodings.sinusoidal_learnable import SinusoidalLearnable
 from lightning_modules.encodings.t5_bias import T5Bias
 from lightning_modules.encodings.tupe import TupeA, TupeR
 from lightning_modules.encodings.xpos import XPos
-from pe_sweeps.errors import ConfigError, wrong_type
+from pe_sweeps.errors import TYPE_WORDS, ConfigError, wrong_type
+from pe_sweeps.ranges import choices, describe, in_range, plain
 
 ENCODINGS: dict[str, type[PositionalEncoding]] = {
     cls.name: cls
@@ -68,11 +72,6 @@ def check_encoding_name(name: str) -> None:
         raise ConfigError(f"unknown encoding {name!r}; choose one of: {', '.join(ENCODINGS)}")
 
 
-# options that are sizes, scales or rates: a value <= 0 is a mistake (and `base` <= 1 has no frequencies)
-POSITIVE = {"num_buckets", "max_distance", "max_relative", "rotary_dim", "interpolation_factor", "ntk_base_rescale",
-            "scale_base", "mlp_width", "eps", "init_threshold"}  # fmt: skip
-
-
 def option_parameters(name: str) -> dict[str, inspect.Parameter]:
     """Each option of `name` with its declared type and default (the most derived declaration wins; a
     preset's own defaults replace its encoding's)."""
@@ -86,20 +85,37 @@ def option_parameters(name: str) -> dict[str, inspect.Parameter]:
 
 
 def check_option_value(name: str, key: str, value, param: inspect.Parameter) -> None:
-    problem = wrong_type(value, param.annotation)
+    """The type, choices (`Literal`) and range (`Annotated`, pe_sweeps/ranges.py) the option's own
+    constructor parameter declares; the words of a declared range on the command line (cli_errors.range_error)."""
+    where = f"encoding {name!r} option {key!r}"
+    problem = wrong_type(value, plain(param.annotation))
     if problem:
-        raise ConfigError(f"encoding {name!r} option {key!r} {problem}, got {value!r}")
+        raise ConfigError(f"{where} {problem}, got {value!r}")
+    allowed = choices(param.annotation)
+    if allowed and value is not None and value not in allowed:
+        raise ConfigError(f"{where} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"encoding {name!r} option {key!r} must be finite, got {value!r}")
-    if key == "base" and value is not None and value <= 1:
-        raise ConfigError(f"encoding {name!r} option 'base' must be > 1, got {value!r}")
-    if key in POSITIVE and isinstance(value, (int, float)) and value <= 0:
-        raise ConfigError(f"encoding {name!r} option {key!r} must be > 0, got {value!r}")
+        raise ConfigError(f"{where} must be a finite number, got {value!r}")
+    if not in_range(value, param.annotation):
+        raise ConfigError(f"{where} must be {describe(param.annotation)}, got {value!r}")
+
+
+def option_help(name: str) -> list[str]:
+    """One line per option of `name`: its type, choices or range, and default, read from its signature
+    (`python -m lightning_modules.encodings NAME` prints them)."""
+    lines = []
+    for key, param in option_parameters(name).items():
+        kinds = typing.get_args(plain(param.annotation)) or (plain(param.annotation),)
+        allowed = choices(param.annotation)
+        what = f"one of {', '.join(map(repr, allowed))}" if allowed else describe(param.annotation)
+        what = what or " or ".join(TYPE_WORDS.get(k, k.__name__) for k in kinds if k is not type(None))
+        lines.append(f"{key}: {what}{' or null' if type(None) in kinds else ''} (default {param.default!r})")
+    return lines
 
 
 def check_encoding(name: str, options: dict) -> None:
     """Raise a one-line ConfigError for an unknown encoding name or option, or an option value of the
-    wrong type or out of range."""
+    wrong type, not one of its choices or out of the range its constructor parameter declares."""
     check_encoding_name(name)
     if not isinstance(options, dict):
         raise ConfigError(f"encoding options must be a mapping such as {{base: 500}}, got {options!r}")
@@ -131,4 +147,5 @@ __all__ = [
     "check_encoding",
     "check_encoding_name",
     "encoding_options",
+    "option_help",
 ]

@@ -6,6 +6,7 @@ from torch import Tensor
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import relative_distance
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import PositiveInt
 
 
 def alibi_slopes(num_heads: int) -> list[float]:
@@ -35,7 +36,7 @@ class ALiBi(PositionalEncoding):
     shift_invariant = True
     flex = True
 
-    def __init__(self, *, heads: int | None = None, **common):
+    def __init__(self, *, heads: PositiveInt | None = None, **common):
         super().__init__(**common)
         self.heads = self.num_heads if heads is None else heads
         if not 1 <= self.heads <= self.num_heads:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import PositiveInt
 
 # a FlexAttention score_mod: (score, b, h, i, j) -> score plus the logit term at batch b, head h, query slot i,
 # key slot j (scalar tensors; `torch.nn.attention.flex_attention`)
@@ -86,7 +87,7 @@ class PositionalEncoding(nn.Module):
     kv_cache: bool = True
 
     def __init__(self, *, dim: int, num_heads: int, max_length: int, causal: bool, cls_first: bool = False,
-                 randomize_positions: int | None = None, randomize_positions_eval: bool = False):  # fmt: skip
+                 randomize_positions: PositiveInt | None = None, randomize_positions_eval: bool = False):  # fmt: skip
         super().__init__()
         if dim % num_heads:
             raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")

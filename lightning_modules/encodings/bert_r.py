@@ -4,6 +4,7 @@ from lightning_modules.encodings.init_reference import BERT
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.t5_bias import T5Bias, bucket_bias, distance_score_mod
 from lightning_modules.encodings.tupe import bert_init
+from pe_sweeps.ranges import PositiveInt
 
 
 class BertR(LearnedAbsolute):
@@ -21,7 +22,7 @@ class BertR(LearnedAbsolute):
     init_reference = {"table.weight": BERT, "relative_table.weight": BERT}
     flex = True
 
-    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, **kwargs):
+    def __init__(self, *, num_buckets: PositiveInt = 32, max_distance: PositiveInt = 128, **kwargs):
         super().__init__(**kwargs)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.relative_table = nn.Embedding(num_buckets, self.num_heads)

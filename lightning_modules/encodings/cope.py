@@ -1,9 +1,11 @@
+from typing import Annotated
+
 import torch
+from annotated_types import Ge
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.init_reference import ZEROS
-from pe_sweeps.errors import ConfigError
 
 
 class CoPE(PositionalEncoding):
@@ -26,10 +28,8 @@ class CoPE(PositionalEncoding):
     causal_only = True
     shift_invariant = True  # positions enter only through the causal order
 
-    def __init__(self, *, max_pos: int = 64, **common):
+    def __init__(self, *, max_pos: Annotated[int, Ge(2)] = 64, **common):
         super().__init__(**common)
-        if max_pos < 2:
-            raise ConfigError(f"cope max_pos must be >= 2, got {max_pos}")
         self.max_pos = max_pos
         self.table = nn.Parameter(torch.zeros(max_pos, self.head_dim))  # (P, D)
 

@@ -5,6 +5,7 @@ from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, posit
 from lightning_modules.encodings.init_reference import BERT, ONES, ZEROS
 from lightning_modules.encodings.t5_bias import distances, relative_distance
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import NonNegativeInt, PositiveInt
 
 
 def log_bucket_position(relative: Tensor, bucket_size: int, max_position: int) -> Tensor:
@@ -41,9 +42,9 @@ class DeBERTa(PositionalEncoding):
     shift_invariant = True
     flex = True
 
-    def __init__(self, *, position_buckets: int = 256, max_relative_positions: int = 512, **common):
+    def __init__(self, *, position_buckets: NonNegativeInt = 256, max_relative_positions: PositiveInt = 512, **common):
         super().__init__(**common)
-        if max_relative_positions < 1 or (position_buckets > 0 and max_relative_positions <= position_buckets // 2 + 1):
+        if position_buckets > 0 and max_relative_positions <= position_buckets // 2 + 1:
             raise ConfigError(f"deberta needs max_relative_positions > position_buckets / 2 + 1, got "
                               f"{max_relative_positions} and {position_buckets}")  # fmt: skip
         self.position_buckets, self.max_relative_positions = position_buckets, max_relative_positions

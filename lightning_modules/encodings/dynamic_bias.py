@@ -5,7 +5,7 @@ from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.init_reference import torch_linear
 from lightning_modules.encodings.precision import compute_dtype, fp32_mlp
 from lightning_modules.encodings.t5_bias import bucket_bias, distance_score_mod, distances, relative_distance
-from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import PositiveInt
 
 
 class DynamicBias(PositionalEncoding):
@@ -32,10 +32,9 @@ class DynamicBias(PositionalEncoding):
     shift_invariant = True
     flex = True
 
-    def __init__(self, *, depth: int = 2, log_distance: bool = False, hidden_dim: int | None = None, **common):
+    def __init__(self, *, depth: PositiveInt = 2, log_distance: bool = False, hidden_dim: PositiveInt | None = None,
+                 **common):  # fmt: skip
         super().__init__(**common)
-        if depth < 1:
-            raise ConfigError(f"dynamic_bias needs depth >= 1, got {depth}")
         width = hidden_dim or self.dim // 4
         layers = [nn.Linear(1, width), nn.SiLU()]
         for _ in range(depth - 1):

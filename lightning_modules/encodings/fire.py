@@ -4,6 +4,7 @@ from torch import Tensor, nn
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.init_reference import ONES, torch_linear
 from lightning_modules.encodings.precision import compute_dtype, fp32_mlp
+from pe_sweeps.ranges import PositiveFloat, PositiveInt
 
 
 class FIRE(PositionalEncoding):
@@ -28,8 +29,8 @@ class FIRE(PositionalEncoding):
                       "mlp.2.bias": torch_linear(32)}  # fmt: skip
     flex = True
 
-    def __init__(self, *, mlp_width: int = 32, init_c: float = 0.1, init_threshold: float = 512.0,
-                 eps: float = 1e-6, **common):  # fmt: skip
+    def __init__(self, *, mlp_width: PositiveInt = 32, init_c: PositiveFloat = 0.1,
+                 init_threshold: PositiveFloat = 512.0, eps: PositiveFloat = 1e-6, **common):  # fmt: skip
         super().__init__(**common)
         self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, self.num_heads))
         self.c = nn.Parameter(torch.tensor(init_c))

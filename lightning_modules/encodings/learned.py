@@ -1,3 +1,5 @@
+from typing import Literal
+
 import torch
 from torch import Tensor, nn
 
@@ -5,8 +7,7 @@ from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.init_reference import BERT
 from lightning_modules.position_tables import read_table
 from pe_sweeps.errors import ConfigError
-
-INIT_ROWS = ("first", "every_k")
+from pe_sweeps.ranges import NonNegativeFloat, PositiveFloat, PositiveInt
 
 
 def load_table(path: str) -> Tensor:
@@ -56,12 +57,10 @@ class LearnedAbsolute(PositionalEncoding):
     name = "learned"
     init_reference = {"table.weight": BERT}
 
-    def __init__(self, *, init_std: float = 0.02, init_from: str | None = None, init_rows: str = "first",
-                 init_stride: int = 4, init_scale: float | None = None, freeze: bool = False, **common):  # fmt: skip
+    def __init__(self, *, init_std: NonNegativeFloat = 0.02, init_from: str | None = None,
+                 init_rows: Literal["first", "every_k"] = "first", init_stride: PositiveInt = 4,
+                 init_scale: PositiveFloat | None = None, freeze: bool = False, **common):  # fmt: skip
         super().__init__(**common)
-        if init_rows not in INIT_ROWS or init_stride < 1:
-            raise ConfigError(f"init_rows must be one of {INIT_ROWS} and init_stride >= 1, got {init_rows!r}, "
-                              f"{init_stride}")  # fmt: skip
         self.max_positions = self.num_positions
         self.table = nn.Embedding(self.num_positions, self.dim)
         nn.init.normal_(self.table.weight, std=init_std)

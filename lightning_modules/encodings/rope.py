@@ -1,10 +1,16 @@
 import math
+from typing import Annotated
 
 import torch
+from annotated_types import Gt, Le
+from pydantic import AllowInfNan
 from torch import Tensor
 
 from lightning_modules.encodings.base import PositionalEncoding
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import AboveOne, AtLeastOne, PositiveFloat, PositiveInt
+
+RopeFraction = Annotated[float, Gt(0), Le(1), AllowInfNan(False)]  # (0, 1]: the share of frequencies that rotate
 
 
 def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -47,21 +53,17 @@ class RoPE(PositionalEncoding):
     init_reference = {}
     shift_invariant = True
 
-    def __init__(self, *, base: float = 10000.0, rotary_dim: int | None = None, interpolation_factor: float = 1.0,
-                 ntk_base_rescale: float = 1.0, yarn_factor: float | None = None,
-                 dynamic_ntk_factor: float | None = None, original_length: int | None = None,
-                 rope_fraction: float = 1.0, **common):  # fmt: skip
+    def __init__(self, *, base: AboveOne = 10000.0, rotary_dim: PositiveInt | None = None,
+                 interpolation_factor: AtLeastOne = 1.0, ntk_base_rescale: PositiveFloat = 1.0,
+                 yarn_factor: AboveOne | None = None, dynamic_ntk_factor: AtLeastOne | None = None,
+                 original_length: PositiveInt | None = None, rope_fraction: RopeFraction = 1.0, **common):  # fmt: skip
         super().__init__(**common)
         self.rotary_dim = R = self.head_dim if rotary_dim is None else rotary_dim
         if R % 2 or not 0 < R <= self.head_dim:
             raise ConfigError(f"{self.name} needs an even rotary_dim in [2, head dim {self.head_dim}], got {R}")
-        if interpolation_factor < 1:
-            raise ConfigError(f"interpolation_factor must be >= 1, got {interpolation_factor}")
         if ntk_base_rescale != 1 and R <= 2:
             raise ConfigError(f"ntk_base_rescale needs rotary_dim > 2, got {R}")
         _check_extension(interpolation_factor, ntk_base_rescale, yarn_factor, dynamic_ntk_factor, original_length)
-        if not 0 < rope_fraction <= 1:
-            raise ConfigError(f"rope_fraction must be in (0, 1], got {rope_fraction}")
         if ntk_base_rescale != 1:
             base = base * ntk_base_rescale ** (R / (R - 2))
         self.interpolation_factor, self.base, self.rope_fraction = interpolation_factor, base, rope_fraction
@@ -144,12 +146,8 @@ def _check_extension(interpolation, ntk, yarn, dynamic, original_length) -> None
               ("yarn_factor", yarn is not None), ("dynamic_ntk_factor", dynamic is not None)) if on]  # fmt: skip
     if len(chosen) > 1 and (yarn is not None or dynamic is not None):
         raise ConfigError(f"yarn_factor and dynamic_ntk_factor exclude other extensions; got {' and '.join(chosen)}")
-    if yarn is not None and yarn <= 1:
-        raise ConfigError(f"yarn_factor must be > 1, got {yarn}")
-    if dynamic is not None and dynamic < 1:
-        raise ConfigError(f"dynamic_ntk_factor must be >= 1, got {dynamic}")
-    if (yarn is not None or dynamic is not None) and (original_length is None or original_length < 1):
-        raise ConfigError(f"{chosen[-1]} needs original_length (the training length) >= 1, got {original_length}")
+    if (yarn is not None or dynamic is not None) and original_length is None:
+        raise ConfigError(f"{chosen[-1]} needs original_length (the training length)")
     if original_length is not None and yarn is None and dynamic is None:
         raise ConfigError("original_length is used only with yarn_factor or dynamic_ntk_factor")
 

@@ -1,4 +1,7 @@
+from typing import Annotated
+
 import torch
+from annotated_types import Ge
 from torch import Tensor
 
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
@@ -24,10 +27,10 @@ class Sandwich(PositionalEncoding):
     shift_invariant = True
     flex = True
 
-    def __init__(self, *, sandwich_dim: int = 128, **common):
+    def __init__(self, *, sandwich_dim: Annotated[int, Ge(2)] = 128, **common):
         super().__init__(**common)
-        if sandwich_dim < 2 or sandwich_dim % 2:
-            raise ConfigError(f"sandwich_dim must be even and >= 2, got {sandwich_dim}")
+        if sandwich_dim % 2:
+            raise ConfigError(f"sandwich_dim must be even, got {sandwich_dim}")
         self.sandwich_dim = sandwich_dim
         k = torch.arange(1, sandwich_dim // 2 + 1).float()
         self.register_buffer("inv_freq", 10000.0 ** (-2 * k / sandwich_dim), persistent=False)  # (d'/2,)

@@ -6,7 +6,7 @@ from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import relative_distance
-from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import PositiveInt
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float) -> Tensor:
@@ -49,10 +49,8 @@ class Shaw(PositionalEncoding):
     flex = True  # off with `values`
     shift_invariant = True
 
-    def __init__(self, *, max_relative: int = 16, values: bool = False, **common):
+    def __init__(self, *, max_relative: PositiveInt = 16, values: bool = False, **common):
         super().__init__(**common)
-        if max_relative < 1:
-            raise ConfigError(f"shaw needs max_relative >= 1, got {max_relative}")
         self.max_relative = max_relative
         self.flex = self.kv_cache = not values  # the value term needs the square attention weights
         self.key_table = nn.Embedding(2 * max_relative + 1, self.head_dim)  # a^K

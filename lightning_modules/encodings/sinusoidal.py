@@ -3,6 +3,7 @@ from torch import Tensor
 
 from lightning_modules.encodings.base import PositionalEncoding
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import AboveOne
 
 
 def sinusoid_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
@@ -25,7 +26,7 @@ class Sinusoidal(PositionalEncoding):
     name = "sinusoidal"
     init_reference = {}
 
-    def __init__(self, *, base: float = 10000.0, scale_tokens: bool = False, **common):
+    def __init__(self, *, base: AboveOne = 10000.0, scale_tokens: bool = False, **common):
         super().__init__(**common)
         if self.dim % 2:
             raise ConfigError(f"{self.name} needs an even dim, got dim={self.dim}")

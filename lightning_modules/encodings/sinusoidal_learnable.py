@@ -4,6 +4,7 @@ from torch import Tensor, nn
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.sinusoidal import sinusoid_table
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import AboveOne
 
 
 class SinusoidalLearnable(PositionalEncoding):
@@ -18,7 +19,7 @@ class SinusoidalLearnable(PositionalEncoding):
     name = "sinusoidal_learnable"
     init_reference = {"table": ("exact", lambda e: sinusoid_table(torch.arange(e.num_positions), e.dim, 1e4))}
 
-    def __init__(self, *, base: float = 10000.0, **common):
+    def __init__(self, *, base: AboveOne = 10000.0, **common):
         super().__init__(**common)
         if self.dim % 2:
             raise ConfigError(f"{self.name} needs an even dim, got dim={self.dim}")

@@ -4,6 +4,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
+from pe_sweeps.ranges import NonNegativeFloat, PositiveFloat, PositiveInt
 
 
 def relative_distance(positions: Tensor) -> Tensor:
@@ -107,8 +108,8 @@ class T5Bias(PositionalEncoding):
     shift_invariant = True
     flex = True
 
-    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, init_std: float | None = None,
-                 scale: float | None = None, **common):  # fmt: skip
+    def __init__(self, *, num_buckets: PositiveInt = 32, max_distance: PositiveInt = 128,
+                 init_std: NonNegativeFloat | None = None, scale: PositiveFloat | None = None, **common):  # fmt: skip
         super().__init__(**common)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.scale = self.head_dim**0.5 if scale is None else scale

@@ -1,3 +1,5 @@
+from typing import Literal
+
 import torch
 from torch import Tensor, nn
 
@@ -5,8 +7,7 @@ from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.init_reference import BERT, ONES, ZEROS
 from lightning_modules.encodings.t5_bias import T5Bias, bucket_bias
 from pe_sweeps.errors import ConfigError
-
-MODES = ("untied", "bert_ad")
+from pe_sweeps.ranges import PositiveInt
 
 
 def bert_init(*modules: nn.Module) -> None:
@@ -45,10 +46,9 @@ class TupeA(PositionalEncoding):
     init_reference = {"table.weight": BERT, "norm.weight": ONES, "norm.bias": ZEROS, "proj_q.weight": BERT,
                       "proj_k.weight": BERT}  # fmt: skip
 
-    def __init__(self, *, untie_cls: bool | None = None, proj_bias: bool = False, mode: str = "untied", **common):
+    def __init__(self, *, untie_cls: bool | None = None, proj_bias: bool = False,
+                 mode: Literal["untied", "bert_ad"] = "untied", **common):  # fmt: skip
         super().__init__(**common)
-        if mode not in MODES:
-            raise ConfigError(f"unknown tupe mode {mode!r}; choose one of: {', '.join(MODES)}")
         if untie_cls and not self.cls_first:
             raise ConfigError(f"{self.name}: untie_cls needs [CLS] at position 0 (masked-LM or classification "
                               "models); this model has none: leave untie_cls unset or false")  # fmt: skip
@@ -119,7 +119,7 @@ class TupeR(TupeA):
     name = "tupe_r"
     init_reference = {**TupeA.init_reference, "relative_table.weight": BERT}
 
-    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, **kwargs):
+    def __init__(self, *, num_buckets: PositiveInt = 32, max_distance: PositiveInt = 128, **kwargs):
         super().__init__(**kwargs)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.cls_buckets = (num_buckets // 2, num_buckets) if not self.causal else (num_buckets, num_buckets + 1)

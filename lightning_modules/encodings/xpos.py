@@ -2,6 +2,7 @@ import torch
 from torch import Tensor
 
 from lightning_modules.encodings.rope import RoPE
+from pe_sweeps.ranges import PositiveFloat
 
 
 class XPos(RoPE):
@@ -20,7 +21,7 @@ class XPos(RoPE):
     causal_only = True
     kv_cache = False  # the centre of the decay moves with the longest position: cached keys would go stale
 
-    def __init__(self, *, scale_base: float = 512.0, **options):
+    def __init__(self, *, scale_base: PositiveFloat = 512.0, **options):
         super().__init__(**options)
         self.scale_base = scale_base
         zeta = (torch.arange(0, self.rotary_dim, 2).float() + 0.4 * self.rotary_dim) / (1.4 * self.rotary_dim)
