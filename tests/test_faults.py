@@ -132,8 +132,13 @@ def started_as(study: optuna.Study) -> set[str]:
     return {t.user_attrs["start"] for t in study.trials if "start" in t.user_attrs}
 
 
+# Random kills on two of the five (one of each storage family: the SQLAlchemy one warm, a journal cold); the
+# aimed-at-every-window test below runs on all five, and it is the one that reaches each window for certain.
+RANDOM_KILL_STORAGES = [("sqlite", "warm"), ("redis", "cold")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("storage_url, start_path", STORAGES, indirect=["storage_url"])
+@pytest.mark.parametrize("storage_url, start_path", RANDOM_KILL_STORAGES, indirect=["storage_url"])
 # the storage does not depend on the start path: PostgreSQL and the journals run cold only
 def test_random_kills_never_lose_or_repeat_a_grid_point(request, tmp_path, storage_url, start_path):
     """PROCESSES sweeps x WORKERS workers on one study; in the first KILL_ROUNDS rounds a random sweep

@@ -44,8 +44,14 @@ def dry_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_dry_run_runs_every_section(dry_run):
-    report, printed = dry_run
+def test_the_dry_run(dry_run):
+    """One test over the one dry run (as three, pytest-xdist's workers each ran the module fixture: 3 minutes)."""
+    check_every_section(*dry_run)
+    check_the_encoding_registry(dry_run[0])
+    check_sweep_ddp_and_benchmarks(dry_run[0])
+
+
+def check_every_section(report, printed):
     assert report["mode"] == "cpu" and report["device"]["status"] == "ok" and report["device"]["torch"]
     assert list(report["sections"]) == list(gpu_check.SECTIONS)
     for name, section in report["sections"].items():
@@ -57,9 +63,8 @@ def test_dry_run_runs_every_section(dry_run):
         assert report["sections"]["step_overhead"]["status"] == "ok"
 
 
-@pytest.mark.slow
-def test_dry_run_covers_the_encoding_registry(dry_run):
-    section = dry_run[0]["sections"]["encodings"]
+def check_the_encoding_registry(report):
+    section = report["sections"]["encodings"]
     assert section["encodings"] == list(ENCODINGS) and not section["errors"]
     cases = [(c["encoding"], c["causal"]) for c in section["cases"]]
     assert cases == [(n, c) for n in ENCODINGS for c in (True, False) if c or not ENCODINGS[n].causal_only]
@@ -74,9 +79,8 @@ def test_dry_run_covers_the_encoding_registry(dry_run):
     assert rope["fp32"]["kernels"] in (["flash (cpu)"], ["math"]) and t5["fp32"]["kernels"] == ["math"]
 
 
-@pytest.mark.slow
-def test_dry_run_sweep_ddp_and_benchmarks(dry_run):
-    sections = dry_run[0]["sections"]
+def check_sweep_ddp_and_benchmarks(report):
+    sections = report["sections"]
     trials = sections["sweep"]["trials"]
     assert [t["state"] for t in trials] == ["COMPLETE", "COMPLETE"]
     assert all(t["start"] in ("warm", "cold") and t["device"] == "cpu" for t in trials)

@@ -229,7 +229,10 @@ def test_bad_sweep_file_is_one_line(tmp_path, capsys, monkeypatch):
     path.write_text("method: evolution\nmetric: {name: val/acc}\nparameters: {x: {values: [1]}}\n")
     code, _, err = cli_in_process(["sweep", str(path), f"--out_dir={tmp_path}"], capsys, monkeypatch, ROOT)
     assert code == 2
-    assert err.strip() == "error: sweep file " + str(path) + ": method 'evolution'; choose one of: grid, random, bayes"
+    assert (
+        err.strip()
+        == "error: sweep file " + str(path) + ": method 'evolution'; choose one of: grid, random, bayes, custom"
+    )
 
 
 @pytest.fixture
