@@ -15,19 +15,31 @@ from pe_sweeps.ranges import Fraction, PositiveFloat, PositiveInt, check_ranges
 class ArchConfig:
     """Sizes and positional encoding of a Transformer stack (the encoder's, in the translation model)."""
 
-    encoding: str = "rope"  # registry name or preset (lightning_modules/encodings)
-    encoding_options: dict | None = None  # the encoding's own options, e.g. {base: 500}
-    dim: PositiveInt = 128  # model width C
-    depth: PositiveInt = 2  # layers
-    num_heads: PositiveInt = 4  # H; head dim D = dim / num_heads
-    ffn_mult: PositiveInt = 4  # feed-forward width = ffn_mult * dim
-    dropout: Fraction = 0.0  # attention, residual and embedding dropout
-    post_norm: bool = False  # post-LN (BERT, TUPE) instead of pre-LN (GPT-2)
-    vocab_size: PositiveInt = 64  # linked from data.vocab_size
-    max_length: PositiveInt = 256  # linked from data.max_seq_len: the longest sequence any split feeds
-    token_init_std: PositiveFloat = 0.02  # token embeddings N(0, s^2): GPT-2 / BERT; 1.0 is nn.Embedding's default
-    # auto: FlexAttention on CUDA for an encoding whose logit terms have score_mods, SDPA otherwise; sdpa | flex force
+    # (each field's docstring is its --help text: pe_sweeps/cli.py reads attribute docstrings)
+    encoding: str = "rope"
+    """positional encoding: a registry name or preset (`python -m lightning_modules.encodings` lists them)"""
+    encoding_options: dict | None = None
+    """the encoding's own options, e.g. {base: 500} (names and ranges: `python -m lightning_modules.encodings`)"""
+    dim: PositiveInt = 128
+    """model width C"""
+    depth: PositiveInt = 2
+    """number of layers"""
+    num_heads: PositiveInt = 4
+    """attention heads H; head dim D = dim / num_heads"""
+    ffn_mult: PositiveInt = 4
+    """feed-forward width = ffn_mult * dim"""
+    dropout: Fraction = 0.0
+    """attention, residual and embedding dropout"""
+    post_norm: bool = False
+    """post-LN (BERT, TUPE) instead of pre-LN (GPT-2)"""
+    vocab_size: PositiveInt = 64
+    """vocabulary size (linked from data.vocab_size)"""
+    max_length: PositiveInt = 256
+    """longest sequence any split feeds (linked from data.max_seq_len)"""
+    token_init_std: PositiveFloat = 0.02
+    """token embeddings start as N(0, s^2): 0.02 as GPT-2 / BERT; 1.0 is nn.Embedding's default"""
     attention_backend: Literal["auto", "sdpa", "flex"] = "auto"
+    """auto: FlexAttention on CUDA for an encoding whose logit terms have score_mods, SDPA otherwise"""
 
     def __post_init__(self) -> None:
         check_ranges(type(self), vars(self), "arch.")  # built directly (not parsed): the declared ranges still hold

@@ -11,8 +11,8 @@ from torchmetrics import Metric
 from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import check_lr_decay
-from lightning_modules.task_module import TaskModule
+from lightning_modules.optim import LRDecay, check_lr_decay
+from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
@@ -49,6 +49,7 @@ class PerContextLoss(Metric):
         return {n: (self.loss_sum[n] / self.tokens[n]).item() for n in seen}
 
 
+@options_help()
 class CausalLMModel(TaskModule):
     """Decoder-only Transformer language model, scored by perplexity per context length.
 
@@ -71,7 +72,7 @@ class CausalLMModel(TaskModule):
         lr: PositiveFloat = 1e-3,
         weight_decay: NonNegativeFloat = 0.0,
         warmup_steps: NonNegativeInt = 0,
-        lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
+        lr_decay: LRDecay = "cosine",
         causal: bool = True,
         compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):

@@ -17,8 +17,8 @@ from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.checkpoint_io import load_checkpoint
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import check_lr_decay
-from lightning_modules.task_module import TaskModule
+from lightning_modules.optim import LRDecay, check_lr_decay
+from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.ranges import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
@@ -61,6 +61,14 @@ def score_names(task: str, names) -> list[str]:
     return list(names) if task in GLUE_METRICS or "acc" not in names else ["acc"]
 
 
+@options_help(
+    pooling="'cls' (the state at position 0) or 'mean' (over real tokens)",
+    init_from="a MaskedLMModel checkpoint to fine-tune (a path, or run:NAME for a run of this out_root)",
+    warmup_ratio="warm-up as a fraction of all steps (0.06 in TUPE); wins over warmup_steps if set",
+    task="the task (linked from data.task)",
+    num_labels="number of classes; 1 = regression (linked from data.num_labels)",
+    labels="class names in id order (linked from data.label_names)",
+)
 class SequenceClassifier(TaskModule):
     """Transformer encoder + a head on the [CLS] state (or the mean of the states): GLUE and PE-Study.
 
@@ -88,7 +96,7 @@ class SequenceClassifier(TaskModule):
         weight_decay: NonNegativeFloat = 0.01,
         warmup_steps: NonNegativeInt = 0,
         warmup_ratio: Fraction | None = None,  # warm-up as a fraction of all steps (0.06 in TUPE); wins if set
-        lr_decay: str = "linear",
+        lr_decay: LRDecay = "linear",
         task: str = "sst2",  # linked from data.task
         num_labels: int = 2,  # linked from data.num_labels; 1 = regression
         labels: list[str] | None = None,  # linked from data.label_names: class names in id order

@@ -11,8 +11,8 @@ from torchmetrics.classification import MulticlassAccuracy
 from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import check_lr_decay
-from lightning_modules.task_module import TaskModule
+from lightning_modules.optim import LRDecay, check_lr_decay
+from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
 
@@ -33,6 +33,7 @@ class MLMHead(nn.Module):
         return F.linear(self.transform(hidden), self.embedding.weight, self.bias)  # (N, V)
 
 
+@options_help()
 class MaskedLMModel(TaskModule):
     """Bidirectional encoder pre-trained with BERT's masked-LM objective, as TUPE compares encodings.
 
@@ -52,7 +53,7 @@ class MaskedLMModel(TaskModule):
         lr: PositiveFloat = 5e-4,
         weight_decay: NonNegativeFloat = 0.01,
         warmup_steps: NonNegativeInt = 100,
-        lr_decay: str = "linear",
+        lr_decay: LRDecay = "linear",
         compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):
         super().__init__()

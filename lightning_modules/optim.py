@@ -1,6 +1,7 @@
 """AdamW with linear warm-up and a decay schedule, shared by every task module."""
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
@@ -8,6 +9,7 @@ from torch import nn
 from pe_sweeps.errors import ConfigError, DivergedError
 
 LR_DECAYS = ("constant", "linear", "cosine")
+LRDecay = Literal[LR_DECAYS]  # the type of every task module's lr_decay: --help lists the choices
 
 
 def check_lr_decay(decay: str) -> None:

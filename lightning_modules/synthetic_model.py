@@ -7,12 +7,13 @@ from torchmetrics import MaxMetric, MeanMetric, SumMetric
 from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import check_lr_decay
-from lightning_modules.task_module import TaskModule
+from lightning_modules.optim import LRDecay, check_lr_decay
+from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 
+@options_help()
 class SyntheticTaskModel(TaskModule):
     """Predict a task's answer tokens: decoder-only causal LM or bidirectional encoder.
 
@@ -33,7 +34,7 @@ class SyntheticTaskModel(TaskModule):
         lr: PositiveFloat = 1e-3,
         weight_decay: NonNegativeFloat = 0.0,
         warmup_steps: NonNegativeInt = 0,
-        lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
+        lr_decay: LRDecay = "cosine",
         compile: bool = False,  # torch.compile the blocks (opt-in; see lightning_modules/compiling.py)
     ):
         super().__init__()

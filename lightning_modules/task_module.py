@@ -10,6 +10,33 @@ from lightning_modules.encodings import PositionalEncoding
 from lightning_modules.optim import DivergenceWatch, adamw_with_schedule
 from pe_sweeps.ranges import check_ranges
 
+# What --help says of the options most task modules share (`options_help`); a module's own are added there.
+COMMON_OPTIONS = {
+    "arch": "encoding and sizes of the Transformer (vocab_size and max_length are linked from the data)",
+    "causal": "decoder-only causal model (true) or bidirectional encoder (false); linked to the data",
+    "lr": "peak learning rate of AdamW",
+    "weight_decay": "AdamW weight decay",
+    "warmup_steps": "linear warm-up steps from 0 to lr",
+    "lr_decay": "after warm-up: constant, linear (to 0) or cosine (to 0)",
+    "compile": "torch.compile the Transformer's blocks (opt-in; lightning_modules/compiling.py)",
+}
+
+
+def options_help(**own: str):
+    """Class decorator: an `Args:` section on `__init__` describing each of its options (COMMON_OPTIONS and
+    `own`), which jsonargparse shows in `--help`; an option left undescribed is an error at import."""
+
+    def document(cls):
+        names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+        missing = [n for n in names if n not in own and n not in COMMON_OPTIONS]
+        if missing:
+            raise TypeError(f"{cls.__name__}: no --help text for {', '.join(missing)}")
+        lines = [f"    {n}: {own.get(n) or COMMON_OPTIONS[n]}" for n in names]
+        cls.__init__.__doc__ = f"The options of {cls.__name__}.\n\nArgs:\n" + "\n".join(lines)
+        return cls
+
+    return document
+
 
 def dotted_get(values, path: str):
     """`values["a"]["b"]` for path "a.b", on dicts and jsonargparse Namespaces alike; None where absent."""

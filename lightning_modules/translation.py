@@ -16,8 +16,8 @@ from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.encodings import ENCODINGS
-from lightning_modules.optim import check_lr_decay
-from lightning_modules.task_module import TaskModule
+from lightning_modules.optim import LRDecay, check_lr_decay
+from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import (
     Attention,
     KVCache,
@@ -156,6 +156,16 @@ def check_encoder_encoding(name: str) -> None:
 # Model
 
 
+@options_help(
+    arch="the encoder's encoding and depth, and the sizes both sides share (vocab_size, max_length linked)",
+    decoder_encoding="the decoder's positional encoding (a registry name or preset)",
+    decoder_encoding_options="the decoder encoding's own options",
+    decoder_depth="decoder layers",
+    label_smoothing="label smoothing of the training loss",
+    beam_size="beam width of test decoding",
+    max_decode_len="generated tokens including EOS; null = arch.max_length",
+    val_bleu_batches="validation batches decoded for val/bleu; null = all",
+)
 class TranslationModel(TaskModule):
     """Encoder-decoder Transformer translation model with separate encoder and decoder position encodings.
 
@@ -194,7 +204,7 @@ class TranslationModel(TaskModule):
         lr: PositiveFloat = 5e-4,
         weight_decay: NonNegativeFloat = 0.0,
         warmup_steps: NonNegativeInt = 0,
-        lr_decay: str = "cosine",  # after warm-up: "constant", "linear" (to 0) or "cosine" (to 0)
+        lr_decay: LRDecay = "cosine",
         label_smoothing: Fraction = 0.1,
         beam_size: PositiveInt = 5,
         max_decode_len: PositiveInt | None = None,  # generated tokens incl. EOS; None = max_length

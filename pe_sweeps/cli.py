@@ -27,6 +27,7 @@ from pathlib import Path  # noqa: E402
 from pydoc import locate  # noqa: E402
 
 import yaml  # noqa: E402
+from jsonargparse import set_parsing_settings  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar  # noqa: E402
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI  # noqa: E402
 
@@ -71,6 +72,7 @@ from pe_sweeps.tracking.run_naming import (  # noqa: E402
 )
 from pe_sweeps.tracking.wandb_setup import make_wandb_logger  # noqa: E402
 
+set_parsing_settings(docstring_parse_attribute_docstrings=True)  # ArchConfig's field docstrings are --help text
 PREBUILT: dict = {}  # filled in a sweep's fork server by prepare_fork_server(): each forked trial takes the parser
 
 # short class names accepted wherever a model or data class path is (`--model=SyntheticTaskModel`,
