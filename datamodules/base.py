@@ -11,18 +11,19 @@ from datamodules.loaders import seeded_loader
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.ranges import NonNegativeInt, PositiveInt, check_ranges
 
-# The options the data modules share, one type each. Each is a parameter of ONE base class below (TaskDataModule:
-# the loader options; FileDataModule: where the text comes from and the tokenizer's size); a data module takes them
+# The options the data modules share, one type each, and each a parameter of ONE base class below (TaskDataModule:
+# the loader options; FileDataModule: where the text comes from and the tokenizer's size). A data module takes them
 # through `**kwargs` (jsonargparse follows `super().__init__(**kwargs)`, so `--data.batch_size` etc. stay flat) and
-# declares one itself only to give it another default (Translation's and Synthetic's batch_size). The other types
-# are for the options that several modules have under their own name or default (`tokenizer`, `max_train_*`).
+# declares one itself only to give it another default (TranslationDataModule's and SyntheticDataModule's batch_size).
 BatchSize = PositiveInt
 Seed = int | None  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
 Workers = NonNegativeInt | None  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
-Limit = PositiveInt | None  # keep the first N examples / blocks / tokens (tests, quick runs); None: all
-VocabLimit = PositiveInt  # the tokenizer's vocabulary size at most
 DataDir = str | None  # None: the data root (pe_sweeps/layout.py data_root)
 HubName = str | None  # load from the Hugging Face hub instead of data_dir (online)
+VocabLimit = PositiveInt  # the tokenizer's vocabulary size at most
+
+# Types of options that several modules have, each under its own name or with its own default
+Limit = PositiveInt | None  # keep the first N examples / blocks / tokens (tests, quick runs); None: all
 Tokenizer = Literal["auto", "char", "word", "bpe"]  # auto: the corpus's default
 
 
