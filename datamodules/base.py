@@ -15,6 +15,8 @@ from pe_sweeps.ranges import NonNegativeInt, PositiveInt, check_ranges
 # the loader options; FileDataModule: where the text comes from and the tokenizer's size). A data module takes them
 # through `**kwargs` (jsonargparse follows `super().__init__(**kwargs)`, so `--data.batch_size` etc. stay flat) and
 # declares one itself only to give it another default (TranslationDataModule's and SyntheticDataModule's batch_size).
+# jsonargparse reads that call from the source file: a process that imported a module before its file was edited
+# (a sweep's warm-start server, tracking/warm_start.py) may no longer see them (`Option 'batch_size' is not accepted`).
 BatchSize = PositiveInt
 Seed = int | None  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
 Workers = NonNegativeInt | None  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
