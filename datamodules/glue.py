@@ -22,21 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader
 
-from datamodules.base import (
-    BatchSize,
-    DataDir,
-    HubName,
-    Limit,
-    Seed,
-    TaskDataModule,
-    Tokenizer,
-    VocabLimit,
-    Workers,
-    hub_error,
-)
-from datamodules.loaders import seeded_loader
+from datamodules.base import FileDataModule, Limit, Tokenizer, hub_error
 from datamodules.text import (
     SPECIAL_TOKENS,
     check_tokenizer,
@@ -207,12 +194,15 @@ class Examples(torch.utils.data.Dataset):
         return {"tokens": tokens, "padding_mask": tokens != PAD, "labels": labels}
 
 
-class GLUEDataModule(TaskDataModule):
+class GLUEDataModule(FileDataModule):
     """A GLUE task as batches `tokens` (B, L), `padding_mask` (B, L) True = real, `labels` (B,).
 
     `num_labels` (2, or 1 for STS-B's regression), `vocab_size`, `max_seq_len` and `task` are known after
     `__init__` for the CLI's links. `max_train_examples` / `max_eval_examples` keep the first N examples.
+    `hub_name`: e.g. "glue" (the config named by the task) or "glue:sst2". The test loader is the dev set's.
     """
+
+    collate_fn = staticmethod(Examples.collate)
 
     @staticmethod
     def check_options(task: str = "sst2", tokenizer: str = "bpe", **_) -> None:
@@ -222,26 +212,19 @@ class GLUEDataModule(TaskDataModule):
     def __init__(
         self,
         task: str = "sst2",
-        data_dir: DataDir = None,
         init_from: str | None = None,  # linked from model.init_from: use the checkpoint's tokenizer
         tokenizer: Tokenizer = "bpe",  # without init_from: trained on the train split
-        vocab_size_limit: VocabLimit = 8000,
         max_length: PositiveInt = 128,
-        batch_size: BatchSize = 32,
         max_train_examples: Limit = None,
         max_eval_examples: Limit = None,
-        seed: Seed = None,
-        num_workers: Workers = None,
-        hub_name: HubName = None,  # e.g. "glue" (config from the task) or "glue:sst2"
+        **kwargs,  # data_dir, hub_name, vocab_size_limit (FileDataModule); batch_size, seed, num_workers
     ):
-        super().__init__(batch_size, seed, num_workers)
-        self.save_hyperparameters()
-        self.check_args(**self.hparams)
+        super().__init__(**kwargs)
         self.task = self.classifier_task = task  # classifier_task: the source of cli.py's link to the classifier
         self.spec, self.max_length = GLUE_TASKS[task], max_length
         self.num_labels = 1 if self.spec.labels is None else len(self.spec.labels)
         self.label_names = None if self.spec.labels is None else list(self.spec.labels)  # linked to the model
-        self.splits = self._read(data_dir, hub_name, max_train_examples, max_eval_examples)
+        self.splits = self._read(self.data_dir, self.hub_name, max_train_examples, max_eval_examples)
         self.max_seq_len = max_length
         if init_from:
             self.tokenizer, self.max_seq_len = checkpoint_tokenizer(init_from)
@@ -252,9 +235,8 @@ class GLUEDataModule(TaskDataModule):
         else:
             train_text = "\n".join(" ".join(t) for t in self.splits["train"][0]) + "\n"
             source = f"glue-{task}-{self.stamp}"
-            self.tokenizer, _ = load_or_train_tokenizer(tokenizer, vocab_size_limit, train_text, source)
+            self.tokenizer, _ = load_or_train_tokenizer(tokenizer, self.vocab_size_limit, train_text, source)
         self.vocab_size = self.tokenizer.get_vocab_size()
-        self.datasets: dict[str, Examples] = {}
 
     def _read(self, data_dir: str, hub_name: str | None, max_train: int | None, max_eval: int | None) -> dict:
         if hub_name:
@@ -274,21 +256,9 @@ class GLUEDataModule(TaskDataModule):
         return {s: (texts[: limits[s]], labels[: limits[s]]) for s, (texts, labels) in splits.items()}
 
     def setup(self, stage: str | None = None) -> None:
-        for split, (texts, labels) in self.splits.items():
-            if split not in self.datasets:
-                self.datasets[split] = Examples(encode_examples_cached(self.tokenizer, texts, self.max_length), labels)
-
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return seeded_loader(
-            self.datasets.get(split), batch_size=self.batch_size, shuffle=shuffle, seed=self.seed,
-            num_workers=self.num_workers, collate_fn=Examples.collate,
-        )  # fmt: skip
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("dev", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("dev", shuffle=False)
+        if self.train_set is None:
+            self.train_set, self.val_set = (
+                Examples(encode_examples_cached(self.tokenizer, texts, self.max_length), labels)
+                for texts, labels in (self.splits[split] for split in ("train", "dev"))
+            )
+            self.test_set = self.val_set  # GLUE's test labels are not public: the dev set again

@@ -1,11 +1,9 @@
-"""The DataLoader every data module hands out."""
+"""The DataLoader every data module hands out (through `TaskDataModule`'s loaders, datamodules/base.py)."""
 
 import torch
 import torch.distributed as dist
 from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset
-
-from datamodules.base import TaskDataModule, data_seed  # noqa: F401 (data_seed re-exported)
 
 CUDA_WORKERS = 2  # default loader processes per training process on CUDA
 
@@ -39,26 +37,3 @@ def seeded_loader(dataset: Dataset | None, *, batch_size: int, shuffle: bool, se
         collate_fn=collate_fn, num_workers=workers, pin_memory=torch.cuda.is_available(),
         persistent_workers=workers > 0,
     )  # fmt: skip
-
-
-class SplitDataModule(TaskDataModule):
-    """Base of the data modules with one training, one validation and one test set (`train_set`,
-    `val_set`, `test_set`, filled by `setup`): seeded loaders over them, batched by `collate_fn`
-    (a staticmethod, or None for the default collation)."""
-
-    collate_fn = None
-
-    def _loader(self, dataset: Dataset | None, shuffle: bool) -> DataLoader:
-        return seeded_loader(
-            dataset, batch_size=self.batch_size, shuffle=shuffle, seed=self.seed, num_workers=self.num_workers,
-            collate_fn=self.collate_fn,
-        )  # fmt: skip
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)

@@ -22,8 +22,7 @@ from annotated_types import Ge
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from datamodules.base import BatchSize, DataDir, HubName, Limit, Seed, Tokenizer, VocabLimit, Workers
-from datamodules.loaders import SplitDataModule
+from datamodules.base import FileDataModule, Limit, Tokenizer
 from datamodules.text import (
     CORPORA,
     SPECIAL_TOKENS,
@@ -58,7 +57,7 @@ def cls_blocks(ids: Tensor, block_size: int, limit: int | None = None) -> Tensor
     return torch.cat([torch.full((count, 1), CLS, dtype=ids.dtype), blocks], dim=1)
 
 
-class MaskedLMDataModule(SplitDataModule):
+class MaskedLMDataModule(FileDataModule):
     """Masked-LM pre-training blocks on a text corpus (tinyshakespeare or wikitext2, see datamodules.text).
 
     Batches are dicts `tokens` (B, L) inputs with masks applied and `targets` (B, L) with -100 where no
@@ -74,29 +73,21 @@ class MaskedLMDataModule(SplitDataModule):
     def __init__(
         self,
         task: str = "wikitext2",
-        data_dir: DataDir = None,
         tokenizer: Tokenizer = "bpe",
-        vocab_size_limit: VocabLimit = 8000,
         block_size: Annotated[int, Ge(2)] = 128,  # [CLS] and at least one token
         mask_rate: OpenFraction = 0.15,
-        batch_size: BatchSize = 32,
         max_train_blocks: Limit = None,
         max_eval_blocks: Limit = None,
-        seed: Seed = None,
-        num_workers: Workers = None,
-        hub_name: HubName = None,
+        **kwargs,  # data_dir, hub_name, vocab_size_limit (FileDataModule); batch_size, seed, num_workers
     ):
-        super().__init__(batch_size, seed, num_workers)
-        self.save_hyperparameters()
-        self.check_args(**self.hparams)
+        super().__init__(**kwargs)
         self.task, self.corpus = f"mlm_{task}", task
         self.block_size, self.max_seq_len, self.mask_rate = block_size, block_size, mask_rate
         self.max_train_blocks, self.max_eval_blocks = max_train_blocks, max_eval_blocks
         kind = CORPORA[task][3] if tokenizer == "auto" else tokenizer
-        self.texts, key = read_corpus(task, data_dir, hub_name)
-        self.tokenizer, self.tokenizer_file = load_or_train_tokenizer(kind, vocab_size_limit, self.texts[0], key)
+        self.texts, key = read_corpus(task, self.data_dir, self.hub_name)
+        self.tokenizer, self.tokenizer_file = load_or_train_tokenizer(kind, self.vocab_size_limit, self.texts[0], key)
         self.vocab_size = self.tokenizer.get_vocab_size()
-        self.train_set = self.val_set = self.test_set = None
 
     def _eval_set(self, text: str, offset: int) -> TensorDataset:
         blocks = cls_blocks(

@@ -14,8 +14,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.base import BatchSize, Seed, Workers
-from datamodules.loaders import SplitDataModule
+from datamodules.base import BatchSize, TaskDataModule
 from datamodules.tasks import TASKS, check_task, get_task, split_options  # noqa: F401 (TASKS re-exported)
 from datamodules.tasks.tokens import (  # noqa: F401 (re-exported: the token ids every task shares)
     IGNORE_INDEX,
@@ -138,7 +137,7 @@ def make_examples(
 # DataModule
 
 
-class SyntheticDataModule(SplitDataModule):
+class SyntheticDataModule(TaskDataModule):
     """Synthetic length-generalisation task: train on lengths [min_len, train_max_len], evaluate up to
     eval_max_len.
 
@@ -174,13 +173,10 @@ class SyntheticDataModule(SplitDataModule):
         eval_per_length: PositiveInt = 64,
         eval_per_train_length: PositiveInt | None = None,  # per length <= train_max_len; default eval_per_length
         batch_size: BatchSize = 64,
-        seed: Seed = None,
-        num_workers: Workers = None,
+        **kwargs,  # seed, num_workers (TaskDataModule)
     ):
-        super().__init__(batch_size, seed, num_workers)
-        self.save_hyperparameters()
         check_task(task, task_options)  # unknown names and options fail here, before any other check
-        self.check_args(**self.hparams)
+        super().__init__(batch_size=batch_size, **kwargs)
         eval_max_len = 4 * train_max_len if eval_max_len is None else eval_max_len
         _check_lengths(min_len, train_max_len, eval_max_len)
         eval_per_train_length = eval_per_length if eval_per_train_length is None else eval_per_train_length
@@ -195,7 +191,6 @@ class SyntheticDataModule(SplitDataModule):
         self.max_seq_len = sequence_length(task, eval_max_len, num_symbols, train_max_len, causal, task_options)
         # the longest training input: positions past it are never trained (saved in checkpoints for the probe)
         self.train_seq_len = sequence_length(task, train_max_len, num_symbols, train_max_len, causal, task_options)
-        self.train_set = self.val_set = self.test_set = None
 
     def _examples(self, lengths: list[int], rng: np.random.Generator, train: bool) -> ListDataset:
         args = (self.num_symbols, self.train_max_len, self.causal)

@@ -30,19 +30,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.base import (
-    BatchSize,
-    DataDir,
-    HubName,
-    Limit,
-    Seed,
-    TaskDataModule,
-    Tokenizer,
-    VocabLimit,
-    Workers,
-    hub_error,
-)
-from datamodules.loaders import seeded_loader
+from datamodules.base import FileDataModule, Limit, Tokenizer, hub_error
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.layout import TOKENIZER_CACHE_ENV as CACHE_ENV
 from pe_sweeps.layout import data_root
@@ -332,7 +320,7 @@ class SlidingWindows(Dataset):
 # DataModule
 
 
-class TextDataModule(TaskDataModule):
+class TextDataModule(FileDataModule):
     """Causal LM on a text corpus: train on packed blocks of `block_size`, evaluate perplexity at
     contexts block_size * f for every f in `eval_factors` (Press et al. 2022's extrapolation protocol).
 
@@ -369,38 +357,31 @@ class TextDataModule(TaskDataModule):
         self,
         task: str = "tinyshakespeare",
         causal: bool = True,  # linked from the model; a causal LM needs causal attention
-        data_dir: DataDir = None,
         tokenizer: Tokenizer = "auto",
-        vocab_size_limit: VocabLimit = 8000,
         block_size: PositiveInt = 128,
         eval_factors: list[int] | None = None,  # default [1, 2, 4]
-        batch_size: BatchSize = 32,
         max_train_blocks: Limit = None,
         max_eval_tokens: Limit = None,
-        seed: Seed = None,
-        num_workers: Workers = None,
-        hub_name: HubName = None,
         eval_stride: int | None = None,  # sliding-window evaluation stride; None: non-overlapping only
+        **kwargs,  # data_dir, hub_name, vocab_size_limit (FileDataModule); batch_size, seed, num_workers
     ):
-        super().__init__(batch_size, seed, num_workers)
-        self.save_hyperparameters()
-        self.check_args(**self.hparams)
+        super().__init__(**kwargs)
         self.eval_stride = eval_stride
         eval_factors = [1, 2, 4] if eval_factors is None else list(eval_factors)
-        _check_sizes(causal, eval_factors, vocab_size_limit)
-        self.task, self.causal, self.data_dir = task, causal, data_dir
+        _check_sizes(causal, eval_factors, self.vocab_size_limit)
+        self.task, self.causal = task, causal
         self.tokenizer_kind = CORPORA[task][3] if tokenizer == "auto" else tokenizer
         self.block_size, self.eval_factors = block_size, eval_factors
         self.train_seq_len = block_size  # training inputs: positions past it are never trained
         self.eval_contexts = [block_size * f for f in eval_factors]
         self.max_train_blocks, self.max_eval_tokens = max_train_blocks, max_eval_tokens
         self.max_seq_len = max(self.eval_contexts)
-        self.texts, key = read_corpus(task, data_dir, hub_name)
+        self.texts, key = read_corpus(task, self.data_dir, self.hub_name)
         self.tokenizer, self.tokenizer_file = load_or_train_tokenizer(
-            self.tokenizer_kind, vocab_size_limit, self.texts[0], key
+            self.tokenizer_kind, self.vocab_size_limit, self.texts[0], key
         )
         self.vocab_size = self.tokenizer.get_vocab_size()
-        self.train_set = self.val_sets = self.test_sets = None
+        self.val_sets = self.test_sets = None
 
     def _eval_sets(self, text: str) -> list[Windows | SlidingWindows]:
         ids = encode_cached(self.tokenizer, text, self.tokenizer_file)
@@ -417,14 +398,6 @@ class TextDataModule(TaskDataModule):
             self.val_sets = self._eval_sets(self.texts[1])
         if stage in (None, "test") and self.test_sets is None:
             self.test_sets = self._eval_sets(self.texts[2])
-
-    def _loader(self, dataset: Windows | None, shuffle: bool) -> DataLoader:
-        return seeded_loader(
-            dataset, batch_size=self.batch_size, shuffle=shuffle, seed=self.seed, num_workers=self.num_workers
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
 
     def val_dataloader(self) -> list[DataLoader]:
         return [self._loader(s, shuffle=False) for s in self.val_sets or [None]]

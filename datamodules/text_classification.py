@@ -29,9 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from datamodules.base import BatchSize, DataDir, HubName, Limit, Seed, Tokenizer, VocabLimit, Workers, hub_error
+from datamodules.base import FileDataModule, Limit, Tokenizer, hub_error
 from datamodules.glue import Examples, encode_examples_cached
-from datamodules.loaders import SplitDataModule
 from datamodules.text import check_tokenizer, load_or_train_tokenizer, resolve_dir
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.ranges import PositiveInt
@@ -223,7 +222,7 @@ def kfold(labels: list[str], folds: int, fold: int, seed: int) -> tuple[np.ndarr
 Split = tuple[list[tuple[str, ...]], list[str]]  # texts (1- or 2-tuples), raw labels
 
 
-class TextClassificationDataModule(SplitDataModule):
+class TextClassificationDataModule(FileDataModule):
     """Any text-classification set as batches `tokens` (B, L), `padding_mask` (B, L), `labels` (B,).
 
     `task`, `classifier_task`, `num_labels`, `label_names`, `vocab_size` and `max_seq_len` are known after
@@ -264,34 +263,27 @@ class TextClassificationDataModule(SplitDataModule):
         val_fraction: float = 0.1,
         test_fraction: float = 0.1,
         split_seed: int | None = None,  # default: 1111 (SentEval's) for presets, else 0
-        data_dir: DataDir = None,
-        hub_name: HubName = None,  # e.g. the preset's `hub`
         tokenizer: Tokenizer = "bpe",
-        vocab_size_limit: VocabLimit = 8000,
         max_length: PositiveInt = 128,
-        batch_size: BatchSize = 32,
         max_train_examples: Limit = None,
         max_eval_examples: Limit = None,
-        seed: Seed = None,
-        num_workers: Workers = None,
+        **kwargs,  # data_dir, hub_name (e.g. the preset's `hub`), vocab_size_limit; batch_size, seed, num_workers
     ):
-        super().__init__(batch_size, seed, num_workers)
-        self.save_hyperparameters()
-        self.check_args(**self.hparams)
+        super().__init__(**kwargs)
         spec = PRESETS.get(preset)
         self.text_columns = [text_column or (spec.text_column if spec else "sentence")] + (
             [text_pair_column] if text_pair_column else []
         )
         self.label_column = label_column or (spec.label_column if spec else "label")
-        self.folds = folds if folds is not None else (spec.folds if spec and not (test_file or hub_name) else None)
+        self.folds = folds if folds is not None else (spec.folds if spec and not (test_file or self.hub_name) else None)
         self.fold = fold
         self.split_seed = split_seed if split_seed is not None else (SENTEVAL_SEED if spec else 0)
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
         self.max_length = max_length
-        if hub_name:
-            splits, train_source = self._read_hub(hub_name, spec, text_column, label_column, data_dir)
+        if self.hub_name:
+            splits, train_source = self._read_hub(self.hub_name, spec, text_column, label_column, self.data_dir)
         else:
-            splits, train_source = self._read_files(spec, train_file, val_file, test_file, data_dir)
+            splits, train_source = self._read_files(spec, train_file, val_file, test_file, self.data_dir)
         self.task = preset or "cls-" + Path(train_file).stem
         self.classifier_task = self.task  # source of cli.py's link to the classifier (its metrics)
         self.label_names = sorted_labels(splits["train"][1])
@@ -305,10 +297,11 @@ class TextClassificationDataModule(SplitDataModule):
         }
         train_text = "\n".join(" ".join(t) for t in self.splits["train"][0]) + "\n"
         key = hashlib.sha1(train_text.encode()).hexdigest()[:12]
-        self.tokenizer, _ = load_or_train_tokenizer(tokenizer, vocab_size_limit, train_text, f"cls-{self.task}-{key}")
+        self.tokenizer, _ = load_or_train_tokenizer(
+            tokenizer, self.vocab_size_limit, train_text, f"cls-{self.task}-{key}"
+        )
         self.vocab_size = self.tokenizer.get_vocab_size()
         self.max_seq_len = max_length
-        self.train_set = self.val_set = self.test_set = None
 
     # -- sources
 

@@ -23,8 +23,7 @@ from annotated_types import Ge
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.base import BatchSize, DataDir, HubName, Limit, Seed, VocabLimit, Workers, hub_error
-from datamodules.loaders import SplitDataModule
+from datamodules.base import BatchSize, FileDataModule, Limit, hub_error
 from datamodules.text import SPECIAL_TOKENS, load_or_train_tokenizer, resolve_dir
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.vocab import BOS, EOS, IGNORE_INDEX, PAD  # [CLS] begins a target, [SEP] ends it; padding: no loss
@@ -128,7 +127,7 @@ def collate(items: list[tuple[list[int], list[int], str]]) -> dict:
 # DataModule
 
 
-class TranslationDataModule(SplitDataModule):
+class TranslationDataModule(FileDataModule):
     """Multi30k En->De sentence pairs for an encoder-decoder Transformer (PE-Study, Wang & Chen 2020).
 
     Splits: train (29000 pairs), val (1014), test = test_2016_flickr (1000). Tokenizer: one joint byte-level
@@ -154,27 +153,19 @@ class TranslationDataModule(SplitDataModule):
 
     def __init__(
         self,
-        data_dir: DataDir = None,
-        vocab_size_limit: VocabLimit = 8000,
         max_length: Annotated[int, Ge(2)] = 64,  # a target keeps max_length - 1 tokens
         batch_size: BatchSize = 64,
         max_train_examples: Limit = None,
         max_eval_examples: Limit = None,
-        seed: Seed = None,
-        num_workers: Workers = None,
-        hub_name: HubName = None,
+        **kwargs,  # data_dir, hub_name, vocab_size_limit (FileDataModule); seed, num_workers (TaskDataModule)
     ):
-        super().__init__(batch_size, seed, num_workers)
-        self.save_hyperparameters()
-        self.check_args(**self.hparams)
-        self.data_dir, self.max_length = data_dir, max_length
+        super().__init__(batch_size=batch_size, **kwargs)
+        self.max_length, self.max_seq_len = max_length, max_length
         self.max_train_examples, self.max_eval_examples = max_train_examples, max_eval_examples
-        self.max_seq_len = max_length
-        self.pairs, key = self._read(hub_name)
+        self.pairs, key = self._read(self.hub_name)
         train_text = "\n".join(self.pairs["train"][0] + self.pairs["train"][1]) + "\n"
-        self.tokenizer, self.tokenizer_file = load_or_train_tokenizer("bpe", vocab_size_limit, train_text, key)
+        self.tokenizer, self.tokenizer_file = load_or_train_tokenizer("bpe", self.vocab_size_limit, train_text, key)
         self.vocab_size = self.tokenizer.get_vocab_size()
-        self.train_set = self.val_set = self.test_set = None
 
     def _read(self, hub_name: str | None) -> tuple[dict[str, tuple[list[str], list[str]]], str]:
         """({split: (en lines, de lines)}, cache key of the source)."""

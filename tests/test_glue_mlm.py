@@ -263,8 +263,8 @@ def test_glue_token_ids_are_cached_for_the_next_run(monkeypatch):
     monkeypatch.setattr(glue, "encode_examples", lambda *args: pytest.fail("tokenised again"))
     second = GLUEDataModule(task="mrpc", vocab_size_limit=300, max_length=32, max_train_examples=40)
     second.setup()
-    assert second.datasets["train"].ids == first.datasets["train"].ids
-    assert second.datasets["dev"].ids == first.datasets["dev"].ids
+    assert second.train_set.ids == first.train_set.ids
+    assert second.val_set.ids == first.val_set.ids
 
 
 @pytest.mark.parametrize("encoding", ["tupe_a", "tupe_r"])

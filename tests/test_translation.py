@@ -306,7 +306,10 @@ def test_few_step_fit_with_independent_encodings(encoder, decoder, tmp_path, mon
     (path,) = Path(tmp_path, "runs").glob("*/record.json")
     record = json.loads(path.read_text())
     assert record["status"] == "finished" and record["task"] == "multi30k"
-    assert record["name"] == f"multi30k-{encoder}+{decoder}-s0" and record["encoding"] == f"{encoder}+{decoder}"
+    assert (
+        record["name"] == f"multi30k-{encoder}+{decoder}-dim=32-depth=1-s0"
+        and record["encoding"] == f"{encoder}+{decoder}"
+    )
     final = record["final"]
     for name in ("train/loss", "val/loss", "val/ppl", "val/bleu"):
         assert torch.isfinite(torch.tensor(final[name])), name
