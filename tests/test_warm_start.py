@@ -347,3 +347,24 @@ def test_a_storage_password_stays_off_the_command_line(monkeypatch, capsys):
     check_options(opts)
     assert opts.storage == "postgresql://u:s3cret@127.0.0.1/db" and capsys.readouterr().err == ""
     assert "PE_SWEEP_STORAGE" not in child_env("s", Path("/t"), 0, opts)
+
+
+def test_trials_start_cold_once_the_projects_source_changed(tmp_path, monkeypatch, capfd):
+    """The fork server runs the code it imported: after an edit a trial would run the old code, and jsonargparse
+    (which reads a data module's source for the options it forwards to its base) would parse with the new."""
+    from pe_sweeps.tracking import warm_start
+
+    program = tmp_path / "p.py"
+    program.write_text("")
+    started = []
+    monkeypatch.setattr(warm_start, "launch_child", lambda argv, env, log: started.append(argv) or "cold child")
+    starter = TrialStarter(tmp_path / "study", any_python=True)
+    starter.stamp = warm_start.source_stamp()  # as when the server started
+    assert len(starter.stamp) > 50 and starter.stamp == warm_start.source_stamp()  # every module, and stable
+    monkeypatch.setattr(warm_start, "source_stamp", lambda: (("lightning_modules/x.py", 2, 1),))  # then an edit
+    assert starter.launch([sys.executable, str(program)], dict(os.environ), None) == "cold child"
+    assert starter.launch([sys.executable, str(program)], dict(os.environ), None) == "cold child"
+    err = capfd.readouterr().err
+    assert err.count("note (the project's source files changed since the fork server started); starting trials "
+                     "cold") == 1  # fmt: skip
+    assert len(started) == 2

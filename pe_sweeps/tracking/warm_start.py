@@ -247,9 +247,14 @@ class TrialStarter:
         self.server: ForkServer | None = None
         self.broken = False
         self.lock = threading.Lock()
+        self.stamp: tuple | None = None  # the project's source files when the server started (`source_stamp`)
 
     def launch(self, argv: list[str], env: dict, log):
         cwd = os.getcwd()
+        if self.stamp is not None and not self.broken and source_stamp() != self.stamp:
+            # the server runs the code it imported; a trial must run what is on disk now (jsonargparse also
+            # reads a data module's source for its forwarded options, which would no longer match its code)
+            self._give_up("the project's source files changed since the fork server started", warn="note")
         if not self.cold and not self.broken and warm_program(argv, cwd, self.any_python):
             try:
                 return self._server(env).launch(argv, {**env, PARENT_ENV: ""}, log, cwd)  # the server names itself
@@ -265,21 +270,32 @@ class TrialStarter:
                 reason = available()
                 if reason:
                     raise RuntimeError(reason)
+                self.stamp = source_stamp()
                 self.server = ForkServer(self.folder)
                 self.server.start(env)
             return self.server
 
-    def _give_up(self, reason: str) -> None:
+    def _give_up(self, reason: str, warn: str = "warning: warm start failed") -> None:
         with self.lock:
             if not self.broken:
-                print(f"warning: warm start failed ({reason.splitlines()[0][:200] if reason else 'no reason'}); "
-                      "starting trials cold", file=sys.stderr)  # fmt: skip
+                print(f"{warn} ({reason.splitlines()[0][:200] if reason else 'no reason'}); starting trials cold",
+                      file=sys.stderr)  # fmt: skip
             self.broken = True
 
     def close(self) -> None:
         with self.lock:
             if self.server is not None:
                 self.server.close()
+
+
+def source_stamp() -> tuple:
+    """(path, mtime_ns, size) of every source file of the project's packages: what a fork server preloaded."""
+    return tuple(
+        (str(path), stat.st_mtime_ns, stat.st_size)
+        for package in ("pe_sweeps", "lightning_modules", "datamodules")
+        for path in sorted((PACKAGE.parent / package).rglob("*.py"))
+        if (stat := path.stat())
+    )
 
 
 def last_line(path: Path) -> str:
