@@ -14,6 +14,7 @@ from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import LRDecay, check_lr_decay
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
+from pe_sweeps import internals
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
 from pe_sweeps.vocab import IGNORE_INDEX
@@ -95,7 +96,7 @@ class CausalLMModel(TaskModule):
     @property
     def train_context(self) -> int | None:
         """The training context (data.block_size); None without a datamodule."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        datamodule = getattr(internals.attached_trainer(self), "datamodule", None)
         return getattr(datamodule, "block_size", None)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -8,6 +8,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import PositionalEncoding
 from lightning_modules.optim import DivergenceWatch, adamw_with_schedule
+from pe_sweeps import internals
 from pe_sweeps.ranges import check_ranges
 
 # What --help says of the options most task modules share (`options_help`); a module's own are added there.
@@ -90,7 +91,8 @@ class TaskModule(pl.LightningModule):
         arch = ArchConfig.of(arch)
         self.save_hyperparameters(ignore=["arch"], frame=inspect.currentframe().f_back)
         check_ranges(type(self).__init__, self.hparams)  # the ranges its signature declares, when built directly
-        self.hparams["arch"] = self._hparams_initial["arch"] = arch.as_dict()
+        self.hparams["arch"] = arch.as_dict()
+        internals.set_initial_hparam(self, "arch", arch.as_dict())
         return arch
 
     @property

@@ -31,6 +31,7 @@ from lightning_modules.transformer import (
     init_weights,
     layer_masks,
 )
+from pe_sweeps import internals
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.ranges import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from pe_sweeps.vocab import BOS, EOS, IGNORE_INDEX, PAD
@@ -375,7 +376,7 @@ class TranslationModel(TaskModule):
         return loss
 
     def detokenize(self, ids: Tensor) -> list[str]:
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        datamodule = getattr(internals.attached_trainer(self), "datamodule", None)
         if datamodule is None or not hasattr(datamodule, "detokenize"):
             raise RuntimeError("BLEU needs a datamodule with detokenize() (TranslationDataModule)")
         return datamodule.detokenize(ids)

@@ -43,6 +43,7 @@ from lightning_modules.checkpoint_io import check_given_arch, load_checkpoint  #
 from lightning_modules.encodings import check_encoding  # noqa: E402
 from lightning_modules.registry import TASK_MODULE_PATHS  # noqa: E402
 from lightning_modules.task_module import TaskModule, dotted_get  # noqa: E402
+from pe_sweeps import internals  # noqa: E402
 from pe_sweeps.cli_errors import OneLineErrors  # noqa: E402
 from pe_sweeps.cli_options import dashes_to_underscores, parse_options  # noqa: E402
 from pe_sweeps.errors import ConfigError, DivergedError  # noqa: E402
@@ -136,7 +137,7 @@ class PECLI(LightningCLI):
             built = PREBUILT.pop("cli")
             vars(self).update(built)
             fresh = {f"run.{key}": value for key, value in vars(RunOptions()).items()}
-            for parser in self._subcommand_parsers.values():
+            for parser in internals.subcommand_parsers(self):
                 parser.set_defaults(fresh)
             return
         before = set(vars(self))

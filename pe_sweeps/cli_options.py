@@ -8,8 +8,8 @@ import re
 
 from jsonargparse import ActionConfigFile, ArgumentParser
 
+from pe_sweeps import internals
 from pe_sweeps.cli_errors import OneLineErrorParser
-from pe_sweeps.tracking import internals
 
 FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s*(.*))?$")  # `name: type = default  # help`
 COMMENT = re.compile(r"^\s+#\s?(.*)$")  # a comment line: continues a field's help, or precedes its field

@@ -1,4 +1,4 @@
-"""Every function of tracking/internals.py (the project's only uses of Optuna's, CPython's and W&B's private
+"""Every function of pe_sweeps/internals.py (the project's only uses of Optuna's, CPython's and W&B's private
 APIs) still reaches what it names on the installed versions: real objects, no mocks."""
 
 import argparse
@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from pe_sweeps.tracking import internals
+from pe_sweeps import internals
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +80,7 @@ def test_a_process_can_join_its_threads_and_run_its_exit_handlers_then_skip_tear
     """As a warm trial exits (warm_start.run_program): threads joined, atexit handlers run once, os._exit."""
     out = run_python("""
         import atexit, os, threading, time
-        from pe_sweeps.tracking import internals
+        from pe_sweeps import internals
 
         done = []
         threading.Thread(target=lambda: (time.sleep(0.2), done.append(1))).start()
@@ -95,7 +95,7 @@ def test_a_process_can_join_its_threads_and_run_its_exit_handlers_then_skip_tear
 
 def test_a_process_gets_its_own_wandb_media_folder_and_leaves_the_parents():
     out = run_python("""
-        from pe_sweeps.tracking import internals
+        from pe_sweeps import internals
         assert internals.wandb_media_dir() is None  # before W&B is imported
         import wandb
         parent = internals.wandb_media_dir().name
@@ -108,3 +108,33 @@ def test_a_process_gets_its_own_wandb_media_folder_and_leaves_the_parents():
         assert os.path.isdir(parent) and not os.path.exists(own)  # the parent's kept, its own removed at exit
     finally:
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_lightning_reaches_a_module_s_trainer_initial_hparams_and_cli_parsers():
+    import pytorch_lightning as pl
+
+    from lightning_modules.arch import ArchConfig
+    from lightning_modules.synthetic_model import SyntheticTaskModel
+
+    model = SyntheticTaskModel(ArchConfig(dim=16, depth=1, num_heads=2))
+    assert internals.attached_trainer(model) is None
+    trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.strategy.connect(model)
+    model.trainer = trainer
+    assert internals.attached_trainer(model) is trainer
+    internals.set_initial_hparam(model, "extra", 1)
+    assert model.hparams_initial["extra"] == 1 and model.hparams_initial["arch"]["dim"] == 16
+    cli = type("Probe", (), {"_subcommand_parsers": {"fit": argparse.ArgumentParser()}})()
+    assert len(internals.subcommand_parsers(cli)) == 1
+    from pytorch_lightning.cli import LightningCLI
+
+    assert "_subcommand_parsers" in LightningCLI._add_subcommands.__code__.co_names  # still where Lightning keeps them
+
+
+def test_wandb_init_arguments_of_lightning_s_logger_can_be_dropped(tmp_path):
+    from pytorch_lightning.loggers import WandbLogger
+
+    logger = WandbLogger(save_dir=str(tmp_path), offline=True)
+    assert "anonymous" in logger._wandb_init  # Lightning passes it (None) on every run: W&B then warns
+    internals.drop_wandb_init_argument(logger, "anonymous")
+    assert "anonymous" not in logger._wandb_init

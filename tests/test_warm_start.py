@@ -271,7 +271,7 @@ def test_each_warm_trial_stages_wandb_media_in_its_own_folder():
     (FileNotFoundError on their length tables)."""
     import wandb  # noqa: F401  (makes W&B's media folder)
 
-    from pe_sweeps.tracking.internals import wandb_media_dir
+    from pe_sweeps.internals import wandb_media_dir
     from pe_sweeps.tracking.warm_start import own_media_dir
 
     shared = wandb_media_dir().name

@@ -23,7 +23,7 @@ import optuna
 from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 from optuna.trial import TrialState
 
-from pe_sweeps.tracking import internals
+from pe_sweeps import internals
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from pe_sweeps.tracking import internals, storage
+from pe_sweeps import internals
+from pe_sweeps.tracking import storage
 from pe_sweeps.tracking.failpoints import failpoint
 from pe_sweeps.tracking.storage import grace_period
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import optuna
 import sqlalchemy
 
+from pe_sweeps import internals
 from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import internals
 from pe_sweeps.tracking import journal_storage as journal
 from pe_sweeps.tracking.storage_url import hide_secrets, redact_url
 

@@ -15,9 +15,9 @@ import optuna
 import sqlalchemy
 from optuna.trial import TrialState
 
-from pe_sweeps import layout
+from pe_sweeps import internals, layout
 from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import internals, storage
+from pe_sweeps.tracking import storage
 from pe_sweeps.tracking.failpoints import failpoint
 from pe_sweeps.tracking.manifest import write_manifest
 from pe_sweeps.tracking.recovery import HOST_ID, TOKEN, recover_dead_trials, requeue, retries_left

@@ -9,9 +9,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from pe_sweeps import layout
+from pe_sweeps import internals, layout
 from pe_sweeps.layout import SWEEP_PARAMS_ENV
-from pe_sweeps.tracking import internals
 from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.children import stop_child
 from pe_sweeps.tracking.failpoints import failpoint

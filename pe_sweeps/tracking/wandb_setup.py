@@ -11,7 +11,7 @@ from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from lightning_modules.metrics import goal
-from pe_sweeps.tracking import internals
+from pe_sweeps import internals
 from pe_sweeps.tracking.run_naming import in_name, short_key, sweep_params
 
 STEP = "trainer/global_step"  # the x axis WandbLogger declares for every metric

@@ -61,8 +61,8 @@ from pathlib import Path
 
 from datamodules.registry import DATA_MODULES
 from lightning_modules.registry import TASK_MODULE_PATHS, modules_of
+from pe_sweeps import internals
 from pe_sweeps.layout import PACKAGE, PARENT_ENV, is_project_program
-from pe_sweeps.tracking import internals
 from pe_sweeps.tracking.children import launch_child
 
 HEADER = struct.Struct("!I")  # request length, sent with the two file descriptors

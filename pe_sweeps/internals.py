@@ -1,4 +1,4 @@
-"""Every use of another library's private API, in one place: Optuna's, CPython's and W&B's.
+"""Every use of another library's private API, in one place: Optuna's, CPython's, W&B's and Lightning's.
 
 The sweep needs a few things their public APIs do not give: the storage and ids behind a study and a trial
 (to read a trial's current state from another process, set its state, find stale heartbeats), CPython's
@@ -88,3 +88,18 @@ def drop_wandb_init_argument(logger, name: str) -> None:
     """Leave `name` out of what Lightning's WandbLogger passes to `wandb.init`: it always passes `anonymous`
     (None unless asked), and wandb 0.31 warns that the setting "has no effect" whenever it is given at all."""
     logger._wandb_init.pop(name, None)  # pytorch_lightning: WandbLogger._wandb_init
+
+
+def subcommand_parsers(cli) -> list:
+    """The fit/validate/test/predict parsers of a LightningCLI (a forked trial resets their defaults)."""
+    return list(cli._subcommand_parsers.values())  # pytorch_lightning: LightningCLI._subcommand_parsers
+
+
+def attached_trainer(module):
+    """The Trainer a LightningModule is attached to, or None (its public `trainer` raises when there is none)."""
+    return module._trainer  # pytorch_lightning: LightningModule._trainer
+
+
+def set_initial_hparam(module, key: str, value) -> None:
+    """Set one of `hparams_initial` (what checkpoints and loggers record), which Lightning exposes read-only."""
+    module._hparams_initial[key] = value  # pytorch_lightning: LightningModule._hparams_initial
