@@ -44,9 +44,9 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def progress(record: RunRecord | dict | None, now: float | None = None) -> str:
+def progress(record: RunRecord | None, now: float | None = None) -> str:
     """`step 120/3000, ETA 4m10s` from a run record (steps since its first step, and their rate)."""
-    record = RunRecord.of(record or {})
+    record = record or RunRecord()
     step, total = record.step, record.max_steps
     if step is None:
         return "validating" if record.history else "starting"
