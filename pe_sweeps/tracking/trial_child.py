@@ -48,19 +48,25 @@ def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -
     return env
 
 
+def record_paths(trial_dir: Path) -> list[Path]:
+    """The run records under a trial folder (`runs/*/record.json`: a retried trial has several), oldest first."""
+    return sorted(Path(trial_dir).glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime)
+
+
 def latest_record_path(trial_dir: Path) -> Path | None:
-    paths = sorted(trial_dir.glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime)
+    paths = record_paths(trial_dir)
     return paths[-1] if paths else None
 
 
 def latest_record(trial_dir: Path) -> RunRecord | None:
+    """The newest run record of a trial folder (None before the child wrote one)."""
     path = latest_record_path(trial_dir)
     return read_record(path, warn=False) if path else None  # None also while caught mid-write
 
 
 def finished_record(trial_dir: Path, metrics: list[str]) -> RunRecord | None:
     """A record under `trial_dir` of a run that finished with every objective logged, if any."""
-    for path in sorted(trial_dir.glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True):
+    for path in reversed(record_paths(trial_dir)):
         record = read_record(path, warn=False)
         if record and record.status == "finished" and finite(record.final, metrics):
             return record
