@@ -232,10 +232,10 @@ def owner(run: Run, pid: int) -> subprocess.Popen | None:
 
 
 def finished(record: Path) -> bool:
-    try:
-        return json.loads(record.read_text()).get("status") == "finished"
-    except (OSError, ValueError):
-        return False
+    from pe_sweeps.tracking.records import read_record
+
+    run = read_record(record, warn=False)  # None while missing or caught mid-write
+    return run is not None and run.status == "finished"
 
 
 def signal_sweep(run: Run, sweep: subprocess.Popen | None, sig: int, event: str) -> bool:

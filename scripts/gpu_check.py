@@ -340,7 +340,10 @@ def trial_device(log: str | None) -> str:
 
 
 def trial_precision(record: str | None) -> str | None:
-    return json.loads(Path(record).read_text()).get("precision") if record and Path(record).exists() else None
+    from pe_sweeps.tracking.records import read_record
+
+    run = read_record(record, warn=False) if record else None
+    return run.precision if run else None
 
 
 def sweep_section(setup, result: dict) -> None:

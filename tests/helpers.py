@@ -114,3 +114,11 @@ def slurm_cluster() -> None:
         pytest.fail(f"CI must provide a SLURM cluster (scripts/start_slurm.sh): {missing}")
     if missing:
         pytest.skip(f"{missing}: run scripts/start_slurm.sh")
+
+
+def record(**fields):
+    """A RunRecord (tracking/records.py) from its fields as record.json spells them: what a test builds by hand
+    in place of a run's file (unknown keys land in `extra`, as when read)."""
+    from pe_sweeps.tracking.records import RunRecord
+
+    return RunRecord.from_dict(fields)

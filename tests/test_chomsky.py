@@ -82,5 +82,5 @@ def test_a_tiny_chomsky_run(tmp_path):
     from pe_sweeps.tracking.records import load_records
 
     (record,) = load_records(tmp_path)
-    assert record["status"] == "finished" and record["task"] == "binary_addition"
-    assert 0.0 <= record["final"]["val/tok_acc_ood"] <= 1.0 and "val/tok_acc_len_10" in record["final"]
+    assert record.status == "finished" and record.task == "binary_addition"
+    assert 0.0 <= record.final["val/tok_acc_ood"] <= 1.0 and "val/tok_acc_len_10" in record.final

@@ -36,12 +36,12 @@ from helpers import cli_in_process
 from datamodules.synthetic import TASKS
 from lightning_modules.encodings import ENCODINGS
 from pe_sweeps.cli import cli_main
-from pe_sweeps.tracking.records import load_records
+from pe_sweeps.tracking.records import RunRecord, load_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fit(args: list[str]) -> dict:
+def fit(args: list[str]) -> RunRecord:
     cli_main(args)
     out_dir = Path(next(a.split("=", 1)[1] for a in args if a.startswith("--run.out_dir=")))
     (record,) = load_records(out_dir)
@@ -55,24 +55,24 @@ def test_fit_every_encoding(tiny_fit_args, encoding, causal):
     if ENCODINGS[encoding].causal_only and not causal:
         pytest.skip("causal-only encoding")
     record = fit([*tiny_fit_args, f"--model.arch.encoding={encoding}", f"--model.causal={causal}"])
-    assert record["status"] == "finished"
-    assert record["encoding"] == encoding and record["task"] == "copy"
+    assert record.status == "finished"
+    assert record.encoding == encoding and record.task == "copy"
     # TINY's --model.arch.dim=32 --model.arch.depth=1 differ from the model's defaults: named (num_heads=4 does not)
-    assert record["name"] == f"copy-{encoding}-dim=32-depth=1-s0"
-    assert record["group"] == f"pe-sweeps/copy/{encoding}-dim=32-depth=1"
-    assert record["config"]["model"]["init_args"]["causal"] is causal
-    assert record["config"]["data"]["init_args"]["causal"] is causal  # linked
+    assert record.name == f"copy-{encoding}-dim=32-depth=1-s0"
+    assert record.group == f"pe-sweeps/copy/{encoding}-dim=32-depth=1"
+    assert record.config["model"]["init_args"]["causal"] is causal
+    assert record.config["data"]["init_args"]["causal"] is causal  # linked
     for key in ("val/acc", "val/acc_ood", "val/loss", "val/acc_len_4", "val/acc_len_8", "val/tok_acc_len_8"):
-        assert key in record["final"], key
-    assert len(record["history"]) == 2
+        assert key in record.final, key
+    assert len(record.history) == 2
 
 
 @pytest.mark.slow  # trains a model or starts a process
 @pytest.mark.parametrize("task", TASKS)
 def test_fit_every_task(tiny_fit_args, task):
     record = fit([*tiny_fit_args, f"--data.task={task}", "--data.num_symbols=12", "--model.arch.encoding=alibi"])
-    assert record["status"] == "finished" and record["task"] == task
-    assert 0.0 <= record["final"]["val/acc"] <= 1.0
+    assert record.status == "finished" and record.task == task
+    assert 0.0 <= record.final["val/acc"] <= 1.0
 
 
 @pytest.mark.slow  # trains a model or starts a process
@@ -103,7 +103,7 @@ def test_wandb_offline_without_key(tiny_fit_args, tmp_path):
     noise = [line for line in (result.stdout + result.stderr).splitlines() if re.search(r"(?i)warn|deprecat", line)]
     assert not noise and "limit_val_batches" not in result.stderr, noise
     (record,) = load_records(tmp_path)
-    run_dir = Path(record["run_dir"])
+    run_dir = Path(record.run_dir)
     (offline,) = list((run_dir / "wandb").glob("offline-run-*"))
     assert any(offline.glob("*.wandb"))
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["init_args"]["arch"]["encoding"] == "rope"
@@ -184,12 +184,12 @@ def test_a_users_logger_runs_beside_w_and_b(tiny_fit_args, tmp_path, monkeypatch
     """Issue 29.2: --trainer.logger=CSVLogger turned W&B off with no word and moved config.yaml into its folder."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     record = fit([*tiny_fit_args, "--trainer.logger=CSVLogger", f"--trainer.logger.save_dir={tmp_path / 'csv'}"])
-    run_dir = Path(record["run_dir"])
-    assert (run_dir / "config.yaml").is_file() and record["wandb"]["mode"] == "offline"
+    run_dir = Path(record.run_dir)
+    assert (run_dir / "config.yaml").is_file() and record.wandb["mode"] == "offline"
     assert list((tmp_path / "csv").rglob("metrics.csv"))  # the user's logger logged too
     args = [a for a in tiny_fit_args if not a.startswith("--run.out_dir=")]
     record = fit([*args, "--trainer.logger=false", f"--run.out_dir={tmp_path / 'off'}"])
-    assert "W&B is off: --trainer.logger=false" in capsys.readouterr().out and not record.get("wandb")
+    assert "W&B is off: --trainer.logger=false" in capsys.readouterr().out and not record.wandb
 
 
 def test_config_saved_with_record(tiny_fit_args):
@@ -197,11 +197,11 @@ def test_config_saved_with_record(tiny_fit_args):
 
     # a null inside encoding options stays null (jsonargparse alone turns it into the string 'None')
     record = fit([*tiny_fit_args, "--model.arch.encoding=rope", "--model.arch.encoding_options={rotary_dim: null}"])
-    run_dir = Path(record["run_dir"])
+    run_dir = Path(record.run_dir)
     saved = json.loads((run_dir / "record.json").read_text())
     assert saved["config"]["seed_everything"] == 0
     assert saved["config"]["model"]["init_args"]["arch"]["encoding_options"] == {"rotary_dim": None}
-    assert re.fullmatch(rf"{re.escape(record['name'])}-\d{{8}}-\d{{6}}-\d+", run_dir.name)  # <name>-<time>-<pid>
+    assert re.fullmatch(rf"{re.escape(record.name)}-\d{{8}}-\d{{6}}-\d+", run_dir.name)  # <name>-<time>-<pid>
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert resolved["model"]["init_args"]["arch"]["encoding_options"] == {"rotary_dim": None}
@@ -219,9 +219,9 @@ def test_data_seed_follows_the_seed_unless_given(tiny_fit_args, args, data_seed)
     """The configs' `data.seed: null` becomes the run's seed (data varies with the initialisation), an integer
     fixes the data; the record keeps both seeds and the evaluation's standard errors."""
     record = fit([*tiny_fit_args, "--trainer.max_steps=2", *args])
-    assert (record["seed"], record["data_seed"]) == (3, data_seed)
-    assert record["config"]["data"]["init_args"]["seed"] == data_seed
-    assert {"val/acc_se", "val/acc_ood_se", "val/acc_se_len_8"} <= set(record["final"])
+    assert (record.seed, record.data_seed) == (3, data_seed)
+    assert record.config["data"]["init_args"]["seed"] == data_seed
+    assert {"val/acc_se", "val/acc_ood_se", "val/acc_se_len_8"} <= set(record.final)
 
 
 def test_linked_model_arguments_cannot_be_given():
@@ -242,9 +242,9 @@ def test_ddp_fit_on_two_cpu_processes(tiny_fit_args, tmp_path):
     result = run_cli(*tiny_fit_args, "--trainer.devices=2", "--trainer.strategy=ddp", "--model.arch.encoding=alibi")
     assert result.returncode == 0, result.stderr[-3000:]
     (record,) = load_records(tmp_path)
-    assert record["status"] == "finished" and str(record["config"]["trainer"]["devices"]) == "2"
-    assert len(record["history"]) == 2
-    (checkpoint,) = Path(record["run_dir"]).glob("checkpoints/last.ckpt")
+    assert record.status == "finished" and str(record.config["trainer"]["devices"]) == "2"
+    assert len(record.history) == 2
+    (checkpoint,) = Path(record.run_dir).glob("checkpoints/last.ckpt")
     finals = {}
     for devices in (1, 2):
         out = tmp_path / f"validate-{devices}"
@@ -255,7 +255,7 @@ def test_ddp_fit_on_two_cpu_processes(tiny_fit_args, tmp_path):
         )
         assert result.returncode == 0, result.stderr[-3000:]
         (validated,) = load_records(out)
-        finals[devices] = {k: v for k, v in validated["final"].items() if k.startswith("val/")}
+        finals[devices] = {k: v for k, v in validated.final.items() if k.startswith("val/")}
     assert finals[1]["val/examples"] == 8 * 8  # eval_max_len 8 x eval_per_length 8: none dropped or repeated
     assert finals[2].keys() == finals[1].keys()
     for key, value in finals[1].items():

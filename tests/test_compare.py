@@ -53,6 +53,7 @@ README claims covered here:
   test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding
 """
 
+import copy
 import csv
 import io
 import json
@@ -60,11 +61,13 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import TINY
+from helpers import record as make_record
 from rich.console import Console
 from scipy import stats
 
@@ -75,13 +78,13 @@ from pe_sweeps.tracking.compare_report import PLOTS, write_report
 from pe_sweeps.tracking.compare_selection import side_by_side
 from pe_sweeps.tracking.compare_statistics import AGGREGATES, compare, compare_metrics, holm
 from pe_sweeps.tracking.comparison import Cell, cell_number, cell_text, interval_text, notes
-from pe_sweeps.tracking.records import load_records
+from pe_sweeps.tracking.records import RunRecord, load_records, write_record
 from pe_sweeps.tracking.wandb_records import wandb_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def rec(encoding="rope", task="copy", seed=0, acc=0.9, status="finished", lr=1e-3, sweep=None, **extra) -> dict:
+def rec(encoding="rope", task="copy", seed=0, acc=0.9, status="finished", lr=1e-3, sweep=None, **extra) -> RunRecord:
     """A record as tracking/records.py writes it, with per-length accuracy and a two-point history."""
     final = {
         "val/acc": acc,
@@ -104,11 +107,10 @@ def rec(encoding="rope", task="copy", seed=0, acc=0.9, status="finished", lr=1e-
         "best": dict(final, **{"val/acc": acc + 0.05}), "history": history, "updated_at": 1.0,
         "run_dir": f"out/runs/{task}-{encoding}-s{seed}-{status}",
     }  # fmt: skip
-    record.update(extra)
-    return record
+    return make_record(**{**record, **extra})
 
 
-def grid() -> list[dict]:
+def grid() -> list[RunRecord]:
     """rope beats alibi on copy, alibi beats rope on reverse, none is last on both."""
     values = {
         ("rope", "copy"): [0.9, 0.8, 1.0], ("alibi", "copy"): [0.5, 0.6, 0.55], ("none", "copy"): [0.1, 0.12],
@@ -157,7 +159,7 @@ def test_welch_statement_per_column():
     raw = stats.ttest_ind([0.9, 0.8, 1.0], [0.5, 0.6, 0.55], equal_var=False).pvalue
     assert (top["a"], top["b"], top["p"]) == ("rope", "alibi", pytest.approx(raw))
     assert top["p_holm"] == pytest.approx(holm([p["p"] for p in comp.pairs["copy"]])[0])
-    two_rows = compare([r for r in grid() if r["encoding"] != "none"], "val/acc")
+    two_rows = compare([r for r in grid() if r.encoding != "none"], "val/acc")
     assert "Holm" not in two_rows.tests["copy"] and "separated at 0.05" in two_rows.tests["copy"]
     one_seed = compare([rec("rope", acc=0.9), rec("alibi", acc=0.5), rec("alibi", seed=1, acc=0.6)], "val/acc")
     assert one_seed.tests["copy"].endswith("n<2, not testable")
@@ -197,7 +199,7 @@ def test_mixed_configs_keep_the_majority_or_exclude_the_cell():
     split = compare([rec(seed=0), rec(seed=1, lr=0.01)], "val/acc", rows="encoding,model.lr")
     assert set(split.cells) == {("rope, 0.001", "copy"), ("rope, 0.01", "copy")} and not split.excluded
     shown = [rec(seed=s) for s in range(3)]  # display options are not the config: one cell, nothing excluded
-    shown[0]["config"]["trainer"] |= {"enable_progress_bar": True, "enable_model_summary": False}
+    shown[0].config["trainer"] |= {"enable_progress_bar": True, "enable_model_summary": False}
     assert compare(shown, "val/acc").cells["rope", "copy"].n == 3
 
 
@@ -253,18 +255,16 @@ def test_unwritable_report_and_unreadable_studies_are_one_line(tmp_path):
         compare_main([f"--out_dir={tmp_path}", "--sweep=s"])
 
 
-def write_records(root: Path, records: list[dict]) -> None:
+def write_records(root: Path, records: list[RunRecord]) -> None:
     for i, record in enumerate(records):
-        path = root / "runs" / f"run-{i}" / "record.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({k: v for k, v in record.items() if k != "run_dir"}))
+        write_record(root / "runs" / f"run-{i}" / "record.json", record)
 
 
 def test_compare_main_reads_a_sweep_its_metric_and_varied_parameters(tmp_path, capsys):
     import optuna
 
     study = grid() + [rec("rope", seed=s, acc=0.3, lr=0.01) for s in range(2)]
-    write_records(tmp_path, [dict(r, sweep="study") for r in study] + [rec("rope", acc=0.1, sweep="other")])
+    write_records(tmp_path, [replace(r, sweep="study") for r in study] + [rec("rope", acc=0.1, sweep="other")])
     (tmp_path / "sweeps" / "study").mkdir(parents=True)
     storage = f"sqlite:///{tmp_path / 'sweeps' / 'study' / 'optuna.db'}"
     parameters = {"model.arch.encoding": {"values": ["rope"]}, "model.lr": {"values": [0.001, 0.01]}, "data.task": {}}
@@ -292,7 +292,7 @@ def test_report_has_every_plot_and_page_refers_to_each(tmp_path):
         assert f'alt="{name}" src="data:image/png;base64,' in text and f'href="{name}"' in text
     assert "Skipped: no run logged perplexity per context length" in text
     assert "Welch t-test p=" in text and "status failed" in text
-    with_ppl = [dict(r, final={**r["final"], "val/ppl_ctx_8": 3.0, "val/ppl_ctx_16": 5.0}) for r in grid()]
+    with_ppl = [replace(r, final={**r.final, "val/ppl_ctx_8": 3.0, "val/ppl_ctx_16": 5.0}) for r in grid()]
     page = write_report(compare(with_ppl, "val/acc"), tmp_path / "report")
     assert (page.parent / "ppl_ctx.png").is_file() and 'alt="ppl_ctx.png"' in page.read_text()
     assert {name for name, *_ in PLOTS} == {p.name for p in page.parent.glob("*.png")}
@@ -301,15 +301,15 @@ def test_report_has_every_plot_and_page_refers_to_each(tmp_path):
 class FakeRun:
     """The attributes of wandb.apis.public.Run that compare reads."""
 
-    def __init__(self, record: dict, state: str):
-        self.name, self.group, self.state, self.url = record["name"], record["group"], state, f"wandb/{record['name']}"
+    def __init__(self, record: RunRecord, state: str):
+        self.name, self.group, self.state, self.url = record.name, record.group, state, f"wandb/{record.name}"
         self.config = {
-            "encoding": record["encoding"], "task": record["task"], "seed_everything": record["seed"],
-            "sweep": record["sweep"], "resolved_config": record["config"], "_wandb": {"x": 1},
+            "encoding": record.encoding, "task": record.task, "seed_everything": record.seed,
+            "sweep": record.sweep, "resolved_config": record.config, "_wandb": {"x": 1},
         }  # fmt: skip
-        acc = record["final"]["val/acc"]
+        acc = record.final["val/acc"]
         self.summary = {"val/acc": {"last": acc, "max": acc + 0.05}, "val/loss": 1.0, "_step": 9, "epoch": 0}
-        self._history = [{"_step": i, "trainer/global_step": h["step"], **h} for i, h in enumerate(record["history"])]
+        self._history = [{"_step": i, "trainer/global_step": h["step"], **h} for i, h in enumerate(record.history)]
 
     def history(self, pandas=True):
         assert pandas is False
@@ -334,8 +334,8 @@ def test_wandb_path_with_a_fake_api(monkeypatch, capsys):
     best = compare_main(["--wandb=me/pe-sweeps", "--value=best", "--format=json"])
     assert best.cells["rope", "copy"].mean == pytest.approx(0.95)
     record = wandb_record(runs[0])
-    assert record["history"][-1] == {"step": 100, "val/acc": 0.9, "val/loss": pytest.approx(1.1)}
-    assert record["best"]["val/loss"] == 1.0 and "epoch" not in record["final"]
+    assert record.history[-1] == {"step": 100, "val/acc": 0.9, "val/loss": pytest.approx(1.1)}
+    assert record.best["val/loss"] == 1.0 and "epoch" not in record.final
 
 
 def wandb_records(run_dir: Path) -> list[dict] | None:
@@ -365,12 +365,12 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (record,) = load_records(tmp_path)
-    assert record["status"] == "finished"
-    assert record["name"] == "copy-rope-lr=0.002-s3" and record["group"] == "lr_search-rope/copy/rope"
-    (run_dir,) = Path(record["run_dir"]).glob("wandb/offline-run-*")
-    assert record["wandb"]["mode"] == "offline" and record["wandb"]["dir"] == str(run_dir)
-    assert record["step"] == record["max_steps"] == 4  # progress for the sweep's live view
-    assert (record["world_size"], record["precision"]) == (1, "32-true")  # part of compare's SETUP
+    assert record.status == "finished"
+    assert record.name == "copy-rope-lr=0.002-s3" and record.group == "lr_search-rope/copy/rope"
+    (run_dir,) = Path(record.run_dir).glob("wandb/offline-run-*")
+    assert record.wandb["mode"] == "offline" and record.wandb["dir"] == str(run_dir)
+    assert record.step == record.max_steps == 4  # progress for the sweep's live view
+    assert (record.world_size, record.precision) == (1, "32-true")  # part of compare's SETUP
     (table,) = run_dir.glob("files/media/table/val_by_length/*.table.json")
     table = json.loads(table.read_text())
     assert table["columns"] == ["task", "encoding", "seed", "length", "acc", "tok_acc"]
@@ -384,7 +384,7 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     if records is None:
         pytest.skip("`wandb leet inspect` is not available: the rest reads the .wandb log through it")
     (run,) = [r["run"] for r in records if r["type"] == "run"]
-    assert run["display_name"] == record["name"] and run["run_group"] == record["group"]
+    assert run["display_name"] == record.name and run["run_group"] == record.group
     config = {}
     for r in records:
         if r["type"] == "config":
@@ -398,7 +398,7 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     assert [h["length"] for h in history if "val_by_length/acc" in h] == list(range(1, 9))
     assert any("train/lr" in h for h in history)
     # the sweep reports a validation to Optuna at the x value W&B plots it at
-    assert [h["trainer/global_step"] for h in history if "val/acc" in h] == [h["wandb_step"] for h in record["history"]]
+    assert [h["trainer/global_step"] for h in history if "val/acc" in h] == [h["wandb_step"] for h in record.history]
 
 
 def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():
@@ -468,7 +468,7 @@ def test_interval_coverage_is_what_its_label_says(n):
     assert abs(covered - exact) < 0.02 and exact >= level and (level == LEVEL) == (n >= 6)
 
 
-def tupe_records() -> list[dict]:
+def tupe_records() -> list[RunRecord]:
     """lr 1e-3: seeds 0.5, 0.6, 0.9 (mean 0.667, median 0.6); lr 1e-2: 0.7, 0.7, 0.1 (mean 0.5, median 0.7)."""
     accs = {0.001: [0.5, 0.6, 0.9], 0.01: [0.7, 0.7, 0.1]}
     return [rec("rope", seed=s, acc=a, lr=lr) for lr, values in accs.items() for s, a in enumerate(values)]
@@ -533,7 +533,7 @@ def test_best_over_a_key_that_does_not_vary_is_one_line_exit_2(tmp_path, capsys)
 
 
 def test_end_of_sweep_comparison_shows_in_distribution_and_beyond_length(tmp_path):
-    ood = [dict(r, final={**r["final"], "val/acc_ood": r["final"]["val/acc"] / 4}) for r in grid()]
+    ood = [replace(r, final={**r.final, "val/acc_ood": r.final["val/acc"] / 4}) for r in grid()]
     write_records(tmp_path, ood)
     assert side_by_side("val/acc", ood) == ["val/acc", "val/acc_ood"]
     assert side_by_side("val/acc_ood", ood) == ["val/acc_ood", "val/acc"]
@@ -550,7 +550,7 @@ def test_several_metrics_rank_by_the_declared_goal_and_show_their_pareto_front(t
     from pe_sweeps.tracking.pareto import comparison_front
 
     cost = {"rope": 3.0, "alibi": 1.0, "none": 0.5}  # "cost" has no loss/ppl/error in its name: max by name
-    records = [dict(r, final={**r["final"], "val/cost": cost[r["encoding"]]}) for r in grid()]
+    records = [replace(r, final={**r.final, "val/cost": cost[r.encoding]}) for r in grid()]
     comps = compare_metrics(records, ["val/acc", "val/cost"], goals=["maximize", "minimize"])
     assert [c.goal for c in comps] == ["max", "min"] and comps[1].ranks["none", "copy"] == 1
     front = comparison_front(comps, ["maximize", "minimize"])
@@ -571,9 +571,9 @@ def test_report_plots_agree_on_colours_show_seed_bands_units_and_log_perplexity(
 
     from pe_sweeps.tracking.compare_report import bar_chart, length_curves, ppl_context, row_colors
 
-    records = [dict(r, final={**r["final"], "val/ppl_ctx_8": 3.0 + r["seed"], "val/ppl_ctx_16": 50.0}) for r in grid()]
+    records = [replace(r, final={**r.final, "val/ppl_ctx_8": 3.0 + r.seed, "val/ppl_ctx_16": 50.0}) for r in grid()]
     for r in records:
-        r["config"]["data"]["init_args"]["block_size"] = 8
+        r.config["data"]["init_args"]["block_size"] = 8
     comp = compare(records, "val/acc")
     colors = {row: to_hex(c) for row, c in row_colors(comp).items()}
     bars = bar_chart(comp).axes[0]
@@ -647,7 +647,7 @@ def test_per_seed_values_in_csv_and_json_always_and_under_the_table_on_request(t
     assert not any(line.startswith("few seeds") for line in notes(enough))
 
 
-def missing_worst() -> list[dict]:
+def missing_worst() -> list[RunRecord]:
     """Rows a and b on three tasks; c lacks t3, where it would rank last."""
     values = {("a", "t1"): 0.9, ("b", "t1"): 0.8, ("c", "t1"): 0.95, ("a", "t2"): 0.9, ("b", "t2"): 0.8,
               ("c", "t2"): 0.85, ("a", "t3"): 0.5, ("b", "t3"): 0.9}  # fmt: skip
@@ -689,12 +689,12 @@ def test_iqm_and_its_stratified_bootstrap_follow_rliable():
     assert comp.iqm["rope"] == expected and any(line.startswith("IQM over columns x seeds") for line in notes(comp))
 
 
-def with_setup(record: dict, **changes) -> dict:
+def with_setup(record: RunRecord, **changes) -> RunRecord:
     """A copy of a record with dotted config paths changed (`trainer.max_steps=10`)."""
-    record = json.loads(json.dumps(record))
+    record = replace(record, config=copy.deepcopy(record.config))
     for path, value in changes.items():
         *parents, leaf = path.split(".")
-        node = record["config"]
+        node = record.config
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
@@ -713,7 +713,7 @@ def test_identity_is_the_setup_allowlist():
         comp = compare(odd, "val/acc")
         (dropped,) = comp.excluded
         assert comp.cells["rope", "copy"].n == 3 and dropped.reason.startswith(f"config differs: {next(iter(change))}=")
-    world = runs[:2] + [dict(rec(seed=2), world_size=8), rec(seed=3)]  # the record's own field, from the trainer
+    world = runs[:2] + [replace(rec(seed=2), world_size=8), rec(seed=3)]  # the record's own field, from the trainer
     assert compare(world, "val/acc").excluded[0].reason == "config differs: world_size=8 (kept: missing)"
 
 

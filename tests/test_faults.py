@@ -741,12 +741,12 @@ def test_corrupt_record_is_skipped_with_a_warning_everywhere(tmp_path, capsys):
     bad = tmp_path / "runs" / "bad" / "record.json"
     bad.parent.mkdir(parents=True)
     bad.write_text('{"name": "n", "stat')
-    assert [r["name"] for r in load_records(tmp_path)] == ["n"]
+    assert [r.name for r in load_records(tmp_path)] == ["n"]
     assert f"warning: skipping unreadable run record {bad}" in capsys.readouterr().err
     assert len(read_records(str(tmp_path), None)) == 1  # `cli.py compare`
     assert find_checkpoint("run:n", str(tmp_path), {}).endswith("good/checkpoints/last.ckpt")  # run:NAME
     assert f"{bad}" in capsys.readouterr().err
-    assert latest_record(bad.parents[2]) is None or latest_record(bad.parents[2])["name"] == "n"  # sweep's table
+    assert latest_record(bad.parents[2]) is None or latest_record(bad.parents[2]).name == "n"  # sweep's table
 
 
 def test_ambiguous_run_reference_names_the_candidates(tmp_path):
@@ -808,7 +808,7 @@ def test_disk_full_during_fit_ends_the_run_failed_in_one_line(tiny_fit_args, tmp
     err = capsys.readouterr().err
     assert "Traceback" not in err and "error: disk full: [Errno 28] No space left on device" in err
     (record,) = load_records(tmp_path)
-    assert record["status"] == "failed" and "No space left on device" in record["error"]
+    assert record.status == "failed" and "No space left on device" in record.error
     assert not list(tmp_path.rglob("*.tmp"))
 
 

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ SWEEP = {
 def test_compare_reads_the_manifest_without_any_optuna_database(tmp_path, capsys):
     """The study lives in Redis (a password in its URL): compare reads the manifest and the run records only."""
     study = grid() + [rec("rope", seed=s, acc=0.3, lr=0.01) for s in range(2)]
-    write_records(tmp_path, [dict(r, sweep="study") for r in study] + [rec("rope", acc=0.1, sweep="other")])
+    write_records(tmp_path, [replace(r, sweep="study") for r in study] + [rec("rope", acc=0.1, sweep="other")])
     M.write_manifest(tmp_path, "study", SWEEP, tmp_path / "study.yaml", "redis://user:s3cret@host:6379/0")
     text = M.manifest_path(tmp_path, "study").read_text()
     manifest = json.loads(text)
@@ -113,3 +114,26 @@ def test_a_sweep_writes_its_manifest_and_compare_needs_no_study_database(tmp_pat
     assert comp.metric == "val/score" and comp.goal == "max" and comp.row_keys == ["encoding", "x"]
     assert sorted(comp.cells) == [("fake, 0.2", "fake"), ("fake, 0.6", "fake")]
     assert comp.is_best("fake, 0.2", "fake")  # val/score -(x - 0.3)^2: -0.01 beats -0.09
+
+
+@pytest.mark.parametrize("sweep_file", ["quickstart.yaml", "chomsky.yaml"])
+def test_the_study_and_its_manifest_hold_one_fingerprint(tmp_path, sweep_file):
+    """One definition of the sweep's digest: the study's `sweep_digest` (what a resume is checked against) is the
+    manifest's `fingerprint`, for the shipped sweep files."""
+    import optuna
+
+    from pe_sweeps.tracking import sweep_file as sf
+    from pe_sweeps.tracking.study_protocol import open_study
+    from pe_sweeps.tracking.sweep_options import SweepOptions
+
+    path = ROOT / "sweeps" / sweep_file
+    sweep = sf.load_sweep(path)
+    study = open_study(sweep, SweepOptions(file=str(path)), optuna.storages.InMemoryStorage(), "s", locked=True)
+    M.write_manifest(tmp_path, "s", sweep, path, "sqlite:///x.db")
+    assert study.user_attrs["sweep_digest"] == M.read_manifest(tmp_path, "s")["fingerprint"]
+
+
+def test_the_fingerprint_is_unchanged():
+    """The digest the code computed before the study and the manifest shared one definition: a different value
+    makes every existing study refuse to resume ("made from a different sweep file")."""
+    assert M.fingerprint(SWEEP) == "a5efafc35eab795f"

@@ -131,7 +131,7 @@ def test_rounding_noise_is_collapsed_but_signal_kept():
 def test_trained_learned_checkpoint(tiny_fit_args, tmp_path, capsys):
     cli_main([*tiny_fit_args, "--model.arch.encoding=learned", "--data.task=copy"])
     (record,) = load_records(tmp_path)
-    ckpt = str(Path(record["run_dir"]) / "checkpoints" / "last.ckpt")
+    ckpt = str(Path(record.run_dir) / "checkpoints" / "last.ckpt")
     result = probe_main(["--ckpt", ckpt, "--pairs", "64", "--seeds", "2", "--report", str(tmp_path / "r")])
     max_length = torch.load(ckpt, map_location="cpu", weights_only=False)["hyper_parameters"]["arch"]["max_length"]
     assert result.encoding == "learned" and result.source == TABLE

@@ -110,7 +110,8 @@ def test_run_reference_is_the_newest_finished_run_of_its_name(tmp_path):
 
 # a record as `cli.py fit` wrote it before records had a schema version (and a key this version does not know)
 OLD_RECORD = """{"name": "copy-rope-s0", "group": "pe-sweeps/copy/rope", "task": "copy", "encoding": "rope", "seed": 0,
- "sweep": null, "subcommand": "fit", "status": "finished", "config": {"model": {"init_args": {"lr": 0.001}}},
+ "distinct": {"model.lr": 0.001}, "sweep": null, "subcommand": "fit", "status": "finished",
+ "config": {"model": {"init_args": {"lr": 0.001}}},
  "final": {"val/acc": 0.75}, "best": {"val/acc": 0.8}, "history": [{"step": 10, "val/acc": 0.75}],
  "world_size": 1, "precision": "32-true", "global_step": 10, "updated_at": 5.0, "sweep_params": "lr=0.001"}"""
 
@@ -126,7 +127,7 @@ def test_an_old_record_reads_into_the_typed_record_and_writes_back_unchanged(tmp
     assert record.final == {"val/acc": 0.75} and record.history[0]["step"] == 10 and record.world_size == 1
     assert record.resumes == [] and record.wandb == {} and record.error is None  # absent then: defaults
     assert record.run_dir == str(path.parent) and record.extra == {"sweep_params": "lr=0.001"}
-    assert record["status"] == "finished" and record.get("wandb", {}) == {} and "error" not in record  # old readers
+    assert record.distinct == {"model.lr": 0.001}  # a top-level key before it was a field: read into the field
     write_record(path, record)
     again = json.loads(path.read_text())
     assert {k: again[k] for k in json.loads(OLD_RECORD)} == json.loads(OLD_RECORD)  # nothing lost, unknown key kept

@@ -31,6 +31,7 @@ import pytest
 import torch
 import yaml
 from conftest import TINY
+from helpers import record as make_record
 
 from pe_sweeps import layout
 from pe_sweeps.tracking import wandb_setup as ws
@@ -79,9 +80,9 @@ def test_the_wandb_config_holds_the_scale(monkeypatch):
 
     run = FakeRun()
     monkeypatch.setattr(ws, "wandb_run", lambda trainer: run)
-    record = {"task": "copy", "encoding": "rope", "seed": 0, "config": {}, **run_scale(scaled_trainer(8))}
-    ws.describe_run(None, record)
-    assert {k: run.config[k] for k in ws.SCALE} == {k: record[k] for k in ws.SCALE}
+    scale = run_scale(scaled_trainer(8))
+    ws.describe_run(None, make_record(task="copy", encoding="rope", seed=0, **scale))
+    assert {k: run.config[k] for k in ws.SCALE} == scale
     assert run.config["global_batch_size"] == 256
 
 
@@ -136,9 +137,9 @@ def test_a_resumed_record_continues_its_history(tmp_path):
     history = [
         {"step": s, "wandb_step": s - 1, "val/acc": a, "val/loss": 1 / s} for s, a in ((2, 0.1), (4, 0.3), (6, 0.9))
     ]
-    previous = {"name": "n", "status": "failed", "error": "killed", "history": history, "first_step": 1,
-                "best": {"val/acc": 0.9, "val/loss": 1 / 6, "train/loss": 0.5}, "final": {"val/acc": 0.9},
-                "wandb": {"id": "abc", "dirs": ["/w/1"]}}  # fmt: skip
+    previous = make_record(name="n", status="failed", error="killed", history=history, first_step=1,
+                           best={"val/acc": 0.9, "val/loss": 1 / 6, "train/loss": 0.5}, final={"val/acc": 0.9},
+                           wandb={"id": "abc", "dirs": ["/w/1"]})  # fmt: skip
     record = RecordWriter(tmp_path, {"name": "n"}, {"trainer": {}}, previous)
     assert record.record.status == "running" and record.record.error is None and record.record.first_step is None
     record.on_train_batch_start(SimpleNamespace(global_step=4, is_global_zero=True), None, None, 0)
@@ -155,9 +156,9 @@ def test_a_resumed_record_continues_its_history(tmp_path):
 def test_offline_sync_of_a_resumed_run_uploads_into_its_one_id():
     from pe_sweeps.tracking.summary import summary_lines
 
-    one = {"wandb": {"id": "abc", "mode": "offline", "dir": "/w/1", "dirs": ["/w/1"]}}
+    one = make_record(wandb={"id": "abc", "mode": "offline", "dir": "/w/1", "dirs": ["/w/1"]})
     assert summary_lines(one, "r.json")[1] == "W&B (offline): wandb sync /w/1"
-    two = {"wandb": {"id": "abc", "mode": "offline", "dir": "/w/2", "dirs": ["/w/1", "/w/2"]}}
+    two = make_record(wandb={"id": "abc", "mode": "offline", "dir": "/w/2", "dirs": ["/w/1", "/w/2"]})
     assert summary_lines(two, "r.json")[1] == "W&B (offline): wandb sync --id abc /w/1 /w/2"
 
 

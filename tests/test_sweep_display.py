@@ -4,6 +4,7 @@ in-memory studies and hand-written records: no process, no training."""
 import json
 
 import optuna
+from helpers import record as make_record
 from rich.console import Console
 
 from pe_sweeps.tracking import sweep_display as sd
@@ -11,10 +12,10 @@ from pe_sweeps.tracking.summary import print_fit_summary
 
 
 def test_progress_shows_step_of_max_steps_and_eta():
-    record = {"step": 60, "max_steps": 110, "first_step": 11, "first_step_at": 100.0}
+    record = make_record(step=60, max_steps=110, first_step=11, first_step_at=100.0)
     assert sd.progress(record, now=150.0) == "step 60/110, ETA 0m50s"  # 50 steps in 50 s, 50 to go
-    assert sd.progress({}, now=0) == "starting"
-    assert sd.progress({"step": 5, "max_steps": -1, "first_step": 1, "first_step_at": 0.0}, now=1.0) == "step 5"
+    assert sd.progress(None, now=0) == "starting"
+    assert sd.progress(make_record(step=5, max_steps=-1, first_step=1, first_step_at=0.0), now=1.0) == "step 5"
     assert sd.duration(3725) == "1h02m"
 
 
@@ -45,10 +46,10 @@ def test_live_view_names_the_database_and_the_dashboard_command(tmp_path):
 
 
 def test_fit_ends_with_final_and_best_metrics_the_record_and_the_sync_command():
-    record = {"name": "copy-rope-s0", "status": "finished", "global_step": 40,
-              "final": {"val/acc": 0.5, "val/acc_len_3": 1.0, "val/loss": 1.25, "train/loss": 2.0},
-              "best": {"val/acc": 0.75, "val/loss": 1.0},
-              "wandb": {"mode": "offline", "dir": "/o/runs/r/wandb/offline-run-1", "id": "x"}}  # fmt: skip
+    record = make_record(name="copy-rope-s0", status="finished", global_step=40,
+                         final={"val/acc": 0.5, "val/acc_len_3": 1.0, "val/loss": 1.25, "train/loss": 2.0},
+                         best={"val/acc": 0.75, "val/loss": 1.0},
+                         wandb={"mode": "offline", "dir": "/o/runs/r/wandb/offline-run-1", "id": "x"})  # fmt: skip
     console = Console(record=True, width=120)
     print_fit_summary(record, "/o/runs/r/record.json", console)
     text = console.export_text()

@@ -8,6 +8,7 @@ import re
 
 import pytest
 import torch
+from helpers import record as make_record
 
 from pe_sweeps.tracking import callbacks, console, length_tables, run_naming
 from pe_sweeps.tracking import wandb_setup as ws
@@ -88,8 +89,7 @@ def test_config_seed_is_the_training_seed_and_varied_parameters_are_top_level(mo
     run = FakeRun()
     monkeypatch.setattr(ws, "wandb_run", lambda trainer: run)
     monkeypatch.setenv(run_naming.SWEEP_PARAMS_ENV, '{"model.lr": 0.003, "seed_everything": 2}')
-    record = {"task": "copy", "encoding": "rope", "seed": 2, "sweep": "s",
-              "config": {"data": {"init_args": {"seed": 0}}}}  # fmt: skip
+    record = make_record(task="copy", encoding="rope", seed=2, sweep="s", config={"data": {"init_args": {"seed": 0}}})
     where = ws.describe_run(None, record)
     assert run.config["seed"] == 2 and run.config["data_seed"] == 0 and run.config["seed_everything"] == 2
     assert run.config["encoding"] == "rope" and run.config["task"] == "copy" and run.config["lr"] == 0.003
@@ -116,7 +116,7 @@ def test_per_length_results_are_logged_against_length_with_an_identity_table(mon
         callback_metrics = {"val/acc_len_2": 1.0, "val/acc_len_10": 0.5, "val/tok_acc_len_2": 1.0,
                             "val/tok_acc_len_10": 0.75, "val/acc": 1.0, "val/ppl_ctx_128_stride_64": 3.0}  # fmt: skip
 
-    length_tables.log_by_length(Trainer(), {"task": "copy", "encoding": "rope", "seed": 3})
+    length_tables.log_by_length(Trainer(), make_record(task="copy", encoding="rope", seed=3))
     assert run.defined["val_by_length/acc"]["step_metric"] == length_tables.LENGTH
     assert run.defined["val_by_length/tok_acc"]["step_metric"] == length_tables.LENGTH
     rows = [r for r in run.logged if length_tables.LENGTH in r]

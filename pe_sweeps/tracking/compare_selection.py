@@ -222,12 +222,12 @@ def config_path(key: str) -> str:
     return ".".join(part for part in key.split(".") if part != "init_args")
 
 
-def side_by_side(metric: str, records: list[RunRecord | dict], value: str = "final") -> list[str]:
+def side_by_side(metric: str, records: list[RunRecord], value: str = "final") -> list[str]:
     """The sweep's metric and, for the synthetic tasks, its in-distribution / beyond-length companion
     (`val/acc` with `val/acc_ood`), the sweep's own metric first."""
     stage, _, short = metric.rpartition("/")
     if short not in (ACC, ACC_OOD) or not stage:
         return [metric]
     other = name(stage, ACC_OOD if short == ACC else ACC)
-    logged = any(other in getattr(RunRecord.of(r), value) for r in records)
+    logged = any(other in getattr(r, value) for r in records)
     return [metric, other] if logged else [metric]

@@ -130,14 +130,13 @@ def welch_statement(comp: Comparison, col: str) -> str:
 
 
 def compare(
-    records: list, metric: str, value: str = "final", rows="encoding", cols="task", aggregate: str = "mean",
+    records: list[RunRecord], metric: str, value: str = "final", rows="encoding", cols="task", aggregate: str = "mean",
     best_over: str | None = None, chosen: dict | None = None, direction: str | None = None, tuned=(),
 ) -> Comparison:  # fmt: skip
     """Aggregate records into a Comparison: cells over seeds, ranks, mean ranks, tests, exclusions.
     `chosen` ({(row, col): value}) fixes the --best-over choice (made on another metric); `direction`
     (maximize/minimize, the sweep file's goal) overrides the goal read from the metric's name; `tuned`: keys
     the rows of a column may differ in besides the row keys (the parameters a sweep tunes)."""
-    records = [RunRecord.of(r) for r in records]  # dicts: a test's, or records made by hand
     if value not in VALUES:
         raise ConfigError(f"--value {value!r}; choose one of: {', '.join(VALUES)}")
     if aggregate not in AGGREGATES:
@@ -163,7 +162,7 @@ def compare(
 
 
 def compare_metrics(
-    records: list[RunRecord | dict], metrics: list[str], goals: list[str | None] | None = None, **kwargs
+    records: list[RunRecord], metrics: list[str], goals: list[str | None] | None = None, **kwargs
 ) -> list["Comparison"]:
     """One Comparison per metric; a --best-over choice is made on the first metric and kept for the rest
     (so, e.g., a learning rate is never chosen on a beyond-length metric listed second). `goals`: per

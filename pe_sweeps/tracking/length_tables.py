@@ -22,10 +22,10 @@ def by_length_rows(metrics: dict) -> dict[int, dict[str, float]]:
     return dict(sorted(rows.items()))
 
 
-def log_by_length(trainer, record: dict) -> None:
+def log_by_length(trainer, record) -> None:
     """At fit end: the final per-length results against a `length` axis (`define_metric`, so W&B plots
     accuracy, token accuracy or perplexity against length, runs grouped by encoding), and one table with
-    task, encoding, seed, length and the metrics."""
+    task, encoding, seed (from `record`, the run's RunRecord), length and the metrics."""
     run = wandb_run(trainer)
     rows = by_length_rows(trainer.callback_metrics)
     if run is None or not rows:
@@ -37,7 +37,7 @@ def log_by_length(trainer, record: dict) -> None:
     for name in names:  # exact names: a glob would race with WandbLogger's "*" (see DirectedWandbLogger)
         run.define_metric(name, step_metric=LENGTH, summary="none")  # a best over lengths means nothing
     columns = ["task", "encoding", "seed", LENGTH, *(n.rsplit("/", 1)[-1] for n in names)]
-    identity = [record.get("task"), record.get("encoding"), record.get("seed")]
+    identity = [record.task, record.encoding, record.seed]
     data = [[*identity, n, *(row.get(name) for name in names)] for n, row in rows.items()]
     for n, row in rows.items():
         run.log({LENGTH: n, **row})

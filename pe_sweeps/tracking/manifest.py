@@ -32,7 +32,8 @@ def manifest_path(out_dir: str | Path, study: str) -> Path:
 
 
 def fingerprint(sweep: dict) -> str:
-    """The sweep's digest, as the study's `sweep_digest` attribute holds it (a resume with another file is refused)."""
+    """The sweep's digest: the study's `sweep_digest` attribute (tracking/study_protocol.py refuses a resume
+    with another file) and the manifest's `fingerprint`. Changing it makes every existing study refuse to resume."""
     return hashlib.sha256(json.dumps(sweep, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -40,14 +40,14 @@ STATUSES = ("running", "finished", "failed", "diverged", "interrupted")
 class RunRecord:
     """One run's `record.json`, typed: what `cli.py fit/validate/test` writes (RecordWriter) and what compare,
     the sweep runner, its live view, reseed and `init_from: run:NAME` read. Written and read by this module
-    only (`write_record`, `read_record`); unknown top-level keys are kept in `extra` and written back.
-    Readers not yet moved to attributes may still use `record["key"]` / `record.get("key")` (read-only)."""
+    only (`write_record`, `read_record`); unknown top-level keys are kept in `extra` and written back."""
 
     # identity
     name: str | None = None
     group: str | None = None
     task: str | None = None
     encoding: str | None = None
+    distinct: dict = field(default_factory=dict)  # what sets the run apart beyond task, encoding, seed (run_naming)
     seed: int | None = None
     data_seed: int | None = None
     sweep: str | None = None
@@ -95,8 +95,8 @@ class RunRecord:
             **{k: v for k, v in data.items() if k in known}, extra={k: v for k, v in data.items() if k not in known}
         )
         record.schema_version = SCHEMA_VERSION  # read into this version's fields: written back as such
-        for name, kind in (("config", dict), ("final", dict), ("best", dict), ("history", list), ("resumes", list),
-                           ("wandb", dict)):  # fmt: skip
+        for name, kind in (("distinct", dict), ("config", dict), ("final", dict), ("best", dict), ("history", list),
+                           ("resumes", list), ("wandb", dict)):  # fmt: skip
             value = getattr(record, name)
             if value is None:
                 setattr(record, name, kind())
@@ -105,11 +105,6 @@ class RunRecord:
         if not isinstance(record.status, str):
             raise ValueError(f"status {record.status!r} is not one of {', '.join(STATUSES)}")
         return record
-
-    @classmethod
-    def of(cls, record: "RunRecord | dict") -> "RunRecord":
-        """A RunRecord as it is, or one made from a dict (a W&B run's, a test's)."""
-        return record if isinstance(record, cls) else cls.from_dict(record)
 
     def to_dict(self) -> dict:
         """The JSON object written to record.json (without `run_dir`, with `extra` at the top level)."""
@@ -121,19 +116,6 @@ class RunRecord:
         if key == "extra" or key not in self.__dataclass_fields__:
             return self.extra.get(key)
         return getattr(self, key)
-
-    # read-only dict access for readers not yet moved to attributes (tracking/sweep.py, tracking/wandb_setup.py)
-    def get(self, key: str, default=None):
-        value = self.value_of(key)
-        return default if value is None else value
-
-    def __getitem__(self, key: str):
-        if key not in self:
-            raise KeyError(key)
-        return self.value_of(key)
-
-    def __contains__(self, key: str) -> bool:
-        return self.value_of(key) is not None
 
 
 def _scalars(metrics: dict) -> dict[str, float]:
@@ -172,12 +154,11 @@ class RecordWriter(Callback):
     """Write and keep up to date `<run_dir>/record.json` (rank 0 only), a RunRecord. `previous`: the record of
     the run this fit resumes (from one of its checkpoints), continued rather than replaced."""
 
-    def __init__(self, run_dir: Path, identity: dict, config: dict, previous: RunRecord | dict | None = None):
+    def __init__(self, run_dir: Path, identity: dict, config: dict, previous: RunRecord | None = None):
         self.path = Path(run_dir) / RECORD_FILE
         self.record = RunRecord.from_dict({**identity, "status": "running", "config": config})
         self.resumed = previous is not None
         if self.resumed:
-            previous = RunRecord.of(previous)
             record = self.record
             record.final, record.best, record.history = previous.final, previous.best, previous.history
             record.wandb = previous.wandb

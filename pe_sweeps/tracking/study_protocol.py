@@ -3,8 +3,6 @@ same sweep file), queueing every grid point once at creation (`QUEUED`), and the
 are left to ask for, which grid points are unfinished, and whether anything succeeded. Creating the study
 holds the study lock (tracking/study_lock.py); retries and dead trials are tracking/recovery.py's."""
 
-import hashlib
-import json
 import time
 import warnings
 from pathlib import Path
@@ -16,6 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking import sweep_file as sf
+from pe_sweeps.tracking.manifest import fingerprint
 from pe_sweeps.tracking.records import check_name
 from pe_sweeps.tracking.run_naming import short_value
 from pe_sweeps.tracking.search import SAMPLER_ATTR, Search, build_search, check_sampler
@@ -72,7 +71,7 @@ def open_study(
     minute). `search`: the
     sweep file's directions, sampler and pruner (tracking/search.py), built from `sweep` when not given."""
     search = search or build_search(sweep, study_name)
-    digest = hashlib.sha256(json.dumps(sweep, sort_keys=True).encode()).hexdigest()[:16]
+    digest = fingerprint(sweep)  # the manifest's `fingerprint` too
     kwargs = {"study_name": study_name, "storage": storage, "sampler": search.make_sampler(opts.seed)}
     try:
         study = optuna.create_study(directions=search.directions, pruner=search.pruner, **kwargs)

@@ -12,9 +12,8 @@ from pe_sweeps.tracking.wandb_setup import sync_command
 PER_LENGTH = re.compile(r"_(len|ctx)_\d+")  # one value per length or context: the record has them all
 
 
-def summary_table(record: RunRecord | dict) -> Table:
+def summary_table(record: RunRecord) -> Table:
     """One row per validation metric (per-length ones aside): final and best value."""
-    record = RunRecord.of(record)
     final, best = record.final, record.best
     table = Table()
     for column in ("metric", "final", "best"):
@@ -24,10 +23,10 @@ def summary_table(record: RunRecord | dict) -> Table:
     return table
 
 
-def summary_lines(record: RunRecord | dict, record_path) -> list[str]:
+def summary_lines(record: RunRecord, record_path) -> list[str]:
     """The record's path and, for an offline W&B run, the exact `wandb sync` command."""
     lines = [f"record: {record_path}"]
-    where = RunRecord.of(record).wandb
+    where = record.wandb
     if where.get("mode") == "offline" and where.get("dir"):  # a resumed run: one folder per start, one run id
         lines.append(f"W&B (offline): {sync_command(where.get('dirs') or [where['dir']], where.get('id'))}")
     elif where.get("path"):
@@ -35,8 +34,8 @@ def summary_lines(record: RunRecord | dict, record_path) -> list[str]:
     return lines
 
 
-def print_fit_summary(record: RunRecord | dict, record_path, console: Console | None = None) -> None:
-    console, record = console or Console(), RunRecord.of(record)
+def print_fit_summary(record: RunRecord, record_path, console: Console | None = None) -> None:
+    console = console or Console()
     step = "?" if record.global_step is None else record.global_step
     console.print(f"{record.name}: {record.status} at step {step}")
     console.print(summary_table(record))

@@ -11,8 +11,9 @@ from rich.live import Live
 from rich.table import Table
 
 from pe_sweeps.tracking.pareto import front_trials
-from pe_sweeps.tracking.records import RECORD_FILE, RunRecord, read_record
+from pe_sweeps.tracking.records import RunRecord
 from pe_sweeps.tracking.storage_url import redact_url
+from pe_sweeps.tracking.trial_child import latest_record
 
 STATE_NAMES = {
     TrialState.COMPLETE: "done", TrialState.RUNNING: "running", TrialState.FAIL: "failed",
@@ -33,20 +34,14 @@ def status_line(study: optuna.Study) -> str:
     return line
 
 
-def latest_progress(trial_dir: str | None) -> RunRecord | None:
-    """The newest run record of a trial folder (None before the child wrote one)."""
-    paths = sorted(Path(trial_dir).glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime) if trial_dir else []
-    return read_record(paths[-1], warn=False) if paths else None
-
-
 def duration(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def progress(record: RunRecord | dict | None, now: float | None = None) -> str:
+def progress(record: RunRecord | None, now: float | None = None) -> str:
     """`step 120/3000, ETA 4m10s` from a run record (steps since its first step, and their rate)."""
-    record = RunRecord.of(record or {})
+    record = record or RunRecord()
     step, total = record.step, record.max_steps
     if step is None:
         return "validating" if record.history else "starting"
@@ -62,7 +57,8 @@ def running_lines(study: optuna.Study, now: float | None = None) -> list[str]:
     """One line per running trial: number, parameters, step / max_steps, ETA and where its log is."""
     lines = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        record = latest_progress(t.user_attrs.get("trial_dir"))
+        trial_dir = t.user_attrs.get("trial_dir")
+        record = latest_record(Path(trial_dir)) if trial_dir else None
         log = t.user_attrs.get("log") or "(starting)"
         lines.append(f"  trial {t.number} ({short_params(t.params)}): {progress(record, now)}  log {log}")
     return lines

@@ -15,7 +15,7 @@ from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_com
 from pe_sweeps import layout
 from pe_sweeps.layout import program_path, trial_env
 from pe_sweeps.tracking import sweep_file as sf
-from pe_sweeps.tracking.records import RECORD_FILE, read_record
+from pe_sweeps.tracking.records import RECORD_FILE, RunRecord, read_record
 from pe_sweeps.tracking.sweep_options import SweepOptions
 from pe_sweeps.tracking.trial_devices import trial_threads, visible_gpus
 
@@ -48,21 +48,27 @@ def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -
     return env
 
 
+def record_paths(trial_dir: Path) -> list[Path]:
+    """The run records under a trial folder (`runs/*/record.json`: a retried trial has several), oldest first."""
+    return sorted(Path(trial_dir).glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime)
+
+
 def latest_record_path(trial_dir: Path) -> Path | None:
-    paths = sorted(trial_dir.glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime)
+    paths = record_paths(trial_dir)
     return paths[-1] if paths else None
 
 
-def latest_record(trial_dir: Path) -> dict | None:
+def latest_record(trial_dir: Path) -> RunRecord | None:
+    """The newest run record of a trial folder (None before the child wrote one)."""
     path = latest_record_path(trial_dir)
     return read_record(path, warn=False) if path else None  # None also while caught mid-write
 
 
-def finished_record(trial_dir: Path, metrics: list[str]) -> dict | None:
+def finished_record(trial_dir: Path, metrics: list[str]) -> RunRecord | None:
     """A record under `trial_dir` of a run that finished with every objective logged, if any."""
-    for path in sorted(trial_dir.glob(f"runs/*/{RECORD_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True):
+    for path in reversed(record_paths(trial_dir)):
         record = read_record(path, warn=False)
-        if record and record.get("status") == "finished" and finite(record.get("final", {}), metrics):
+        if record and record.status == "finished" and finite(record.final, metrics):
             return record
     return None
 
@@ -75,11 +81,11 @@ def note_run(trial: optuna.Trial, trial_dir: Path) -> bool:
     if not record:
         return False
     trial.set_user_attr("record", str(path))
-    where = record.get("wandb") or {}
+    where = record.wandb
     for key in ("id", "path", "dir"):
         if where.get(key):
             trial.set_user_attr(f"wandb_run_{key}", where[key])
-    return bool(where) or "started_at" in record
+    return bool(where) or record.started_at is not None
 
 
 def resume_checkpoint(dead: list[FrozenTrial]) -> tuple[Path, FrozenTrial] | None:
@@ -111,10 +117,10 @@ def finite(final: dict, metrics: list[str]) -> bool:
     return all(m in final and final[m] == final[m] for m in metrics)
 
 
-def crashed(returncode: int, record: dict | None) -> bool:
+def crashed(returncode: int, record: RunRecord | None) -> bool:
     """Killed by a signal (-N, or 128+N through a shell), or died without the error a run reports itself
     (exit 2 is a bad config, 3 a diverged loss: both would fail again)."""
-    return returncode < 0 or returncode > 128 or (returncode not in (0, 2, 3) and not (record or {}).get("error"))
+    return returncode < 0 or returncode > 128 or (returncode not in (0, 2, 3) and not (record and record.error))
 
 
 ERROR_LINE = re.compile(r"(^error:|^[\w.]*(Error|Exception|Interrupt)\b|Traceback|Killed|[Ee]rror)")
@@ -131,12 +137,12 @@ def last_error_line(log: Path) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
-def failure_reason(returncode: int, record: dict | None, metric: str, trial_dir: Path) -> str:
+def failure_reason(returncode: int, record: RunRecord | None, metric: str, trial_dir: Path) -> str:
     """One line: why a trial failed (killed, diverged, raised, or never logged the sweep metric)."""
-    if record and record.get("error"):
-        return f"{record['status']}: {record['error']}"[:300]
+    if record and record.error:
+        return f"{record.status}: {record.error}"[:300]
     if returncode == 0:
-        logged = sorted((record or {}).get("final", {}))
+        logged = sorted(record.final if record else {})
         return f"metric {metric!r} was not logged (or is NaN); logged: {', '.join(logged[:12]) or 'nothing'}"
     if returncode < 0:
         try:

@@ -14,6 +14,7 @@ from pe_sweeps.layout import SWEEP_PARAMS_ENV
 from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.children import stop_child
 from pe_sweeps.tracking.failpoints import failpoint
+from pe_sweeps.tracking.records import RunRecord
 from pe_sweeps.tracking.recovery import predecessors
 from pe_sweeps.tracking.trial_child import (
     build_command,
@@ -115,8 +116,8 @@ class TrialRun:
         Optuna's intermediate values feed pruners, which rank one value."""
         if self.search.multi_objective:
             return 0
-        record = latest_record(trial_dir) or {"history": []}
-        history = [h for h in record.get("history", []) if self.metric in h]
+        record = latest_record(trial_dir)
+        history = [h for h in (record.history if record else []) if self.metric in h]
         if not report:
             return len(history)
 
@@ -128,8 +129,8 @@ class TrialRun:
 
         return self.runner.quietly(send) or reported
 
-    def tell(self, trial, returncode: int, outcome: str | None, record: dict | None, trial_dir: Path) -> None:
-        final = (record or {}).get("final", {})
+    def tell(self, trial, returncode: int, outcome: str | None, record: RunRecord | None, trial_dir: Path) -> None:
+        final = record.final if record else {}
         if outcome == "interrupted":
             reason = f"stopped by {self.runner.stop_signal_name()}; re-queued"
             self.runner.finish(self.study, trial, TrialState.FAIL, reason=reason, requeue_as=(reason, False))

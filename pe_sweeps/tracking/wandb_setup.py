@@ -91,20 +91,22 @@ def wandb_run(trainer):
     return loggers[0].experiment if loggers and trainer.is_global_zero else None
 
 
-def describe_run(trainer, record: dict) -> dict:
+def describe_run(trainer, record) -> dict:
     """At fit start: identity (task, encoding, seed = seed_everything, data_seed, sweep, the parameters the
     sweep varies as top-level keys) and the resolved config into the W&B config, so that `compare --wandb`
-    sees what a local record holds. Returns where the run is ({} without W&B): id, path, offline folder."""
+    sees what a local record holds. `record`: the run's RunRecord (tracking/records.py, which imports this
+    module). Returns where the run is ({} without W&B): id, path, offline folder."""
     run = wandb_run(trainer)
     if run is None:
         return {}
-    config = record.get("config") or {}
+    config = record.config
     data_seed = ((config.get("data") or {}).get("init_args") or {}).get("seed")
-    identity = {k: record.get(k) for k in ("task", "encoding", "sweep")}
+    identity = {"task": record.task, "encoding": record.encoding, "sweep": record.sweep}
     identity.update({short_key(k): v for k, v in sweep_params().items() if not in_name(k)})
-    identity.update({short_key(k): v for k, v in (record.get("distinct") or {}).items()})  # options, arch fields
-    identity.update(seed=record.get("seed"), seed_everything=record.get("seed"), data_seed=data_seed)
-    identity.update({k: record[k] for k in SCALE if k in record})  # what `devices: auto` resolved to
+    identity.update({short_key(k): v for k, v in record.distinct.items()})  # options, arch fields
+    identity.update(seed=record.seed, seed_everything=record.seed, data_seed=data_seed)
+    scale = {k: getattr(record, k) for k in SCALE}  # what `devices: auto` resolved to
+    identity.update({k: v for k, v in scale.items() if v is not None})
     run.config.update({**identity, "resolved_config": config}, allow_val_change=True)
     return wandb_location(run)
 
