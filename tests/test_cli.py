@@ -182,8 +182,11 @@ def test_learned_table_too_short_is_clear(tiny_fit_args):
 @pytest.mark.slow  # trains a model
 def test_a_users_logger_runs_beside_w_and_b(tiny_fit_args, tmp_path, monkeypatch, capsys):
     """Issue 29.2: --trainer.logger=CSVLogger turned W&B off with no word and moved config.yaml into its folder."""
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    record = fit([*tiny_fit_args, "--trainer.logger=CSVLogger", f"--trainer.logger.save_dir={tmp_path / 'csv'}"])
+    # W&B in a fresh process (an earlier in-process fit may have set up W&B disabled for the whole process)
+    done = run_cli(*tiny_fit_args, "--trainer.logger=CSVLogger", f"--trainer.logger.save_dir={tmp_path / 'csv'}",
+                   WANDB_MODE="offline")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = load_records(tmp_path)
     run_dir = Path(record.run_dir)
     assert (run_dir / "config.yaml").is_file() and record.wandb["mode"] == "offline"
     assert list((tmp_path / "csv").rglob("metrics.csv"))  # the user's logger logged too

@@ -366,7 +366,9 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     (record,) = load_records(tmp_path)
     assert record.status == "finished"
-    assert record.name == "copy-rope-lr=0.002-s3" and record.group == "lr_search-rope/copy/rope"
+    # TINY's --model.arch.dim=32 --model.arch.depth=1 set the run apart from the model's defaults (issue 29.2)
+    assert record.name == "copy-rope-dim=32-depth=1-lr=0.002-s3"
+    assert record.group == "lr_search-rope/copy/rope-dim=32-depth=1"
     (run_dir,) = Path(record.run_dir).glob("wandb/offline-run-*")
     assert record.wandb["mode"] == "offline" and record.wandb["dir"] == str(run_dir)
     assert record.step == record.max_steps == 4  # progress for the sweep's live view
