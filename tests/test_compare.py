@@ -380,7 +380,7 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     binary = next(run_dir.glob("*.wandb")).read_bytes()
     assert b"resolved_config" in binary and b"val/acc_len_8" in binary
     output = result.stdout + result.stderr
-    assert f"wandb sync {run_dir}" in result.stdout and f"record: {record['run_dir']}" in result.stdout
+    assert f"wandb sync {run_dir}" in result.stdout and f"record: {record.run_dir}" in result.stdout
     assert "val/acc_ood" in result.stdout and "Tip:" not in output and "You can sync this run" in output
     records = wandb_records(run_dir)
     if records is None:
