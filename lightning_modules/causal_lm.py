@@ -11,7 +11,7 @@ from torchmetrics import Metric
 from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import LRDecay, check_lr_decay
+from lightning_modules.optim import LRDecay
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_sweeps import internals
@@ -79,7 +79,6 @@ class CausalLMModel(TaskModule):
     ):
         super().__init__()
         self.arch = self.save_arch_hyperparameters(arch)
-        check_lr_decay(lr_decay)
         if not causal:
             raise ConfigError("CausalLMModel needs causal attention; set --model.causal=true")
         self.transformer = Transformer(self.arch, causal=True)

@@ -17,7 +17,7 @@ from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.checkpoint_io import load_checkpoint
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import LRDecay, check_lr_decay
+from lightning_modules.optim import LRDecay
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_sweeps.errors import ConfigError
@@ -104,7 +104,6 @@ class SequenceClassifier(TaskModule):
     ):
         super().__init__()
         self.arch = self.save_arch_hyperparameters(arch)
-        check_lr_decay(lr_decay)
         if pooling not in POOLINGS:
             raise ConfigError(f"unknown pooling {pooling!r}; choose one of: {', '.join(POOLINGS)}")
         if labels is not None and len(labels) != num_labels:

@@ -7,7 +7,7 @@ from torchmetrics import MaxMetric, MeanMetric, SumMetric
 from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
-from lightning_modules.optim import LRDecay, check_lr_decay
+from lightning_modules.optim import LRDecay
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
@@ -39,7 +39,6 @@ class SyntheticTaskModel(TaskModule):
     ):
         super().__init__()
         self.arch = self.save_arch_hyperparameters(arch)
-        check_lr_decay(lr_decay)
         self.transformer = Transformer(self.arch, causal=causal)
         if compile:
             compile_blocks(self.transformer)

@@ -16,7 +16,7 @@ from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.encodings import ENCODINGS
-from lightning_modules.optim import LRDecay, check_lr_decay
+from lightning_modules.optim import LRDecay
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import (
     Attention,
@@ -214,7 +214,6 @@ class TranslationModel(TaskModule):
     ):
         super().__init__()
         self.arch = self.save_arch_hyperparameters(arch)
-        check_lr_decay(lr_decay)
         check_encoder_encoding(self.arch.encoding)
         self.encoder = Transformer(self.arch, causal=False)
         decoder = replace(self.arch, encoding=decoder_encoding, encoding_options=decoder_encoding_options,

@@ -34,7 +34,7 @@ BOUNDS = ((Ge, "ge", ">="), (Gt, "gt", ">"), (Le, "le", "<="), (Lt, "lt", "<"))
 
 def bounds(annotation) -> tuple[type | None, list[tuple[str, float]]]:
     """(base type, [(operator, bound)]) of an `Annotated` range, also inside `X | None`; (None, []) otherwise."""
-    if isinstance(annotation, (types.UnionType, typing._UnionGenericAlias)):  # `PositiveInt | None`
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # `PositiveInt | None`
         found = [bounds(arg) for arg in typing.get_args(annotation)]
         return next((b for b in found if b[1]), (None, []))
     if typing.get_origin(annotation) is not Annotated:
@@ -47,7 +47,7 @@ def bounds(annotation) -> tuple[type | None, list[tuple[str, float]]]:
 def plain(annotation):
     """The annotation without its range: `PositiveInt | None` -> `int | None`, `Literal["a", "b"]` -> `str`
     (what `errors.wrong_type` checks the value's type against)."""
-    if isinstance(annotation, (types.UnionType, typing._UnionGenericAlias)):
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return functools.reduce(operator.or_, (plain(arg) for arg in typing.get_args(annotation)))
     if typing.get_origin(annotation) is Annotated:
         return plain(typing.get_args(annotation)[0])
@@ -58,7 +58,7 @@ def plain(annotation):
 
 def choices(annotation) -> tuple:
     """The values a `Literal` (also inside `X | None`) allows; () for any other annotation."""
-    if isinstance(annotation, (types.UnionType, typing._UnionGenericAlias)):
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return sum((choices(arg) for arg in typing.get_args(annotation)), ())
     return typing.get_args(annotation) if typing.get_origin(annotation) is Literal else ()
 
@@ -93,5 +93,10 @@ def check_ranges(function, values: dict, prefix: str = "") -> None:
     class's `__init__`, a dataclass) declares, e.g. `batch_size must be an integer >= 1, got 0`."""
     hints = typing.get_type_hints(function, include_extras=True)
     for name in inspect.signature(function).parameters:
-        if name in values and name in hints and not in_range(values[name], hints[name]):
-            raise ConfigError(f"{prefix}{name} must be {describe(hints[name])}, got {values[name]!r}")
+        if name not in values or name not in hints:
+            continue
+        value, allowed = values[name], choices(hints[name])
+        if allowed and value not in allowed and not (value is None and type(None) in typing.get_args(hints[name])):
+            raise ConfigError(f"{prefix}{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        if not in_range(value, hints[name]):
+            raise ConfigError(f"{prefix}{name} must be {describe(hints[name])}, got {value!r}")

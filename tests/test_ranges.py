@@ -256,3 +256,18 @@ def test_task_modules_list_is_the_registry():
     from lightning_modules.task_modules import CLASS_PATHS
 
     assert {path: cls.__name__ for path, cls in CLASS_PATHS.items()} == {p: s for s, p in TASK_MODULE_PATHS.items()}
+
+
+def test_check_ranges_refuses_a_value_outside_a_literal_s_choices():
+    from typing import Literal
+
+    def build(mode: Literal["a", "b"] = "a", other: Literal["x"] | None = None):
+        pass
+
+    check_ranges(build, {"mode": "b", "other": None})
+    with pytest.raises(ConfigError, match=r"^mode must be one of 'a', 'b', got 'c'$"):
+        check_ranges(build, {"mode": "c"})
+    from lightning_modules.synthetic_model import SyntheticTaskModel
+
+    with pytest.raises(ConfigError, match="lr_decay must be one of 'constant', 'linear', 'cosine', got 'exp'"):
+        SyntheticTaskModel(lr_decay="exp")  # built directly, not parsed: the declared choices still hold
