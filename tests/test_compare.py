@@ -763,3 +763,21 @@ def test_aggregates_only_over_columns_of_one_kind_of_run():
         "compare each kind on its own" in notes(comp)
     )
     assert comp.ranks["rope", "wikitext"] == 1.5  # each column is still ranked
+
+
+@pytest.mark.parametrize("width", [250, 80, 60])
+def test_the_table_never_splits_a_number_and_is_compact_when_narrow(width):
+    """Issue 29.4: at 80 columns rich broke numbers and paths inside cells."""
+    from pe_sweeps.tracking.comparison import cell_number
+
+    comp = compare(grid(), "val/acc")
+    console = Console(file=io.StringIO(), width=width, record=True)
+    console.print(render_table(comp))
+    text = console.export_text()
+    assert max(map(len, text.splitlines())) <= width
+    for cell in comp.cells.values():  # every number of every cell, whole on one line
+        numbers = [cell_number(cell.center, cell)] + ([cell_number(x, cell) for x in cell.ci] if cell.n > 1 else [])
+        for number in numbers:
+            assert number in text, (number, width)
+    compact = "compact cells for this terminal's width" in " ".join(text.split())
+    assert compact == (width < 100) and (("(n=3)" in text) != compact)

@@ -23,9 +23,10 @@ def as_list(comps) -> list[Comparison]:
     return [comps] if isinstance(comps, Comparison) else list(comps)
 
 
-def grid_of(comps) -> tuple[list[str], list[tuple[str, list[tuple[str, bool]], list[str]]]]:
+def grid_of(comps, compact: bool = False) -> tuple[list[str], list[tuple[str, list[tuple[str, bool]], list[str]]]]:
     """Header and rows shared by the table, markdown and LaTeX: one column per (column, metric), then per
-    metric the mean rank and mean reciprocal rank. Rows follow the first metric's mean rank."""
+    metric the mean rank and mean reciprocal rank. Rows follow the first metric's mean rank. `compact`: cells
+    as `center [low, high]` (comparison.cell_text)."""
     comps = as_list(comps)
     many = len(comps) > 1
     header = [", ".join(comps[0].row_keys)]
@@ -35,7 +36,7 @@ def grid_of(comps) -> tuple[list[str], list[tuple[str, list[tuple[str, bool]], l
     out = []
     for row in rows:
         texts = [
-            (cell_text(comp.cells[row, c], comp.ranks[row, c], False), comp.is_best(row, c))
+            (cell_text(comp.cells[row, c], comp.ranks[row, c], False, compact), comp.is_best(row, c))
             if (row, c) in comp.cells else ("-", False)
             for comp in comps for c in comp.cols
         ]  # fmt: skip
@@ -45,23 +46,59 @@ def grid_of(comps) -> tuple[list[str], list[tuple[str, list[tuple[str, bool]], l
     return header, out
 
 
-def footer(comps, best: str = "*", per_seed: bool = False) -> list[str]:
-    lines = [line for comp in as_list(comps) for line in [legend(comp, best), *notes(comp)]]
+def footer(comps, best: str = "*", per_seed: bool = False, compact: bool = False) -> list[str]:
+    lines = [line for comp in as_list(comps) for line in [legend(comp, best, compact), *notes(comp)]]
     return lines + ([line for comp in as_list(comps) for line in seed_lines(comp)] if per_seed else [])
 
 
-def render_table(comps, per_seed: bool = False) -> Table:
-    """A rich Table of one or several comparisons (metrics side by side), tests and exclusions as its caption."""
-    comps = as_list(comps)
+def columns_of(header: list[str], rows: list) -> list[list[str]]:
+    """Each column's texts as the table shows them (header first; a best cell with its "* " mark)."""
+    columns = [[name_] for name_ in header]
+    for row, texts, ranks in rows:
+        for column, text in zip(columns, [row, *(("* " if best else "") + t for t, best in texts), *ranks]):
+            column.append(text)
+    return columns
+
+
+def fits(header: list[str], rows: list, width: int) -> bool:
+    """Whether a table of these cells fits `width` columns with each cell on one line (borders included)."""
+    return sum(max(map(len, column)) + 3 for column in columns_of(header, rows)) + 1 <= width
+
+
+class ComparisonTable:
+    """The comparison as a rich renderable that fits the console it is printed on (`table_for`)."""
+
+    def __init__(self, comps, per_seed: bool = False):
+        self.comps, self.per_seed = as_list(comps), per_seed
+
+    def __rich_console__(self, console, options):
+        yield table_for(self.comps, self.per_seed, options.max_width)
+
+
+def render_table(comps, per_seed: bool = False) -> ComparisonTable:
+    """One or several comparisons (metrics side by side) as a table, tests and exclusions as its caption."""
+    return ComparisonTable(comps, per_seed)
+
+
+def table_for(comps, per_seed: bool, width: int) -> Table:
+    """The rich Table for a console `width` columns wide. Cells wrap only between words, so a number is never
+    split; when the full cells do not fit on one line each, they are compact (`center [low, high]`), as the
+    caption says."""
     first = comps[0]
-    metrics = ", ".join(c.metric for c in comps)
-    title = f"{first.value} {metrics} ({'/'.join(c.goal for c in comps)}), {first.aggregate} ± std over seeds"
-    caption = [escape(line) for line in footer(comps, per_seed=per_seed)]  # "[...]" is text here, not rich markup
-    width = min(max(map(len, caption)), 160)  # wide enough for the caption lines not to wrap
-    table = Table(title=title, caption="\n".join(caption), caption_justify="left", min_width=width)
     header, rows = grid_of(comps)
-    for name_ in header:
-        table.add_column(name_, overflow="fold", justify="right" if "rank" in name_ or "MRR" in name_ else "left")
+    compact = not fits(header, rows, width)
+    if compact:
+        header, rows = grid_of(comps, compact=True)
+    metrics = ", ".join(c.metric for c in comps)
+    spread = "" if compact else " ± std"
+    title = f"{first.value} {metrics} ({'/'.join(c.goal for c in comps)}), {first.aggregate}{spread} over seeds"
+    caption = [escape(line) for line in footer(comps, per_seed=per_seed, compact=compact)]  # "[...]": text
+    table = Table(title=title, caption="\n".join(caption), caption_justify="left", min_width=min(width, 160))
+    for name_, column in zip(header, columns_of(header, rows)):
+        # the longest word of a column is its minimum width: rich wraps at spaces, never inside a number
+        longest = max(len(word) for text in column[1:] for word in text.split())
+        table.add_column(name_, overflow="fold", min_width=longest,
+                         justify="right" if "rank" in name_ or "MRR" in name_ else "left")  # fmt: skip
     for row, texts, ranks in rows:
         table.add_row(
             escape(row), *[f"[bold green]* {escape(t)}[/]" if best else escape(t) for t, best in texts], *ranks

@@ -207,15 +207,23 @@ def interval_text(cell: Cell) -> str:
     return f" [{low}, {high}]{level}"
 
 
-def cell_text(cell: Cell, rank: float, best: bool) -> str:
+def cell_text(cell: Cell, rank: float, best: bool, compact: bool = False) -> str:
+    """`center ± std (n=N) [low, high] #rank`; compact (narrow terminals): `center [low, high]`, or
+    `center (n=1)` for a single seed."""
+    if compact:
+        return f"{'* ' if best else ''}{cell_number(cell.center, cell)}{interval_text(cell) or ' (n=1)'}"
     spread = "" if cell.n < 2 else f" ± {cell_number(cell.std, cell)}"
     ci = interval_text(cell)
     chosen = "" if cell.chosen is None else f" @{cell.chosen}"
     return f"{'* ' if best else ''}{cell_number(cell.center, cell)}{spread} (n={cell.n}){ci} #{rank:g}{chosen}"
 
 
-def legend(comp: Comparison, best: str = "*") -> str:
+def legend(comp: Comparison, best: str = "*", compact: bool = False) -> str:
     chosen = f"; @value: the {comp.best_over} whose {comp.aggregate} is best in that cell" if comp.best_over else ""
+    if compact:
+        return (f"{best}: best in column ({comp.goal} of {comp.value} {comp.metric}); compact cells for this "
+                f"terminal's width: {comp.aggregate} [{comp.interval}] (a wider terminal, --format csv or json "
+                "add std, n and ranks)")  # fmt: skip
     return (
         f"{best}: best in column ({comp.goal} of {comp.value} {comp.metric}); {comp.aggregate} ± std (n) "
         f"[{comp.interval}] #rank in column{chosen}; digits: two significant digits of the interval's width"
