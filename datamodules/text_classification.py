@@ -20,6 +20,7 @@ empty file, missing column, malformed row, empty value, a label the training spl
 Inputs are `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]` as in datamodules/glue.py. Shape legend: B batch, L length.
 """
 
+import codecs
 import csv
 import hashlib
 import json
@@ -94,10 +95,30 @@ def csv_options(fmt: str) -> dict:
     return {"delimiter": "\t" if fmt == "tsv" else ",", "quoting": quoting}
 
 
-def first_malformed_row(path: Path, fmt: str, width: int | None, header: bool) -> str | None:
+def python_encoding(encoding: str) -> str:
+    """The codec a file is read with: `utf-8` reads a leading byte-order mark as one (utf-8-sig); an unknown
+    name is one line."""
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        raise ConfigError(f"--data.encoding {encoding!r} is not a text encoding; e.g. utf-8, latin-1, cp1252") from None
+    return "utf-8-sig" if name == "utf-8" else name
+
+
+def decode_error(path: Path, error: UnicodeDecodeError, encoding: str, fmt: str) -> ConfigError:
+    """One line naming the file, the line and byte at fault and the encoding tried."""
+    raw = path.read_bytes()
+    line = raw[: error.start].count(b"\n") + 1
+    return ConfigError(
+        f"{path}: line {line} is not {encoding} text (byte 0x{raw[error.start]:02x} at offset {error.start}); set "
+        f"--data.encoding to the file's encoding (e.g. latin-1, cp1252) or re-save it as UTF-8 ({fmt} file)"
+    )
+
+
+def first_malformed_row(path: Path, fmt: str, width: int | None, header: bool, encoding: str) -> str | None:
     """`row N: problem` of the first row the builders could not parse (found with the standard library), or
     `no data rows`; None when the standard library finds nothing wrong."""
-    with open(path, encoding="utf-8-sig", newline="") as handle:
+    with open(path, encoding=encoding, newline="") as handle:
         if fmt == "jsonl":
             for n, line in enumerate((x for x in handle if x.strip()), 1):
                 try:
@@ -116,30 +137,32 @@ def first_malformed_row(path: Path, fmt: str, width: int | None, header: bool) -
     return "no data rows" if n == 0 else None
 
 
-def read_table(path: Path, fmt: str, header: bool, column_names: list[str] | None) -> dict[str, list]:
-    """{column: values} of one file through datasets' csv/json builder; a one-line ConfigError naming the file
-    (and the row when one is at fault) when it is missing, empty or malformed."""
+def read_table(
+    path: Path, fmt: str, header: bool, column_names: list[str] | None, encoding: str = "utf-8"
+) -> dict[str, list]:
+    """{column: values} of one file through datasets' csv/json builder, decoded with `encoding` (a BOM and CRLF
+    line ends are read as text); a one-line ConfigError naming the file (and the row or line when one is at
+    fault) when it is missing, empty, malformed or not in that encoding."""
     import datasets
 
     if not path.is_file():
         raise ConfigError(f"data file not found: {path}")
+    shown, encoding = encoding, python_encoding(encoding)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = path.read_text(encoding=encoding)
     except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte {error.start}); expected a {fmt} file of text and labels"
-        ) from None
+        raise decode_error(path, error, shown, fmt) from None
     if not text.strip():
         raise ConfigError(f"{path}: empty file")
     if fmt == "jsonl":
-        kwargs = {}
+        kwargs = {"encoding": encoding}
     else:
-        with open(path, encoding="utf-8-sig", newline="") as handle:
+        with open(path, encoding=encoding, newline="") as handle:
             first = next(csv.reader(handle, **csv_options(fmt)))
         names = first if header else (column_names or [str(i) for i in range(len(first))])
         strings = datasets.Features({name: datasets.Value("string") for name in names})
         kwargs = {
-            "sep": csv_options(fmt)["delimiter"], "quoting": csv_options(fmt)["quoting"], "encoding": "utf-8-sig",
+            "sep": csv_options(fmt)["delimiter"], "quoting": csv_options(fmt)["quoting"], "encoding": encoding,
             "keep_default_na": False, "skip_blank_lines": False, "features": strings,
             **({} if header else {"header": None, "column_names": names}),
         }  # fmt: skip
@@ -150,7 +173,7 @@ def read_table(path: Path, fmt: str, header: bool, column_names: list[str] | Non
         table = datasets.load_dataset(builder, data_files={"rows": str(path)}, split="rows", **kwargs)
     except Exception as error:  # noqa: BLE001 - any parse failure becomes one line naming the file
         width = None if fmt == "jsonl" or header else len(kwargs["column_names"])
-        where = first_malformed_row(path, fmt, width, header)
+        where = first_malformed_row(path, fmt, width, header, encoding)
         cause = error.__cause__ or error
         reason = where or (str(cause).strip().splitlines() or [type(cause).__name__])[0][:200]
         raise ConfigError(f"{path}: {reason}") from None
@@ -255,6 +278,7 @@ class TextClassificationDataModule(FileDataModule):
         format: str | None = None,  # tsv | csv | jsonl; None: from the file suffix
         header: bool = True,
         column_names: list[str] | None = None,  # header-less files: the column names (default "0", "1", ...)
+        encoding: str = "utf-8",  # the files' text encoding (TREC as distributed: latin-1); a BOM is read as one
         text_column: str | None = None,  # default: the preset's, else "sentence"
         text_pair_column: str | None = None,  # second text of a sentence pair
         label_column: str | None = None,  # default: the preset's, else "label"
@@ -306,7 +330,8 @@ class TextClassificationDataModule(FileDataModule):
     # -- sources
 
     def _read_file(self, path: Path, fmt: str | None) -> Split:
-        table = read_table(path, file_format(path, fmt), self.hparams.header, self.hparams.column_names)
+        table = read_table(path, file_format(path, fmt), self.hparams.header, self.hparams.column_names,
+                           self.hparams.encoding)  # fmt: skip
         texts = list(zip(*(column(table, name, path) for name in self.text_columns)))
         return texts, column(table, self.label_column, path)
 

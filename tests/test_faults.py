@@ -527,7 +527,7 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
                 "--trainer.max_steps=2",
             ],
             {},
-            "binary.csv: not UTF-8 text (byte ",
+            "binary.csv: line 1 is not utf-8 text (byte 0x",
         ),  # fmt: skip
         "out_dir under a file": (
             [*fit, f"--run.out_dir={a_file}/out"],

@@ -108,6 +108,30 @@ def test_every_format_reads_the_same_rows_and_classes(fmt, tmp_path):
     assert (batch["tokens"][:, 0] == CLS).all() and batch["labels"].tolist() == [2.0, 1.0, 0.0, 2.0]
 
 
+def test_files_as_they_come_latin1_bom_and_crlf(tmp_path):
+    """Issue 29.7: TREC as distributed (ISO-8859-1, one non-UTF-8 row) ended `fit` in a 90-line traceback."""
+    rows = [("caf\u00e9 opens", "food"), ("match won", "sports"), ("vote today", "politics"), ("soup hot", "food")]
+    lines = ["text\tlabel", *("\t".join(r) for r in rows)]
+    latin = tmp_path / "trec.tsv"
+    latin.write_bytes("\n".join(lines).encode("latin-1") + b"\n")
+    with pytest.raises(ConfigError) as error:
+        TextClassificationDataModule(train_file=str(latin), text_column="text", **SMALL)
+    assert str(error.value) == (
+        f"{latin}: line 2 is not utf-8 text (byte 0xe9 at offset 14); set --data.encoding to the file's encoding "
+        "(e.g. latin-1, cp1252) or re-save it as UTF-8 (tsv file)"
+    )
+    dm = TextClassificationDataModule(train_file=str(latin), val_file=str(latin), test_file=str(latin),
+                                      text_column="text", encoding="latin-1", **SMALL)  # fmt: skip
+    assert texts_and_labels(dm, "test")[0][0] == "caf\u00e9 opens"
+    windows = tmp_path / "bom_crlf.csv"  # a spreadsheet's export: a byte-order mark and CRLF line ends
+    windows.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(["text,label", *(",".join(r) for r in rows)]).encode() + b"\r\n")
+    dm = TextClassificationDataModule(train_file=str(windows), val_file=str(windows), test_file=str(windows),
+                                      text_column="text", **SMALL)  # fmt: skip
+    assert texts_and_labels(dm, "test") == ([t for t, _ in rows], [y for _, y in rows])  # no "\ufeff", no "\r"
+    with pytest.raises(ConfigError, match="^--data.encoding 'klingon' is not a text encoding; e.g. utf-8"):
+        TextClassificationDataModule(train_file=str(windows), text_column="text", encoding="klingon", **SMALL)
+
+
 def test_header_less_file_integer_labels_and_pairs(tmp_path):
     rows = [(10, "first a", "first b"), (2, "second a", "second b"), (10, "third a", "third b"), (2, "x", "y")]
     train = write_tsv(tmp_path / "pairs.tsv", rows, header=None)
