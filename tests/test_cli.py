@@ -79,9 +79,9 @@ def test_fit_every_task(tiny_fit_args, task):
 def test_same_seed_same_metrics(tiny_fit_args, tmp_path):
     first = fit(tiny_fit_args)
     second = fit([*tiny_fit_args[:-1], f"--run.out_dir={tmp_path / 'again'}"])
-    assert first["final"] == second["final"]
+    assert first.final == second.final
     third = fit([*tiny_fit_args[:-1], f"--run.out_dir={tmp_path / 'other'}", "--seed_everything=1"])
-    assert third["final"]["val/loss"] != first["final"]["val/loss"]
+    assert third.final["val/loss"] != first.final["val/loss"]
 
 
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
