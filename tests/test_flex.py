@@ -142,7 +142,7 @@ def test_forced_flex_refuses_dropout_and_unknown_backends():
     arch = ArchConfig("alibi", dim=DIM, num_heads=HEADS, vocab_size=VOCAB, max_length=MAX_LEN, dropout=0.1)
     with pytest.raises(ConfigError, match="no attention dropout"):
         Transformer(ArchConfig(**(arch.as_dict() | {"attention_backend": "flex"})))
-    with pytest.raises(ConfigError, match="unknown attention_backend 'xla'; choose one of: auto, sdpa, flex"):
+    with pytest.raises(ConfigError, match="attention_backend must be one of 'auto', 'sdpa', 'flex', got 'xla'"):
         Transformer(ArchConfig(**(arch.as_dict() | {"attention_backend": "xla"})))
 
 
