@@ -137,7 +137,7 @@ def lightning_fit(args, reads: HostReads | None = None) -> float:
     from pytorch_lightning.loggers import CSVLogger
 
     from pe_sweeps.tracking.callbacks import LogLearningRate, StepProgressBar
-    from pe_sweeps.tracking.records import RecordWriter
+    from pe_sweeps.tracking.record_writer import RecordWriter
 
     class Clock(pl.Callback):
         start = end = None

@@ -8,6 +8,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import PositionalEncoding
 from lightning_modules.optim import DivergenceWatch, adamw_with_schedule
+from lightning_modules.registry import ONE_ENCODING, dotted_get  # noqa: F401 (dotted_get re-exported)
 from pe_sweeps import internals
 from pe_sweeps.ranges import check_ranges
 
@@ -39,13 +40,6 @@ def options_help(**own: str):
     return document
 
 
-def dotted_get(values, path: str):
-    """`values["a"]["b"]` for path "a.b", on dicts and jsonargparse Namespaces alike; None where absent."""
-    for part in path.split("."):
-        values = values.get(part) if hasattr(values, "get") else None
-    return values
-
-
 class TaskModule(pl.LightningModule):
     """Base of the task modules (synthetic tasks, causal LM, masked LM, classification, translation).
 
@@ -62,10 +56,10 @@ class TaskModule(pl.LightningModule):
     encoding and the one holding its options (dotted paths into the arguments). The CLI checks them before
     anything is built, runs are named and grouped by `run_encoding` (the roles' encodings joined by "+"),
     and compare and reseed treat exactly these parameters as the encoding (`encoding_parameters` in
-    lightning_modules/task_modules.py).
+    lightning_modules/registry.py).
     """
 
-    ENCODING_ARGS: dict[str, tuple[str, str]] = {"model": ("arch.encoding", "arch.encoding_options")}
+    ENCODING_ARGS: dict[str, tuple[str, str]] = ONE_ENCODING  # declared in lightning_modules/registry.py
 
     @classmethod
     def declared_encodings(cls, init_args) -> dict[str, tuple[str, dict]]:

@@ -17,6 +17,7 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.encodings import ENCODINGS
 from lightning_modules.optim import LRDecay
+from lightning_modules.registry import ENCODING_ARGS
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import (
     Attention,
@@ -189,10 +190,7 @@ class TranslationModel(TaskModule):
     never generated.
     """
 
-    ENCODING_ARGS = {  # run encoding "<encoder>+<decoder>"
-        "encoder": ("arch.encoding", "arch.encoding_options"),
-        "decoder": ("decoder_encoding", "decoder_encoding_options"),
-    }
+    ENCODING_ARGS = ENCODING_ARGS["TranslationModel"]  # run encoding "<encoder>+<decoder>"
 
     def __init__(
         self,

@@ -63,7 +63,8 @@ from pe_sweeps.layout import (  # noqa: E402
 from pe_sweeps.tracking.callbacks import LogLearningRate, StepProgressBar  # noqa: E402
 from pe_sweeps.tracking.children import check_given_gpus, start_watchdog  # noqa: E402
 from pe_sweeps.tracking.console import quiet_lightning_tips  # noqa: E402
-from pe_sweeps.tracking.records import RecordWriter, check_name, find_checkpoint, read_record  # noqa: E402
+from pe_sweeps.tracking.record_writer import RecordWriter  # noqa: E402
+from pe_sweeps.tracking.records import check_name, find_checkpoint, read_record  # noqa: E402
 from pe_sweeps.tracking.run_naming import (  # noqa: E402
     distinguishing,
     run_group,

@@ -766,7 +766,8 @@ def test_ambiguous_run_reference_names_the_candidates(tmp_path):
 def test_disk_full_leaves_no_temp_file_and_the_old_record(tmp_path, monkeypatch, capsys):
     import errno
 
-    from pe_sweeps.tracking.records import RecordWriter, write_atomic
+    from pe_sweeps.tracking.record_writer import RecordWriter
+    from pe_sweeps.tracking.records import write_atomic
 
     path = tmp_path / "record.json"
     write_atomic(path, '{"status": "running"}')

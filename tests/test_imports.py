@@ -4,6 +4,8 @@ no code writes its own process environment (tracking/wandb_setup.py aside: W&B's
 installs every package of the tree and no generic top-level module."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,3 +99,35 @@ def test_the_distribution_lists_every_package_and_no_loose_module():
     }
     assert on_disk <= listed, on_disk - listed
     assert sorted(p.stem for p in ROOT.glob("*.py")) == list(TOP_LEVEL)
+
+
+COMPARE_WITHOUT_TORCH = """
+import sys
+from pathlib import Path
+from pe_sweeps.tracking.records import RunRecord, write_record
+
+root = Path(sys.argv[1])
+for seed, acc in enumerate([0.9, 0.7, 0.8]):
+    final = {"val/acc": acc, "val/acc_ood": acc / 2}
+    config = {"seed_everything": seed, "model": {"init_args": {"arch": {"encoding": "rope"}}},
+              "data": {"init_args": {"task": "copy"}}}
+    record = RunRecord.from_dict({"name": f"copy-rope-s{seed}", "task": "copy", "encoding": "rope", "seed": seed,
+                                  "status": "finished", "config": config, "final": final, "best": final})
+    write_record(root / "runs" / f"r{seed}" / "record.json", record)
+sys.argv = ["cli.py", "compare", "--out_dir", str(root), "--metric", "val/acc,val/acc_ood"]
+from pe_sweeps.entry import main
+main()
+heavy = sorted(m for m in ("torch", "pytorch_lightning", "lightning_fabric", "transformers", "torchmetrics", "wandb")
+               if m in sys.modules)
+print("HEAVY", heavy)
+"""
+
+
+def test_compare_starts_without_torch_lightning_or_wandb(tmp_path):
+    """`cli.py compare` reads JSON records: it imports none of the training stack (6.4 s of imports before; issue
+    29), and still prints the table."""
+    result = subprocess.run([sys.executable, "-c", COMPARE_WITHOUT_TORCH, str(tmp_path)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "HEAVY []" in result.stdout, result.stdout[-500:]
+    assert "rope" in result.stdout and "val/acc_ood" in result.stdout

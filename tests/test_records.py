@@ -23,15 +23,14 @@ import torch
 
 from lightning_modules.optim import check_finite
 from pe_sweeps.errors import ConfigError, DivergedError
+from pe_sweeps.tracking.record_writer import RecordWriter, status_of
 from pe_sweeps.tracking.records import (
     RECORD_FILE,
     SCHEMA_VERSION,
-    RecordWriter,
     RunRecord,
     find_checkpoint,
     load_records,
     read_record,
-    status_of,
     write_record,
 )
 

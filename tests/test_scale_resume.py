@@ -35,7 +35,8 @@ from helpers import record as make_record
 
 from pe_sweeps import layout
 from pe_sweeps.tracking import wandb_setup as ws
-from pe_sweeps.tracking.records import RECORD_FILE, RecordWriter, run_scale, scale_line
+from pe_sweeps.tracking.record_writer import RecordWriter, run_scale, scale_line
+from pe_sweeps.tracking.records import RECORD_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 

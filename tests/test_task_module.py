@@ -7,8 +7,9 @@ import torch
 
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import PRESETS, build_encoding
+from lightning_modules.registry import ENCODING_ARGS, TASK_MODULE_PATHS, encoding_parameters, run_encoding_of
 from lightning_modules.synthetic_model import SyntheticTaskModel
-from lightning_modules.task_modules import TASK_MODULES, encoding_parameters, run_encoding_of
+from lightning_modules.task_modules import TASK_MODULES
 from lightning_modules.translation import TranslationModel
 from pe_sweeps.layout import new_run_dir, parent_run_dir
 
@@ -31,6 +32,8 @@ def test_hparams_keep_the_architecture_as_plain_data_and_load_back(tmp_path):
 
 def test_every_task_module_declares_its_encodings():
     assert all(m.ENCODING_ARGS for m in TASK_MODULES)
+    # each class declares what the registry (read without importing torch) says it does
+    assert {m.__name__: m.ENCODING_ARGS for m in TASK_MODULES} == {n: ENCODING_ARGS[n] for n in TASK_MODULE_PATHS}
     assert {"model.arch.encoding", "model.init_args.arch.encoding", "model.decoder_encoding"} <= encoding_parameters()
     assert not {p for p in encoding_parameters() if p.endswith("_options")}
     args = {"arch": {"encoding": "learned", "encoding_options": {"init_scale": 1.0}}, "decoder_encoding": "rope"}

@@ -3,7 +3,7 @@ steps (our runs are bounded by steps, not epochs)."""
 
 from pytorch_lightning.callbacks import Callback, RichProgressBar
 
-from lightning_modules.metrics import TRAIN_LOSS
+from lightning_modules.metric_names import TRAIN_LOSS
 
 
 class LogLearningRate(Callback):

@@ -8,7 +8,8 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from lightning_modules.metrics import ACC, ACC_OOD, bounds, name
+from lightning_modules.metric_names import ACC, ACC_OOD, bounds, name
+from lightning_modules.registry import encoding_keys
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking.comparison import Cell, Excluded, lookup
 from pe_sweeps.tracking.records import RECORD_FILE, RunRecord, load_records
@@ -131,14 +132,6 @@ def group_cells(records, metric, value, row_keys, col_keys, aggregate="mean", ov
             values = [float(getattr(r, value)[metric]) for r in kept]
             cells[row, col, choice] = Cell(kept, values, aggregate, choice, bounds(metric))
     return cells, excluded
-
-
-def encoding_keys() -> list[str]:
-    """The config paths (without `init_args`) holding an encoding or its options in some task module: the
-    row `encoding` differs between rows through them."""
-    from lightning_modules.task_modules import TASK_MODULES
-
-    return sorted({f"model.{p}" for m in TASK_MODULES for pair in m.ENCODING_ARGS.values() for p in pair})
 
 
 def check_columns(cells: dict, keys: list[str]) -> None:

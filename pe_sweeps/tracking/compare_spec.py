@@ -4,7 +4,7 @@ before manifests existed, from its local Optuna database."""
 
 from pathlib import Path
 
-from lightning_modules.metrics import ACC, goal, name
+from lightning_modules.metric_names import ACC, goal, name
 from pe_sweeps.layout import STUDY_DB, SWEEPS, study_db
 from pe_sweeps.tracking.compare_selection import config_path, keys_of
 from pe_sweeps.tracking.manifest import read_manifest
@@ -58,7 +58,7 @@ def default_rows(spec: dict, best_over: str | None = None) -> str:
     if spec.get("roles") is not None:  # from the manifest: seeds, tasks and encodings are not rows
         fixed = {k for k, role in spec["roles"].items() if role != "setting"}
     else:  # a run's `encoding` holds every parameter a task module declares as an encoding
-        from lightning_modules.task_modules import encoding_parameters
+        from lightning_modules.registry import encoding_parameters
 
         fixed = {"seed_everything", "data.task", "data.init_args.task"} | encoding_parameters()
     chosen = config_path(best_over) if best_over else None

@@ -10,7 +10,7 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats
 
-from lightning_modules.metrics import goal
+from lightning_modules.metric_names import goal
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking.across_tasks import iqm_interval
 from pe_sweeps.tracking.compare_selection import (

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from lightning_modules.metrics import bounds, goal
+from lightning_modules.metric_names import bounds, goal
 from pe_sweeps.tracking.across_tasks import IQM_INTERVAL
 from pe_sweeps.tracking.records import RunRecord
 

@@ -47,7 +47,7 @@ def storage_kind(url: str) -> str:
 def roles(parameters: dict) -> dict[str, str]:
     """Each parameter's part in a comparison: `seed` and `task` (columns), `encoding` (shown together as the
     run's `encoding`, whichever task module declares it) or `setting` (a row key when varied)."""
-    from lightning_modules.task_modules import encoding_parameters
+    from lightning_modules.registry import encoding_parameters
 
     named = {**dict.fromkeys(encoding_parameters(), "encoding"), **dict.fromkeys(TASK_KEYS, "task"),
              **dict.fromkeys(SEED_KEYS, "seed")}  # fmt: skip

@@ -181,7 +181,7 @@ def choice_table(choices: list[Choice], metric: str) -> Table:
 
 def comparison_rows(keys: list[str]) -> str:
     """Rows of the final comparison: the --per keys, an encoding shown as the run's `encoding` field."""
-    from lightning_modules.task_modules import encoding_parameters
+    from lightning_modules.registry import encoding_parameters
 
     encodings = encoding_parameters()  # shown together as the run's `encoding`
     rows = ["encoding" if k in encodings else k for k in keys if k not in TASK_KEYS]

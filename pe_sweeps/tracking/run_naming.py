@@ -48,7 +48,7 @@ def in_name(key: str) -> bool:
     """True for a sweep key every run name and group already shows: the task, the seed, and any parameter
     a task module declares as an encoding (`model.arch.encoding`, `model.decoder_encoding`: the run's
     encoding, e.g. `learned+rope`)."""
-    from lightning_modules.task_modules import encoding_parameters
+    from lightning_modules.registry import encoding_parameters
 
     return short_key(key) in IN_NAME or key in encoding_parameters()
 

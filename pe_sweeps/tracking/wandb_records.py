@@ -10,10 +10,9 @@ hyperparameters Lightning logs); identity from `task`, `encoding`, `seed_everyth
 import math
 import re
 
-from lightning_modules.metrics import goal
+from lightning_modules.metric_names import STAGE_METRIC, goal
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking.records import RunRecord
-from pe_sweeps.tracking.wandb_setup import STAGE_METRIC
 
 WANDB_STATES = {"crashed": "failed", "killed": "interrupted", "preempted": "interrupted"}
 
@@ -67,7 +66,7 @@ def init_arg(config: dict, section: str, key: str):
 
 def wandb_record(run) -> RunRecord:
     """A W&B public-API run in the shape of a local record (tracking/records.py)."""
-    from lightning_modules.task_modules import run_encoding_of
+    from lightning_modules.registry import run_encoding_of
 
     config = {k: v for k, v in dict(run.config).items() if not k.startswith("_")}
     resolved = config.get("resolved_config") or config

@@ -4,18 +4,16 @@ tracking/run_naming.py, the per-length results in tracking/length_tables.py."""
 
 import netrc
 import os
-import re
 from pathlib import Path
 
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from lightning_modules.metrics import goal
+from lightning_modules.metric_names import STAGE_METRIC, goal
 from pe_sweeps import internals
 from pe_sweeps.tracking.run_naming import in_name, short_key, sweep_params
 
 STEP = "trainer/global_step"  # the x axis WandbLogger declares for every metric
-STAGE_METRIC = re.compile(r"^(train|val|test)/")
 # per-length metrics (`<prefix><n>`) -> the name they take against the `length` axis: hidden from the automatic
 # panels by DirectedWandbLogger, drawn against length by tracking/length_tables.py
 BY_LENGTH = {"val/acc_len_": "val_by_length/acc", "val/tok_acc_len_": "val_by_length/tok_acc",
