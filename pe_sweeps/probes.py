@@ -9,7 +9,7 @@ Two linear probes on a matrix E of position vectors (PAPERS.md section 1) and th
 E is a pre-trained model's table (`--hf-model`: GPT-2, BERT, RoBERTa through transformers, RoBERTa's padding
 offset removed; `--table`: a .npy / .pt file; see lightning_modules/position_tables.py), or the encoding's
 table (`.weight`) when it has one, else the first-layer hidden states of a constant input, which is how
-table-free encodings (rope, t5_bias, alibi, tupe_*, none) are probed here. Caveat:
+table-free encodings (rope, t5_bias, alibi, none) are probed here (TUPE is probed as its table p_0..p_N-1). Caveat:
 those encodings act only on attention weights, and attention over a constant input averages identical
 values, so their hidden states carry no position: the rows come out identical, which is flagged
 (`identical_rows`) and scored at chance instead of fitting float rounding noise.
@@ -173,7 +173,7 @@ def position_vectors(transformer: Transformer, length: int, token: int, hidden: 
 def collapse_rounding_noise(E: np.ndarray, rtol: float = IDENTICAL_RTOL) -> tuple[np.ndarray, bool]:
     """(E, False), or (the mean row repeated, True) when all rows agree up to float rounding.
 
-    For a constant input, encodings that act only on attention weights (rope, t5_bias, alibi, tupe_*,
+    For a constant input, encodings that act only on attention weights (rope, t5_bias, alibi,
     none) average identical value vectors, so every first-layer hidden state is the same vector up to
     ~1e-7; least squares would fit that rounding noise (a NoPE model would "decode" position). Exactly
     constant rows score chance level instead: MAE of predicting the mean, majority-class error.

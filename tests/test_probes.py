@@ -89,6 +89,25 @@ def test_every_encoding_is_probed_and_labelled(name, tmp_path, capsys):
     assert ("logits.png" in files) == (encoding.positional_logits(8) is not None)
 
 
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_an_encoding_with_an_absolute_table_is_probed_as_its_table(name):
+    """A trainable (>= N, C) position table is what PE-Study probes: the encoding exposes it as `weight` (the probe
+    said "no position signal" for TUPE, whose table it did not find; issue 29)."""
+    encoding = build_bare(ProbeOptions(encoding=name, dim=32, num_heads=4), 32).encoding
+    absolute = not encoding.shift_invariant  # a relative table (DeBERTa's, by distance) is not what is probed
+    tables = [p for p in encoding.parameters() if absolute and p.dim() == 2 and p.shape[0] >= 32 and p.shape[1] == 32]
+    weight = getattr(encoding, "weight", None)
+    assert (weight is not None) >= bool(tables), f"{name} holds a position table but exposes no `weight`"
+    if weight is not None:
+        assert tuple(weight.shape) == (encoding.num_positions, 32)
+
+
+def test_tupe_is_probed_as_its_table_without_the_cls_row():
+    encoding = build_bare(ProbeOptions(encoding="tupe_a", dim=32, num_heads=4), 32).encoding
+    assert torch.equal(encoding.weight, encoding.table.weight[1:])  # row p + 1 holds position p
+    assert probe_main(["--encoding", "tupe_r", *SMALL]).source == TABLE
+
+
 def test_rope_hidden_states_are_labelled_and_flagged(capsys):
     """RoPE only rotates q, k: a constant input averages identical values, so no position reaches the
     hidden states; the probe says what it probed and that the rows carry no signal."""

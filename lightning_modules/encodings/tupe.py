@@ -62,6 +62,12 @@ class TupeA(PositionalEncoding):
         self.proj_k = nn.Linear(self.dim, self.dim, bias=proj_bias)
         bert_init(self.proj_q, self.proj_k)
 
+    @property
+    def weight(self) -> Tensor:
+        """The (num_positions, C) absolute table p_0..p_{N-1} (row 0, [CLS]'s p_theta, left out), for the
+        PE-Study probes (the vectors TUPE projects; its LayerNorm and U^Q / U^K act on them per layer)."""
+        return self.table.weight[1:]
+
     def attention_scale(self) -> float:
         return ((4 if self.mode == "bert_ad" else 2) * self.head_dim) ** -0.5
 
