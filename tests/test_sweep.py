@@ -98,6 +98,9 @@ def test_sweep_runs_and_resumes_without_repeating(tmp_path, start):
     assert [t.state for t in first] == [TrialState.COMPLETE] * 2
     assert all(len(t.intermediate_values) == 2 for t in first)  # one report per validation
     assert {t.user_attrs["start"] for t in first} == {start}
+    # the final metrics the sweep does not optimise are user attributes, which optuna-dashboard shows
+    assert all(t.user_attrs["final/val/acc"] == t.value and "final/val/acc_ood" in t.user_attrs for t in first)
+    assert not any("_len_" in key for t in first for key in t.user_attrs)
     run_sweep(path, tmp_path, *START[start])
     assert len(trials(tmp_path)) == 2  # nothing new started
 

@@ -139,6 +139,8 @@ class TrialRun:
             reason = f"pruned at validation {len(reported)}"
             self.runner.finish(self.study, trial, TrialState.PRUNED, reason=reason)
         elif returncode == 0 and finite(final, self.search.metrics):
+            for key, value in final_attrs(final).items():  # optuna-dashboard shows them beside the objective
+                self.runner.quietly(trial.set_user_attr, key, value)
             values = [final[m] for m in self.search.metrics]
             value = values if self.search.multi_objective else values[0]
             self.runner.finish(self.study, trial, TrialState.COMPLETE, value=value)
@@ -149,3 +151,14 @@ class TrialRun:
             self.runner.finish(
                 self.study, trial, TrialState.FAIL, reason=reason, requeue_as=(reason, True) if died else None
             )
+
+
+MAX_FINAL_ATTRS = 64
+
+
+def final_attrs(final: dict) -> dict[str, float]:
+    """A finished trial's final summary metrics as Optuna user attributes, e.g. {"final/val/acc_ood": 0.41}: the
+    ones a sweep does not optimise (val/acc_ood beside val/acc) show in optuna-dashboard and `study.trials`.
+    Per-length values (`_len_`) stay in the run record; at most MAX_FINAL_ATTRS, by name."""
+    scalars = {k: float(v) for k, v in final.items() if isinstance(v, (int, float)) and "_len_" not in k}
+    return {f"final/{k}": scalars[k] for k in sorted(scalars)[:MAX_FINAL_ATTRS]}
