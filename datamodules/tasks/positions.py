@@ -44,9 +44,10 @@ def abacus_offset(rng, max_offset: int, random_offset: bool) -> int:
 def coupling_start(rng, n: int, max_offset: int, train_max_len: int, random_offset: bool) -> int:
     """Cho et al.'s starting id (HanseulJo/position-coupling `AdditionDatasetWithCoupledPositions`): uniform in
     [1, max_position - (n + 1)] at training time, 1 at evaluation, with the reference's `max_position` set to
-    max_offset + train_max_len + 1 (so at the longest training length the start is 1 + U[0, max_offset))."""
+    max_offset + train_max_len + 1 (so at the longest training length the start is 1 + U[0, max_offset)); a
+    longer example (never in the training split) starts at 1."""
     max_position = max_offset + train_max_len + 1
-    return int(rng.integers(1, max_position - (n + 1) + 1)) if random_offset else 1
+    return int(rng.integers(1, max(1, max_position - (n + 1)) + 1)) if random_offset else 1
 
 
 def coupling(tokens: list[int], start: int, msd_first_operands: bool = False) -> list[int]:
@@ -70,5 +71,5 @@ def max_position(positions: str, n: int, max_offset: int, train_max_len: int, ra
     if positions == "abacus":
         return (max_offset - 1 if random_offset else 0) + n + 1
     if positions == "coupling":
-        return max_offset + train_max_len + 1 if random_offset else n + 2
+        return max(max_offset + train_max_len + 1, n + 2) if random_offset else n + 2
     return 0
