@@ -165,15 +165,16 @@ def make_examples(
 
 
 def task_sizes(task: str, lengths: tuple[int, int], num_symbols: int, train_max_len: int,
-               options: dict | None) -> tuple[int, int]:  # fmt: skip
-    """(vocabulary size, rows of position ids) the task needs over its training and evaluation splits, whose
-    longest lengths are `lengths`: the shared vocabulary and 0 unless the task declares more in its limits."""
-    vocab, rows = vocab_size(num_symbols, train_max_len), 0
+               options: dict | None) -> tuple[int, tuple[int, int]]:  # fmt: skip
+    """The vocabulary size the task needs over its training and evaluation splits, whose longest lengths are
+    `lengths`, and the rows of position ids each split needs: the shared vocabulary and 0 rows unless the task
+    declares more in its limits."""
+    vocab, rows = vocab_size(num_symbols, train_max_len), []
     for train, n in zip((True, False), lengths):
         bounds = limits(task, n, num_symbols, train_max_len, split_options(task, options, train))
         vocab = max(vocab, bounds.get("vocab", 0))
-        rows = max(rows, bounds.get("max_position", -1) + 1)
-    return vocab, rows
+        rows.append(bounds.get("max_position", -1) + 1)
+    return vocab, tuple(rows)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -189,7 +190,8 @@ class SyntheticDataModule(TaskDataModule):
     validation and test use default_rng([seed, 1]) and default_rng([seed, 2]) with `eval_per_length`
     examples for every length in `eval_lengths` beyond train_max_len and `eval_per_train_length` for the
     others (short, so cheap: more of them make `val/acc` precise), sorted by length.
-    Batches: tokens/targets/padding_mask (B, L), length (B,); see `collate`.
+    Batches: tokens/targets/padding_mask (B, L), length (B,), and positions (B, L) / depth (B,) for a task that
+    supplies them; see `collate`.
     `vocab_size`, `max_seq_len` and `eval_lengths` are known after `__init__` (for argument linking).
     """
 
@@ -234,10 +236,11 @@ class SyntheticDataModule(TaskDataModule):
         # sequence lengths grow with n, so the longest input over all splits is at eval_max_len; a task's own
         # position ids (abacus, coupling: offsets beyond the sequence) may need more rows of a position table
         self.max_seq_len = sequence_length(task, eval_max_len, num_symbols, train_max_len, causal, task_options)
-        self.max_seq_len = max(self.max_seq_len, position_rows)
+        self.max_seq_len = max(self.max_seq_len, *position_rows)
         self.depth = get_task(task).depth  # examples carry the answer's depth (logged in bins by the model)
         # the longest training input: positions past it are never trained (saved in checkpoints for the probe)
         self.train_seq_len = sequence_length(task, train_max_len, num_symbols, train_max_len, causal, task_options)
+        self.train_seq_len = max(self.train_seq_len, position_rows[0])  # a task's own ids train their rows
 
     def _examples(self, lengths: list[int], rng: np.random.Generator, train: bool) -> ListDataset:
         args = (self.num_symbols, self.train_max_len, self.causal)

@@ -219,7 +219,8 @@ def test_positions_are_padded_and_only_present_when_supplied(causal):
     plain = make_dm("addition_zhou", causal)
     assert all("positions" not in b and "depth" not in b for b in plain.train_dataloader())
     dm = make_dm("addition_zhou", causal, positions="coupling")
-    assert dm.max_seq_len >= 100 + 4 + 2  # rows for the largest training id (max_offset + train_max_len + 1)
+    # rows for the largest training id, max_offset + train_max_len + 1, all trained (for the probe's checkpoints)
+    assert dm.max_seq_len == dm.train_seq_len == 100 + 4 + 2
     for loader in (dm.train_dataloader(), dm.val_dataloader()):
         for batch in loader:
             positions, mask = batch["positions"], batch["padding_mask"]
