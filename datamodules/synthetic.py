@@ -15,7 +15,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from datamodules.base import BatchSize, TaskDataModule
-from datamodules.tasks import TASKS, check_task, get_task, split_options  # noqa: F401 (TASKS re-exported)
+from datamodules.tasks import TASKS, check_task, get_task, limits, split_options, unpack  # noqa: F401 (TASKS re-exported)
 from datamodules.tasks.tokens import (  # noqa: F401 (re-exported: the token ids every task shares)
     IGNORE_INDEX,
     MASK,
@@ -39,6 +39,8 @@ class Example(NamedTuple):
     tokens: list[int]
     targets: list[int]  # IGNORE_INDEX except at answer positions
     length: int  # the task length n
+    positions: list[int] | None = None  # the task's own position ids of the tokens (None: the model's 0..L-1)
+    depth: float | None = None  # where the answer hides in the prompt, in [0, 1] (tasks with depth)
 
 
 def format_example(prompt: list[int], answer: list[int], causal: bool) -> tuple[list[int], list[int]]:
@@ -69,8 +71,23 @@ def format_example(prompt: list[int], answer: list[int], causal: bool) -> tuple[
     return prompt + [SEP] + [MASK] * len(answer), ignored + [IGNORE_INDEX] + answer
 
 
+def format_positions(positions: list[int], prompt: list[int], answer: list[int], causal: bool) -> list[int]:
+    """A task's position ids of `prompt SEP answer` (of the prompt alone with SLOTs) cut as `format_example` cuts
+    the tokens: a decoder's input drops the last token (and unscored answer padding); an encoder's MASK slots keep
+    the ids of the answer tokens they stand for."""
+    if SLOT in prompt:
+        return positions[:-1] if causal else positions
+    if causal:
+        scored = len(answer)
+        while scored and answer[scored - 1] == IGNORE_INDEX:
+            scored -= 1
+        return positions[: len(prompt) + scored]
+    return positions
+
+
 def collate(examples: list[Example]) -> dict[str, Tensor]:
-    """Right-pad a list of examples into a batch: tokens/targets/padding_mask (B, L), length (B,)."""
+    """Right-pad a list of examples into a batch: tokens/targets/padding_mask (B, L), length (B,); and, when the
+    task supplies them, positions (B, L) (padded with 0) and depth (B,)."""
     L = max(len(e.tokens) for e in examples)
     tokens = torch.full((len(examples), L), PAD, dtype=torch.long)  # (B, L)
     targets = torch.full((len(examples), L), IGNORE_INDEX, dtype=torch.long)  # (B, L)
@@ -80,7 +97,14 @@ def collate(examples: list[Example]) -> dict[str, Tensor]:
         targets[i, : len(e.targets)] = torch.tensor(e.targets)
         padding_mask[i, : len(e.tokens)] = True
     length = torch.tensor([e.length for e in examples], dtype=torch.long)  # (B,)
-    return {"tokens": tokens, "targets": targets, "padding_mask": padding_mask, "length": length}
+    batch = {"tokens": tokens, "targets": targets, "padding_mask": padding_mask, "length": length}
+    if examples[0].positions is not None:
+        batch["positions"] = torch.zeros((len(examples), L), dtype=torch.long)  # (B, L)
+        for i, e in enumerate(examples):
+            batch["positions"][i, : len(e.positions)] = torch.tensor(e.positions)
+    if examples[0].depth is not None:
+        batch["depth"] = torch.tensor([e.depth for e in examples], dtype=torch.float)  # (B,)
+    return batch
 
 
 class ListDataset(Dataset):
@@ -107,8 +131,12 @@ def sequence_length(
     longest = 0
     for train in (True, False):
         fn_options = split_options(task, options, train)
-        prompt, answer = get_task(task).generate(np.random.default_rng(0), n, num_symbols, train_max_len, **fn_options)
-        if SLOT in prompt:
+        result = get_task(task).generate(np.random.default_rng(0), n, num_symbols, train_max_len, **fn_options)
+        prompt, answer, _ = unpack(result)
+        bounds = limits(task, n, num_symbols, train_max_len, fn_options)
+        if "prompt" in bounds:  # a prompt whose length varies with the draw
+            longest = max(longest, bounds["prompt"] + 1 + bounds["answer"] - causal)
+        elif SLOT in prompt:
             longest = max(longest, len(format_example(prompt, answer, causal)[0]))
         else:
             longest = max(longest, len(prompt) + 1 + len(answer) - causal)
@@ -128,9 +156,25 @@ def make_examples(
     fn = get_task(task).generate
     examples = []
     for n in lengths:
-        prompt, answer = fn(rng, n, num_symbols, train_max_len, **(options or {}))
-        examples.append(Example(*format_example(prompt, answer, causal), n))
+        prompt, answer, extras = unpack(fn(rng, n, num_symbols, train_max_len, **(options or {})))
+        positions = extras.get("positions")
+        if positions is not None:
+            positions = format_positions(positions, prompt, answer, causal)
+        examples.append(Example(*format_example(prompt, answer, causal), n, positions, extras.get("depth")))
     return examples
+
+
+def task_sizes(task: str, lengths: tuple[int, int], num_symbols: int, train_max_len: int,
+               options: dict | None) -> tuple[int, tuple[int, int]]:  # fmt: skip
+    """The vocabulary size the task needs over its training and evaluation splits, whose longest lengths are
+    `lengths`, and the rows of position ids each split needs: the shared vocabulary and 0 rows unless the task
+    declares more in its limits."""
+    vocab, rows = vocab_size(num_symbols, train_max_len), []
+    for train, n in zip((True, False), lengths):
+        bounds = limits(task, n, num_symbols, train_max_len, split_options(task, options, train))
+        vocab = max(vocab, bounds.get("vocab", 0))
+        rows.append(bounds.get("max_position", -1) + 1)
+    return vocab, tuple(rows)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -146,7 +190,8 @@ class SyntheticDataModule(TaskDataModule):
     validation and test use default_rng([seed, 1]) and default_rng([seed, 2]) with `eval_per_length`
     examples for every length in `eval_lengths` beyond train_max_len and `eval_per_train_length` for the
     others (short, so cheap: more of them make `val/acc` precise), sorted by length.
-    Batches: tokens/targets/padding_mask (B, L), length (B,); see `collate`.
+    Batches: tokens/targets/padding_mask (B, L), length (B,), and positions (B, L) / depth (B,) for a task that
+    supplies them; see `collate`.
     `vocab_size`, `max_seq_len` and `eval_lengths` are known after `__init__` (for argument linking).
     """
 
@@ -186,11 +231,16 @@ class SyntheticDataModule(TaskDataModule):
         self.eval_per_train_length = eval_per_train_length
         strided = range(min_len, eval_max_len + 1, eval_length_stride)
         self.eval_lengths = sorted({*strided, train_max_len, eval_max_len})
-        self.vocab_size = vocab_size(num_symbols, train_max_len)
-        # sequence lengths grow with n, so the longest input over all splits is at eval_max_len
+        longest = (train_max_len, eval_max_len)
+        self.vocab_size, position_rows = task_sizes(task, longest, num_symbols, train_max_len, task_options)
+        # sequence lengths grow with n, so the longest input over all splits is at eval_max_len; a task's own
+        # position ids (abacus, coupling: offsets beyond the sequence) may need more rows of a position table
         self.max_seq_len = sequence_length(task, eval_max_len, num_symbols, train_max_len, causal, task_options)
+        self.max_seq_len = max(self.max_seq_len, *position_rows)
+        self.depth = get_task(task).depth  # examples carry the answer's depth (logged in bins by the model)
         # the longest training input: positions past it are never trained (saved in checkpoints for the probe)
         self.train_seq_len = sequence_length(task, train_max_len, num_symbols, train_max_len, causal, task_options)
+        self.train_seq_len = max(self.train_seq_len, position_rows[0])  # a task's own ids train their rows
 
     def _examples(self, lengths: list[int], rng: np.random.Generator, train: bool) -> ListDataset:
         args = (self.num_symbols, self.train_max_len, self.causal)

@@ -12,6 +12,8 @@ from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
 
+DEPTH_BINS = 5  # needle depths [0, 0.2), [0.2, 0.4), ..., [0.8, 1], logged as val/acc_depth_0 ... _80
+
 
 @options_help()
 class SyntheticTaskModel(TaskModule):
@@ -22,7 +24,10 @@ class SyntheticTaskModel(TaskModule):
     answer is predicted at every MASK slot at once, so encoder-side methods (TUPE) are compared too.
     Logs exact match and token accuracy per length, in distribution (`val/acc`) and beyond the
     training lengths (`val/acc_ood`), with the evaluation set's binomial standard errors (`val/acc_se`,
-    `val/acc_ood_se`, `val/acc_se_len_<n>`). `arch.vocab_size`, `arch.max_length` and `causal` are linked with the
+    `val/acc_ood_se`, `val/acc_se_len_<n>`); for a task whose examples carry the answer's depth in the prompt
+    (passkey), exact match by depth bin too (`val/acc_depth_<percent>`, over all evaluated lengths). A task
+    that supplies its own position ids (abacus, coupling) has them in the batch; they go to the Transformer
+    instead of 0..L-1. `arch.vocab_size`, `arch.max_length` and `causal` are linked with the
     data by `cli.py`; the in-distribution boundary is read from the datamodule. `compile`: torch.compile
     the Transformer's blocks (lightning_modules/compiling.py).
     """
@@ -46,6 +51,8 @@ class SyntheticTaskModel(TaskModule):
         self.per_length = nn.ModuleDict({s: M.PerLengthAccuracy(self.arch.max_length) for s in ("val", "test")})
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
         self.examples = nn.ModuleDict({s: SumMetric() for s in ("val", "test")})  # evaluated, over all ranks
+        # by depth bin (the bins in place of lengths); updated only by batches with a depth
+        self.per_depth = nn.ModuleDict({s: M.PerLengthAccuracy(DEPTH_BINS - 1) for s in ("val", "test")})
         self.best_acc = MaxMetric()
 
     @property
@@ -54,7 +61,8 @@ class SyntheticTaskModel(TaskModule):
         return self.trainer.datamodule.train_max_len
 
     def forward(self, batch: dict) -> Tensor:
-        hidden = self.transformer(batch["tokens"], padding_mask=batch["padding_mask"])  # (B, L, C)
+        positions = batch.get("positions")  # (B, L) the task's own ids, or None: the Transformer's default
+        hidden = self.transformer(batch["tokens"], positions, padding_mask=batch["padding_mask"])  # (B, L, C)
         return self.head(hidden)  # (B, L, V)
 
     def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
@@ -81,6 +89,9 @@ class SyntheticTaskModel(TaskModule):
             self.losses[stage].update(self.loss(logits[inside], targets), weight=(targets != -100).sum())
         self.per_length[stage].update(logits.argmax(-1), batch["targets"], batch["length"])
         self.examples[stage].update(len(batch["length"]))
+        if "depth" in batch:
+            bins = (batch["depth"] * DEPTH_BINS).long().clamp(max=DEPTH_BINS - 1)  # (B,)
+            self.per_depth[stage].update(logits.argmax(-1), batch["targets"], bins)
 
     def _eval_epoch_end(self, stage: str) -> dict[str, float]:
         per_length = self.per_length[stage].compute()
@@ -89,10 +100,18 @@ class SyntheticTaskModel(TaskModule):
         values |= M.standard_errors(per_length, examples, stage, self.train_max_len)
         values[M.name(stage, M.LOSS)] = self.losses[stage].compute().item()
         values[M.name(stage, "examples")] = self.examples[stage].compute().item()
-        for metric in (self.per_length[stage], self.losses[stage], self.examples[stage]):
+        values |= self._depth_values(stage)
+        for metric in (self.per_length[stage], self.losses[stage], self.examples[stage], self.per_depth[stage]):
             metric.reset()
         self.log_dict(values, sync_dist=False)  # already reduced across devices by torchmetrics
         return values
+
+    def _depth_values(self, stage: str) -> dict[str, float]:
+        """`<stage>/acc_depth_<percent>`: exact match of the examples whose depth falls in the bin starting there."""
+        if not getattr(self.trainer.datamodule, "depth", False):  # the task's, so every DDP rank agrees
+            return {}
+        per_bin = self.per_depth[stage].compute()
+        return {M.name(stage, f"acc_depth_{b * 100 // DEPTH_BINS}"): acc for b, (acc, _) in per_bin.items()}
 
     def on_validation_epoch_end(self) -> None:
         values = self._eval_epoch_end("val")

@@ -27,7 +27,7 @@ from datamodules.synthetic import (
     SyntheticDataModule,
     format_example,
 )
-from datamodules.tasks import split_options
+from datamodules.tasks import split_options, unpack
 from pe_sweeps.errors import ConfigError
 
 NUM_SYMBOLS, TRAIN_MAX_LEN = 12, 6  # 12: every registered task's alphabet fits
@@ -136,7 +136,8 @@ def test_supervised_targets_are_the_answer(task, causal):
     dm = make_dm(task, causal, eval_max_len=TRAIN_MAX_LEN)
     rng = np.random.default_rng([dm.seed, 1])  # regenerate the validation prompts and answers
     for example, n in zip(dm.val_set.examples, [n for n in dm.eval_lengths for _ in range(5)], strict=True):
-        prompt, answer = TASKS[task].generate(rng, n, NUM_SYMBOLS, TRAIN_MAX_LEN, **split_options(task, {}, False))
+        options = split_options(task, {}, False)
+        prompt, answer, _ = unpack(TASKS[task].generate(rng, n, NUM_SYMBOLS, TRAIN_MAX_LEN, **options))
         assert [t for t in example.targets if t != IGNORE_INDEX] == [t for t in answer if t != IGNORE_INDEX]
         if SLOT not in prompt:
             assert example.tokens[: len(prompt) + 1] == prompt + [SEP]

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from datamodules.synthetic import SyntheticDataModule, format_example
-from datamodules.tasks import CHOMSKY_FAMILIES, TASKS, check_task, split_options, task_options
+from datamodules.tasks import CHOMSKY_FAMILIES, TASKS, check_task, limits, split_options, task_options, unpack
 from datamodules.tasks.chomsky_context_sensitive import _isqrt
 from datamodules.tasks.tokens import IGNORE_INDEX, SLOT, SYMBOL0, symbols, tokens, vocab_size
 from pe_sweeps.errors import ConfigError
@@ -37,7 +37,7 @@ TASK = pytest.mark.parametrize("task", list(TASKS))
 def sample(task: str, n: int, seed: int, train: bool = True):
     rng = np.random.default_rng(seed)
     options = split_options(task, {}, train)
-    return TASKS[task].generate(rng, n, NUM_SYMBOLS, TRAIN_MAX_LEN, **options), options
+    return unpack(TASKS[task].generate(rng, n, NUM_SYMBOLS, TRAIN_MAX_LEN, **options))[:2], options
 
 
 @TASK
@@ -51,12 +51,18 @@ def test_answer_matches_the_reference(task, train):
 
 @TASK
 def test_lengths_depend_on_n_only_and_tokens_fit(task):
-    vocab = vocab_size(NUM_SYMBOLS, TRAIN_MAX_LEN)
+    """... or, for a task that declares limits, stay within them (addition_zhou: operands of different lengths)."""
     for n in LENGTHS:
         shapes = set()
+        bounds = limits(task, n, NUM_SYMBOLS, TRAIN_MAX_LEN, {})
+        vocab = max(vocab_size(NUM_SYMBOLS, TRAIN_MAX_LEN), bounds.get("vocab", 0))
         for seed in range(8):
             (prompt, answer), _ = sample(task, n, seed)
-            shapes.add((len(prompt), len(answer) if SLOT not in prompt else "in place"))  # slots: as many as reads
+            shape = (len(prompt), len(answer) if SLOT not in prompt else "in place")  # slots: as many as reads
+            if "prompt" in bounds:
+                assert len(prompt) <= bounds["prompt"] and len(answer) == bounds["answer"]
+                shape = ("at most", bounds["prompt"], len(answer))
+            shapes.add(shape)
             assert all(0 <= t < vocab or t == SLOT for t in prompt)
             scored = [t for t in answer if t != IGNORE_INDEX]
             assert scored and all(SYMBOL0 <= t < SYMBOL0 + NUM_SYMBOLS for t in scored)

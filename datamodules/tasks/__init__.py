@@ -5,7 +5,14 @@ tokens.py; the prompt and answer lengths depend on n and the options only). Its 
 answer from the prompt: `reference(prompt, n, num_symbols, train_max_len, **options) -> answer`; the shared
 test (tests/test_tasks.py) checks every entry against it. A task's options are its generator's keyword-only
 arguments; `eval_options` override them in the validation and test splits (flip-flop's sparse and dense
-evaluations).
+evaluations, the addition tasks' offsets drawn at training time only).
+
+A generator may return a third element, a dict of extras: "positions", the example's own position ids for every
+token of `prompt SEP answer` (of the prompt alone for a prompt with SLOTs; the model then uses them instead of
+0..L-1, see positions.py), and "depth", where in the prompt the answer hides (in [0, 1], logged in bins by tasks
+registered with `depth=True`). A task whose prompt length varies with the draw, or with tokens or positions beyond
+the shared vocabulary, registers `limits(n, num_symbols, train_max_len, **options) -> dict` with any of "prompt",
+"answer" (longest lengths), "vocab" (token ids below it) and "max_position" (largest position id).
 """
 
 import inspect
@@ -13,16 +20,21 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from datamodules.tasks import basic, chomsky_context_free, chomsky_context_sensitive, chomsky_regular, flip_flop
+from datamodules.tasks.arithmetic import addition_zhou, addition_zhou_limits, addition_zhou_reference
+from datamodules.tasks.retrieval import mqar, mqar_reference, passkey, passkey_reference
 from pe_sweeps.errors import ConfigError, wrong_type
 
 
 class Task(NamedTuple):
-    """A registered task: generator, reference, family (for the sweeps), option overrides at evaluation."""
+    """A registered task: generator, reference, family (for the sweeps), option overrides at evaluation, size
+    limits (None: fixed by n, in the shared vocabulary), whether its examples carry a depth."""
 
     generate: Callable
     reference: Callable
     family: str
     eval_options: dict = {}
+    limits: Callable | None = None
+    depth: bool = False
 
 
 def _entry(module, name: str, family: str, **eval_options) -> Task:
@@ -30,12 +42,13 @@ def _entry(module, name: str, family: str, **eval_options) -> Task:
 
 
 R, CF, CS = chomsky_regular, chomsky_context_free, chomsky_context_sensitive
+OFFSETS = {"random_offset": False}  # position offsets are drawn at training time only
 
 TASKS: dict[str, Task] = {
     "copy": Task(basic.copy_task, basic.copy_reference, "basic"),
     "reverse": Task(basic.reverse_task, basic.reverse_reference, "basic"),
     "sort": Task(basic.sort_task, basic.sort_reference, "basic"),
-    "addition": Task(basic.addition_task, basic.addition_reference, "basic"),
+    "addition": Task(basic.addition_task, basic.addition_reference, "basic", OFFSETS, basic.addition_limits),
     "lookup": Task(basic.lookup_task, basic.lookup_reference, "basic"),
     # Chomsky hierarchy (Delétang et al. 2023)
     "even_pairs": _entry(R, "even_pairs", "regular"),
@@ -57,6 +70,11 @@ TASKS: dict[str, Task] = {
     "flip_flop": _entry(flip_flop, "flip_flop", "flip_flop"),
     "flip_flop_sparse": Task(flip_flop.flip_flop, flip_flop.flip_flop_reference, "flip_flop", {"p_ignore": 0.98}),
     "flip_flop_dense": Task(flip_flop.flip_flop, flip_flop.flip_flop_reference, "flip_flop", {"p_ignore": 0.1}),
+    # length-generalisation records of 2024 (Zhou et al.; McLeish et al.; Cho et al.)
+    "addition_zhou": Task(addition_zhou, addition_zhou_reference, "arithmetic", OFFSETS, addition_zhou_limits),
+    # retrieval proxies of needle-in-a-haystack / RULER
+    "passkey": Task(passkey, passkey_reference, "retrieval", depth=True),
+    "mqar": Task(mqar, mqar_reference, "retrieval"),
 }
 
 CHOMSKY_FAMILIES = ("regular", "context_free", "context_sensitive")
@@ -87,6 +105,17 @@ def check_task(name: str, options: dict | None = None) -> None:
         problem = wrong_type(value, params[key].annotation)
         if problem:
             raise ConfigError(f"task {name!r} option {key!r} {problem}, got {value!r}")
+
+
+def unpack(result: tuple) -> tuple[list[int], list[int], dict]:
+    """A generator's (prompt, answer) or (prompt, answer, extras) -> (prompt, answer, extras)."""
+    return (*result, {}) if len(result) == 2 else result
+
+
+def limits(name: str, n: int, num_symbols: int, train_max_len: int, options: dict) -> dict:
+    """The task's declared limits at length n with these options ({} when it declares none)."""
+    fn = get_task(name).limits
+    return fn(n, num_symbols, train_max_len, **options) if fn else {}
 
 
 def split_options(name: str, options: dict | None, train: bool) -> dict:

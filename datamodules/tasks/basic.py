@@ -4,7 +4,8 @@ Each task: generate(rng, n, num_symbols, train_max_len) -> (prompt, answer) toke
 that recomputes the answer from the prompt alone (the shared semantics test compares the two).
 """
 
-from datamodules.tasks.tokens import PLUS, QUERY, SYMBOL0, index_token, need_symbols
+from datamodules.tasks import positions as P
+from datamodules.tasks.tokens import PLUS, QUERY, SEP, SYMBOL0, index_token, need_symbols
 
 
 def _symbols(rng, n: int, num_symbols: int) -> list[int]:
@@ -41,14 +42,18 @@ def sort_reference(prompt, n, num_symbols, train_max_len):
     return [t for t in range(SYMBOL0, SYMBOL0 + num_symbols) for _ in range(prompt.count(t))]
 
 
-def addition_task(rng, n, num_symbols, train_max_len):
+def addition_task(rng, n, num_symbols, train_max_len, *, positions: str = "none", max_offset: int = 100,
+                  random_offset: bool = True):  # fmt: skip
     """prompt = a PLUS b, answer = a + b; digits are symbols 0..9, written least-significant digit first.
 
     LSB-first (Lee et al. 2023, "Teaching Arithmetic to Small Transformers") lets a left-to-right model
     emit each answer digit after seeing the carry it depends on: carries flow left to right. a and b have n
     uniformly random digits each (leading zeros allowed); the answer always has n + 1 digits, zero padded.
+    `positions`: none (the model's own 0..L-1), abacus or coupling ids (datamodules/tasks/positions.py) with
+    a training offset below `max_offset`; `random_offset` is set false by the evaluation splits.
     """
     need_symbols("addition", 10, num_symbols, "digits 0-9")
+    P.check_scheme("addition", positions, max_offset)
     a = rng.integers(0, 10, size=n).tolist()  # LSB first
     b = rng.integers(0, 10, size=n).tolist()
     total, carry = [], 0
@@ -57,10 +62,29 @@ def addition_task(rng, n, num_symbols, train_max_len):
         total.append(digit)
     total.append(carry)  # n + 1 digits
     to_tokens = lambda digits: [SYMBOL0 + d for d in digits]
-    return to_tokens(a) + [PLUS] + to_tokens(b), to_tokens(total)
+    prompt, answer = to_tokens(a) + [PLUS] + to_tokens(b), to_tokens(total)
+    if positions == "none":
+        return prompt, answer
+    return prompt, answer, {"positions": addition_positions(rng, prompt + [SEP] + answer, n, positions, max_offset,
+                                                            train_max_len, random_offset)}  # fmt: skip
 
 
-def addition_reference(prompt, n, num_symbols, train_max_len):
+def addition_positions(rng, full: list[int], n: int, positions: str, max_offset: int, train_max_len: int,
+                       random_offset: bool, msd_first_operands: bool = False) -> list[int]:  # fmt: skip
+    """Abacus or coupled ids of `full` = a PLUS b SEP answer whose longest operand has n digits."""
+    if positions == "abacus":
+        return P.abacus(full, P.abacus_offset(rng, max_offset, random_offset))
+    start = P.coupling_start(rng, n, max_offset, train_max_len, random_offset)
+    return P.coupling(full, start, msd_first_operands)
+
+
+def addition_limits(n, num_symbols, train_max_len, *, positions: str = "none", max_offset: int = 100,
+                    random_offset: bool = True) -> dict:  # fmt: skip
+    """The largest position id (the lengths are fixed by n)."""
+    return {"max_position": P.max_position(positions, n, max_offset, train_max_len, random_offset)}
+
+
+def addition_reference(prompt, n, num_symbols, train_max_len, **_):
     value = lambda digits: int("".join(str(t - SYMBOL0) for t in reversed(digits)))
     total = value(prompt[:n]) + value(prompt[n + 1 :])
     return [SYMBOL0 + int(d) for d in reversed(str(total).zfill(n + 1))]
