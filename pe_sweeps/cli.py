@@ -286,7 +286,11 @@ class PECLI(LightningCLI):
         self.run_record = RecordWriter(run_dir, identity, resolved, previous)
         callbacks = [self.run_record]
         if config.trainer.enable_checkpointing is not False:
-            callbacks.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True))
+            # one file, the last state, rewritten at each validation (a "best" needs a metric a plain fit does not
+            # choose; the records keep each metric's best value, `compare --value best`)
+            callbacks.append(
+                ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last", enable_version_counter=False)
+            )
         configured = self.config_init[self.subcommand].trainer.callbacks or []
         configured = configured if isinstance(configured, list) else [configured]
         if config.trainer.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in configured):
