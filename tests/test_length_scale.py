@@ -35,20 +35,17 @@ def model(name: str, causal: bool = True, backend: str = "auto", **options) -> T
     return randomize_(Transformer(arch, causal=causal)).eval()
 
 
-def attention_probs(net: Transformer, x, positions, padding_mask=None):
-    """The first layer's attention weights, from its own module with the softmax captured from its output:
-    softmax of the logits the reference builds with each query row scaled by `factor` (tested against)."""
-    attn = net.blocks[0].attn
+def projections(net: Transformer, x):
+    """The first layer's q, k, v (B, H, L, D) from its own qkv projection."""
     B, L, C = x.shape
-    q, k, v = attn.qkv(x).view(B, L, 3, HEADS, D).permute(2, 0, 3, 1, 4)
-    return q, k, v
+    return net.blocks[0].attn.qkv(x).view(B, L, 3, HEADS, D).permute(2, 0, 3, 1, 4)
 
 
 def reference(net: Transformer, x, positions, factor, causal, padding_mask=None):
     """softmax(factor_i q_i.k_j / sqrt(D)) v for the position-free encoding ("none"), through the layer's
     own projections: the closed form of a per-row logit scale."""
     attn = net.blocks[0].attn
-    q, k, v = attention_probs(net, x, positions)
+    q, k, v = projections(net, x)
     logits = factor * (q @ k.transpose(-1, -2)) / math.sqrt(D)
     L = x.shape[1]
     allowed = torch.ones(L, L, dtype=torch.bool)
