@@ -180,6 +180,23 @@ def example_positions(positions: Tensor, padding_mask: Tensor) -> Tensor:
     return positions.expand(padding_mask.shape).masked_fill(~padding_mask.bool(), 0)
 
 
+def scale_queries(q: Tensor, encoding: PositionalEncoding, positions: Tensor, keys: Tensor) -> Tensor:
+    """q (B, H, L, D) with each row times the encoding's `length_scale` factor (SSMax's s log n, Llama 4's
+    temperature; `query_scale`), in q's dtype; q itself without one."""
+    factor = encoding.query_scale(positions, keys)
+    return q if factor is None else q * factor.to(q.dtype)
+
+
+def key_counts(L: int, causal: bool, allowed: Tensor | None, device) -> Tensor:
+    """How many keys each of L queries attends over: (L,) 1..L causal; bidirectional (B or 1, L or 1), the
+    real keys of each row of the boolean `allowed` (B, 1, L or 1, L), or L without one."""
+    if causal:
+        return torch.arange(1, L + 1, device=device)
+    if allowed is None:
+        return torch.full((1,), L, device=device)
+    return allowed.sum(-1)[:, 0]
+
+
 class Attention(nn.Module):
     """Multi-head self-attention; position enters only through the encoding's hooks."""
 
@@ -199,6 +216,8 @@ class Attention(nn.Module):
         qkv = self.qkv(x).view(B, L, 3, self.num_heads, C // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, D)
         q, k = encoding.rotate(q, k, positions)
+        if encoding.length_scale != "none":
+            q = scale_queries(q, encoding, positions, key_counts(L, causal, allowed, x.device))
         if isinstance(mask, FlexMasks):
             score_mod = chain_score_mods(mask.score_mod, encoding.content_score_mod(q, k, positions))
             y = run_flex_attention(q, k, v, score_mod, mask.block_mask, encoding.attention_scale())
@@ -226,6 +245,8 @@ class Attention(nn.Module):
         q, k = encoding.rotate(q, k, positions[..., -n:])
         k, v = cache.append(k, v)  # (B, H, T, D)
         T = k.shape[-2]
+        if encoding.length_scale != "none":  # the new queries see T - n + 1 .. T keys
+            q = scale_queries(q, encoding, positions[..., -n:], torch.arange(T - n + 1, T + 1, device=x.device))
         mask = bias
         if type(encoding).content_bias is not PositionalEncoding.content_bias:
             queries = q.new_zeros(k.shape[:-1] + q.shape[-1:])  # (B, H, T, D)
@@ -381,7 +402,11 @@ def layer_masks(
     causal = model.causal if causal is None else causal
     L = x.shape[1]
     if uses_flex(model, x):
-        return FlexMasks(model.encoding.score_mod(positions), flex_block_mask(L, causal, padding_mask, x.device)), None
+        keys = None if causal else padding_mask  # `allowed` only counts a bidirectional row's keys there
+        allowed = None if keys is None else allowed_mask(L, False, keys, x.device)
+        return FlexMasks(
+            model.encoding.score_mod(positions), flex_block_mask(L, causal, padding_mask, x.device)
+        ), allowed
     mask, allowed = attention_masks(model.encoding.bias(positions), L, causal, padding_mask, x.device)
     if mask is not None and mask.is_floating_point():
         mask = mask.to(compute_dtype(x))

@@ -72,7 +72,7 @@ def test_flex_flag_matches_the_score_mod_hooks():
             cls.content_score_mod is not PositionalEncoding.content_score_mod
         )
         assert cls.flex == hooks, name
-    assert set(OTHER_NAMES) == {"tupe_a", "tupe_r", "tupe_a_tied", "cope"}
+    assert set(OTHER_NAMES) == {"tupe_a", "tupe_r", "tupe_a_tied", "cope", "dape_alibi", "dape_kerple"}
 
 
 @pytest.mark.parametrize("padded", [True, False])

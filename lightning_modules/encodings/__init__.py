@@ -16,6 +16,7 @@ from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.bert_r import BertR
 from lightning_modules.encodings.cope import CoPE
+from lightning_modules.encodings.dape import DapeALiBi, DapeKerple
 from lightning_modules.encodings.deberta import DeBERTa
 from lightning_modules.encodings.dynamic_bias import DynamicBias
 from lightning_modules.encodings.fire import FIRE
@@ -41,6 +42,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     + (ScaledSinusoidal, SinusoidalLearnable, Shaw, DeBERTa, XPos, KerpleLog, KerplePower, FIRE, DynamicBias)
     + (BertR,)
     + (CoPE, Sandwich, Fox)
+    + (DapeALiBi, DapeKerple)
 }
 
 # name -> (registered encoding, its default options): a variant that changes defaults only

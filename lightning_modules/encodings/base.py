@@ -6,7 +6,7 @@ Positions are an explicit LongTensor of shape (L,) shared by the batch, or (B, L
 
 import itertools
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +14,9 @@ from torch import Tensor, nn
 
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.ranges import PositiveInt
+
+SSMAX_INIT = 0.43  # SSMax's s at initialisation (Nakanishi 2025, the value of its Figure 1)
+LLAMA4_FLOOR_SCALE, LLAMA4_ATTN_SCALE = 8192, 0.1  # Llama 4's attention temperature (transformers' Llama4 config)
 
 # a FlexAttention score_mod: (score, b, h, i, j) -> score plus the logit term at batch b, head h, query slot i,
 # key slot j (scalar tensors; `torch.nn.attention.flex_attention`)
@@ -58,6 +61,13 @@ class PositionalEncoding(nn.Module):
     as the paper's Figure 1, or samples too with `randomize_positions_eval` (the official JAX code samples at
     evaluation, one set per batch of one length). Encodings with a table size it by
     `num_positions = max(max_length, randomize_positions)`.
+    `length_scale` (every encoding): each query row of every layer is multiplied, after `rotate` and before
+    `content_bias` and the attention, by a factor of its length: `ssmax` (Nakanishi 2025, "Scalable-Softmax Is
+    Superior for Attention": s_h log n, n the keys the query attends over, i + 1 causal, the real length
+    bidirectional; s a learned scalar per head, `ssmax_scale`, initialised to 0.43) or `llama4` (Llama 4's
+    attention temperature, transformers' `attn_temperature_tuning`: log(floor((p + 1) / 8192) + 1) 0.1 + 1 at
+    position p, exactly 1 below position 8191). Scaling q scales that row's content logits q.k (and the
+    content terms that read q); a position-only `bias` is not scaled. `query_scale` gives the factor.
     `cls_first`: set by the model (not an option) when position 0 always holds [CLS] (masked-LM and
     classification); TUPE's [CLS] untying is on by default only then.
     Initialisation: every trainable tensor starts as the method's reference code does, stated with its
@@ -87,7 +97,8 @@ class PositionalEncoding(nn.Module):
     kv_cache: bool = True
 
     def __init__(self, *, dim: int, num_heads: int, max_length: int, causal: bool, cls_first: bool = False,
-                 randomize_positions: PositiveInt | None = None, randomize_positions_eval: bool = False):  # fmt: skip
+                 randomize_positions: PositiveInt | None = None, randomize_positions_eval: bool = False,
+                 length_scale: Literal["none", "ssmax", "llama4"] = "none"):  # fmt: skip
         super().__init__()
         if dim % num_heads:
             raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
@@ -106,6 +117,9 @@ class PositionalEncoding(nn.Module):
         self.num_positions = max(max_length, randomize_positions or 0)  # rows a position table needs
         self.table_length = self.num_positions  # rows of the position tables (grown by `reserve`)
         self.position_tables: dict[str, str] = {}  # buffer name -> the method that builds it
+        self.length_scale = length_scale
+        if length_scale == "ssmax":
+            self.ssmax_scale = nn.Parameter(torch.full((num_heads,), SSMAX_INIT))  # (H,): s per head
 
     name: ClassVar[str] = "base"
     # each trainable tensor (state_dict key, default options) -> its reference init (encodings/init_reference.py);
@@ -186,6 +200,16 @@ class PositionalEncoding(nn.Module):
     def flex_capable(self) -> bool:
         """FlexAttention can serve it: every logit term has a score_mod, or it adds none."""
         return self.flex or not self.adds_logit_terms
+
+    def query_scale(self, positions: Tensor, keys: Tensor) -> Tensor | None:
+        """`length_scale`'s factor of each query row, broadcastable to (B, H, L, D) queries, or None (`none`).
+        `positions` (L,) or (B, L) of the queries; `keys` (L,), (B, L) or (B, 1): how many keys each attends over."""
+        if self.length_scale == "ssmax":  # s_h log n
+            return self.ssmax_scale[:, None, None] * keys.float().log()[..., None, :, None]  # (..., H, L, 1)
+        if self.length_scale == "llama4":  # transformers' Llama4TextAttention, attn_temperature_tuning
+            floor = torch.floor((positions.float() + 1.0) / LLAMA4_FLOOR_SCALE)
+            return (torch.log1p(floor) * LLAMA4_ATTN_SCALE + 1.0)[..., None, :, None]  # (..., 1, L, 1)
+        return None
 
     def attention_scale(self) -> float:
         """Scale of the content logits q.k."""
