@@ -28,7 +28,7 @@ from pydoc import locate  # noqa: E402
 
 import yaml  # noqa: E402
 from jsonargparse import set_parsing_settings  # noqa: E402
-from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar  # noqa: E402
+from pytorch_lightning.callbacks import ModelCheckpoint, ModelSummary, ProgressBar  # noqa: E402
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI  # noqa: E402
 
 from datamodules.base import TaskDataModule  # noqa: E402
@@ -60,7 +60,7 @@ from pe_sweeps.layout import (  # noqa: E402
     parent_run_dir,
     shipped_path,
 )
-from pe_sweeps.tracking.callbacks import LogLearningRate, StepProgressBar  # noqa: E402
+from pe_sweeps.tracking.callbacks import LogLearningRate, ModelSummaryWithFlops, StepProgressBar  # noqa: E402
 from pe_sweeps.tracking.children import check_given_gpus, start_watchdog  # noqa: E402
 from pe_sweeps.tracking.console import quiet_lightning_tips  # noqa: E402
 from pe_sweeps.tracking.record_writer import RecordWriter  # noqa: E402
@@ -295,6 +295,10 @@ class PECLI(LightningCLI):
         configured = configured if isinstance(configured, list) else [configured]
         if config.trainer.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in configured):
             callbacks.append(StepProgressBar())  # "step 120/3000", not Lightning's "Epoch 0/-2"
+        if config.trainer.enable_model_summary is not False and not any(
+            isinstance(c, ModelSummary) for c in configured
+        ):
+            callbacks.append(ModelSummaryWithFlops())  # its FLOPs row is the model's, not Lightning's "0"
         kwargs["callbacks"] = callbacks + configured
         if run.wandb and config.trainer.logger is False:
             if launch_rank() == 0:

@@ -103,3 +103,11 @@ def attached_trainer(module):
 def set_initial_hparam(module, key: str, value) -> None:
     """Set one of `hparams_initial` (what checkpoints and loggers record), which Lightning exposes read-only."""
     module._hparams_initial[key] = value  # pytorch_lightning: LightningModule._hparams_initial
+
+
+def format_model_summary(*args) -> str:
+    """Lightning's model summary table as its ModelSummary callback prints it
+    (`pytorch_lightning.utilities.model_summary.model_summary._format_summary_table`)."""
+    from pytorch_lightning.utilities.model_summary.model_summary import _format_summary_table
+
+    return _format_summary_table(*args)

@@ -419,3 +419,20 @@ def test_cpu_runs_keep_fp32(tiny_fit_args, monkeypatch):
     before = torch.get_float32_matmul_precision()
     assert parsed_trainer_config(tiny_fit_args, monkeypatch).get("precision") is None  # Lightning's 32-true
     assert torch.get_float32_matmul_precision() == before
+
+
+def test_model_summary_states_the_training_flops_not_lightnings_zero(tiny_fit_args, caplog):
+    """Lightning's summary ended "0  Total Flops" in every run (issue 29.6): its row now states 6N + 12ATC."""
+    import logging
+
+    from lightning_modules.arch import ArchConfig
+    from lightning_modules.synthetic_model import SyntheticTaskModel
+    from pe_sweeps.tracking.callbacks import training_flops_per_token
+
+    with caplog.at_level(logging.INFO, logger="pytorch_lightning.callbacks.model_summary"):
+        fit([*tiny_fit_args, "--trainer.enable_model_summary=true"])
+    text = caplog.text
+    assert "Training FLOPs per token (6N + 12ATC, PaLM)" in text and "Total Flops" not in text
+    model = SyntheticTaskModel(ArchConfig("rope", dim=32, depth=1, num_heads=4, vocab_size=20, max_length=12))
+    n = sum(p.numel() for p in model.parameters()) - model.transformer.token_emb.weight.numel()
+    assert training_flops_per_token(model, None) == 6 * n + 12 * 1 * 12 * 32

@@ -1,9 +1,14 @@
-"""Lightning callbacks every fit gets: the learning rate logged as `train/lr`, and a progress bar that counts
-steps (our runs are bounded by steps, not epochs)."""
+"""Lightning callbacks every fit gets: the learning rate logged as `train/lr`, a progress bar that counts
+steps (our runs are bounded by steps, not epochs), and a model summary that states the model's FLOPs."""
 
-from pytorch_lightning.callbacks import Callback, RichProgressBar
+import logging
+
+from pytorch_lightning.callbacks import Callback, ModelSummary, RichProgressBar
+from pytorch_lightning.utilities.model_summary import get_human_readable_count
+from torch import nn
 
 from lightning_modules.metric_names import TRAIN_LOSS
+from pe_sweeps import internals
 
 
 class LogLearningRate(Callback):
@@ -42,3 +47,40 @@ class StepProgressBar(RichProgressBar):
                 self.shown[TRAIN_LOSS] = float(loss)
         metrics, total = self.shown, trainer.max_steps
         return {"step": f"{trainer.global_step}/{total}" if total and total > 0 else trainer.global_step, **metrics}
+
+
+class ModelSummaryWithFlops(ModelSummary):
+    """Lightning's model summary, whose last row "Total Flops" reads 0 unless a module sets `example_input_array`
+    (ours take batches, not one tensor): that row states instead the training FLOPs per token, PaLM's count
+    6 N + 12 A T C (Chowdhery et al. 2022, appendix B: N parameters without the token embeddings, A attention
+    layers, T the training sequence length, C the width; extra position terms are not in it)."""
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.per_token = training_flops_per_token(pl_module, getattr(trainer, "datamodule", None))
+        super().on_fit_start(trainer, pl_module)
+
+    def summarize(self, summary_data, total_parameters, trainable_parameters, model_size, total_training_modes,
+                  total_flops, **kwargs) -> None:  # fmt: skip
+        table = internals.format_model_summary(
+            total_parameters, trainable_parameters, model_size, total_training_modes, total_flops, *summary_data
+        )
+        lines = table.splitlines()
+        if not total_flops and self.per_token and lines[-1].endswith("Total Flops"):
+            lines[-1] = f"{get_human_readable_count(self.per_token):<10}Training FLOPs per token (6N + 12ATC, PaLM)"
+        logging.getLogger(ModelSummary.__module__).info("\n" + "\n".join(lines))
+
+
+def training_flops_per_token(module: nn.Module, datamodule) -> int | None:
+    """6 N + 12 A T C for a task module with an `arch` (None otherwise)."""
+    arch = getattr(module, "arch", None)
+    if arch is None:
+        return None
+    from lightning_modules.transformer import Attention
+
+    embeddings = {
+        id(m.weight) for m in module.modules() if isinstance(m, nn.Embedding) and m.num_embeddings == arch.vocab_size
+    }
+    n = sum(p.numel() for p in module.parameters() if id(p) not in embeddings)
+    attention = sum(isinstance(m, Attention) or type(m).__name__ == "CrossAttention" for m in module.modules())
+    length = getattr(datamodule, "train_seq_len", None) or arch.max_length
+    return 6 * n + 12 * attention * length * arch.dim
