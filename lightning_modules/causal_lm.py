@@ -156,7 +156,7 @@ class CausalLMModel(TaskModule):
             values[M.name(stage, M.LOSS)] = losses[train_context]
             values[M.name(stage, PPL)] = _ppl(losses[train_context])
         self.unservable[stage] = set()
-        self.log_dict(values, sync_dist=False)  # already reduced across devices by torchmetrics
+        self.log_evaluation(values)
         return values
 
 

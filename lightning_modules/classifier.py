@@ -171,7 +171,7 @@ class SequenceClassifier(TaskModule):
         values[M.name(stage, M.LOSS)] = self.losses[stage].compute().item()
         self.metrics[stage].reset()
         self.losses[stage].reset()
-        self.log_dict(values)  # already reduced across devices by torchmetrics
+        self.log_evaluation(values)
 
     def warmup(self, total_steps: float) -> int:
         ratio = self.hparams.warmup_ratio

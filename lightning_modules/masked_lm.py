@@ -97,7 +97,7 @@ class MaskedLMModel(TaskModule):
         }
         self.losses[stage].reset()
         self.accuracy[stage].reset()
-        self.log_dict(values)  # already reduced across devices by torchmetrics
+        self.log_evaluation(values)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         tokenizer = getattr(getattr(self.trainer, "datamodule", None), "tokenizer", None)

@@ -103,7 +103,7 @@ class SyntheticTaskModel(TaskModule):
         values |= self._depth_values(stage)
         for metric in (self.per_length[stage], self.losses[stage], self.examples[stage], self.per_depth[stage]):
             metric.reset()
-        self.log_dict(values, sync_dist=False)  # already reduced across devices by torchmetrics
+        self.log_evaluation(values)
         return values
 
     def _depth_values(self, stage: str) -> dict[str, float]:
@@ -117,4 +117,4 @@ class SyntheticTaskModel(TaskModule):
         values = self._eval_epoch_end("val")
         if not self.trainer.sanity_checking and M.name("val", M.ACC) in values:
             self.best_acc.update(values[M.name("val", M.ACC)])
-            self.log(M.ACC_BEST, self.best_acc.compute())
+            self.log_evaluation({M.ACC_BEST: self.best_acc.compute()})

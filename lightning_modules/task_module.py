@@ -102,6 +102,13 @@ class TaskModule(pl.LightningModule):
                 if isinstance(module, PositionalEncoding) and (note := module.untrained_note(int(train_length))):
                     rank_zero_warn(note)
 
+    def log_evaluation(self, values: dict) -> None:
+        """Log an evaluation's values, which torchmetrics already reduced across processes (the same on every
+        rank). `sync_dist` with `max` says so to Lightning, which otherwise warns once per metric under DDP (a
+        flood at one metric per length); the max of equal values is exact, one all-reduce per value and
+        evaluation, none in a single process."""
+        self.log_dict(values, sync_dist=True, reduce_fx="max")
+
     def watch_loss(self, loss) -> None:
         """Note a non-finite training loss for the next divergence check (no host sync)."""
         if getattr(self, "divergence", None) is None:

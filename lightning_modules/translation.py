@@ -401,7 +401,7 @@ class TranslationModel(TaskModule):
             values[M.name(stage, metric)] = 100.0 * self.bleu[key].compute()
             self.bleu[key].reset()
         self.eval_loss[stage].reset()
-        self.log_dict(values, sync_dist=False)  # already reduced across devices by torchmetrics
+        self.log_evaluation(values)
 
     def on_validation_epoch_end(self) -> None:
         self._log_epoch("val", {BLEU: "val"})

@@ -5,6 +5,7 @@ README claim covered here: "validation metrics do not depend on the number of pr
 """
 
 import copy
+import warnings
 
 import pytest
 import pytorch_lightning as pl
@@ -96,3 +97,14 @@ def test_validation_during_a_ddp_fit_is_the_single_process_one():
     assert during.keys() == after.keys() and during["val/examples"] == 31
     for key, value in after.items():
         assert during[key] == pytest.approx(value, abs=1e-6), (key, during[key], value)
+
+
+def test_evaluation_logs_raise_no_sync_dist_warning(trained):
+    """Under DDP Lightning warned once per logged metric (one per length: a flood) that `sync_dist=True` is
+    recommended; the values are already reduced by torchmetrics, and say so (issue 29.6). One DDP process is
+    enough: the warning looks only at whether torch.distributed is initialised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer(strategy="ddp", devices=1).validate(copy.deepcopy(trained), datamodule=tiny_data(), verbose=False)
+    flood = [str(w.message) for w in caught if "sync_dist" in str(w.message)]
+    assert not flood, flood[:3]
