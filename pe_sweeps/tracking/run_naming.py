@@ -2,6 +2,7 @@
 parameters its sweep varies (pure functions of their arguments and the sweep's parameters; no wandb import)."""
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -11,6 +12,7 @@ from pe_sweeps.layout import SWEEP_PARAMS_ENV
 
 # `cli.py sweep` hands each trial the parameters its sweep varies, {key: value} as JSON, for names and config
 IN_NAME = ("task", "seed_everything")  # already in every run name, with the encoding parameters (`in_name`)
+IN_ENCODING = ("arch.nope_every",)  # arch fields the run's encoding label shows (`encoding_label`)
 
 
 def sweep_params() -> dict:
@@ -47,10 +49,10 @@ def short_key(key: str) -> str:
 def in_name(key: str) -> bool:
     """True for a sweep key every run name and group already shows: the task, the seed, and any parameter
     a task module declares as an encoding (`model.arch.encoding`, `model.decoder_encoding`: the run's
-    encoding, e.g. `learned+rope`)."""
+    encoding, e.g. `learned+rope`), and `arch.nope_every` (in the encoding's label, `encoding_label`)."""
     from lightning_modules.task_modules import encoding_parameters
 
-    return short_key(key) in IN_NAME or key in encoding_parameters()
+    return short_key(key) in IN_NAME or key in encoding_parameters() or key.endswith(IN_ENCODING)
 
 
 def short_value(value) -> str:
@@ -70,11 +72,36 @@ def distinguishing(options: dict, arch: dict, default_arch: dict, argv: list[str
         found.update({f"model.{argument}.{k}": v for k, v in sorted((values or {}).items())})
     given = {m.group(1) for a in argv if (m := re.match(r"--model\.(?:init_args\.)?arch\.(\w+)(?:=|$)", a))}
     for field in arch:  # in the architecture's own field order
-        if field in given - {"encoding", "encoding_options", "vocab_size", "max_length"} and (
+        if field in given - {"encoding", "encoding_options", "nope_every", "vocab_size", "max_length"} and (
             arch[field] != default_arch.get(field)
         ):
             found[f"model.arch.{field}"] = arch[field]
     return found
+
+
+def schedule_label(names: list[str]) -> str:
+    """A per-layer encoding schedule as run names show it: its shortest repeating pattern, each run of one
+    encoding written name+count (count 1 left out), the runs joined by ".": [rope, rope, rope, none] (repeated
+    any number of times) -> `rope3.none`, [rope, none, ...] -> `rope.none`, one encoding in every layer -> its
+    name. `nope_every: 4` is `rope3.none` too (at a depth that 4 divides)."""
+    depth = len(names)
+    period = next(p for p in range(1, depth + 1) if depth % p == 0 and names == names[:p] * (depth // p))
+    runs = [(name, len(list(group))) for name, group in itertools.groupby(names[:period])]
+    return ".".join(name if count == 1 else f"{name}{count}" for name, count in runs)
+
+
+def encoding_label(encoding, arch=None) -> str:
+    """A stack's encoding in run names and groups: the name, or for a per-layer schedule (a list, or
+    `nope_every` in `arch`, the architecture's dict) its `schedule_label`."""
+    nope_every = arch.get("nope_every") if hasattr(arch, "get") else None
+    if isinstance(encoding, str) and not nope_every:
+        return encoding
+    if not isinstance(encoding, (str, list, tuple)) or not encoding:
+        return str(encoding)
+    from lightning_modules.schedule import layer_encodings
+
+    depth = len(encoding) if isinstance(encoding, (list, tuple)) else int(arch.get("depth") or 1)
+    return schedule_label(layer_encodings(encoding, nope_every, depth))
 
 
 def setup_label(encoding: str, distinct: dict) -> str:
