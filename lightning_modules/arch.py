@@ -8,7 +8,8 @@ LightningCLI exposes it as `--model.arch.*` (`--model.arch.encoding=rope`, `--mo
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
-from lightning_modules.schedule import check_schedule, layer_encodings, layer_windows
+from lightning_modules.schedule import check_schedule, layer_windows
+from lightning_modules.schedule_label import layer_encodings
 from pe_sweeps.ranges import Fraction, PositiveFloat, PositiveInt, check_ranges
 
 

@@ -10,17 +10,8 @@ but `none`, or, with a single encoding, to it alone (as without a schedule).
 """
 
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding, check_encoding, check_encoding_name
+from lightning_modules.schedule_label import NOPE
 from pe_sweeps.errors import ConfigError
-
-NOPE = "none"
-
-
-def layer_encodings(encoding: str | list[str], nope_every: int | None, depth: int) -> list[str]:
-    """The encoding name of each of the `depth` layers."""
-    names = [encoding] * depth if isinstance(encoding, str) else list(encoding)
-    if nope_every:
-        names = [NOPE if (i + 1) % nope_every == 0 else name for i, name in enumerate(names)]
-    return names
 
 
 def layer_windows(window: int | list[int | None] | None, depth: int) -> list[int | None]:

@@ -8,9 +8,9 @@ from pytorch_lightning.utilities import rank_zero_warn
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import PositionalEncoding
 from lightning_modules.optim import DivergenceWatch, adamw_with_schedule
+from lightning_modules.schedule_label import encoding_label
 from pe_sweeps import internals
 from pe_sweeps.ranges import check_ranges
-from pe_sweeps.tracking.run_naming import encoding_label
 
 # What --help says of the options most task modules share (`options_help`); a module's own are added there.
 COMMON_OPTIONS = {
@@ -79,7 +79,7 @@ class TaskModule(pl.LightningModule):
     @classmethod
     def encoding_of(cls, init_args) -> str:
         """A run's encoding as its name and comparison group show it, e.g. "rope", "learned+rope", or "rope3.none"
-        for a per-layer schedule of `arch` (`run_naming.encoding_label`)."""
+        for a per-layer schedule of `arch` (`schedule_label.encoding_label`)."""
         arch = dotted_get(init_args, "arch")
         return "+".join(
             encoding_label(name, arch if path.startswith("arch.") else None)

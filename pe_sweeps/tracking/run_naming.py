@@ -2,12 +2,13 @@
 parameters its sweep varies (pure functions of their arguments and the sweep's parameters; no wandb import)."""
 
 import hashlib
-import itertools
 import json
 import os
 import re
 from pathlib import Path
 
+# a per-layer encoding schedule's label (`rope3.none`): run_encoding names and groups runs by it
+from lightning_modules.schedule_label import encoding_label, schedule_label  # noqa: F401
 from pe_sweeps.layout import SWEEP_PARAMS_ENV
 
 # `cli.py sweep` hands each trial the parameters its sweep varies, {key: value} as JSON, for names and config
@@ -77,31 +78,6 @@ def distinguishing(options: dict, arch: dict, default_arch: dict, argv: list[str
         ):
             found[f"model.arch.{field}"] = arch[field]
     return found
-
-
-def schedule_label(names: list[str]) -> str:
-    """A per-layer encoding schedule as run names show it: its shortest repeating pattern, each run of one
-    encoding written name+count (count 1 left out), the runs joined by ".": [rope, rope, rope, none] (repeated
-    any number of times) -> `rope3.none`, [rope, none, ...] -> `rope.none`, one encoding in every layer -> its
-    name. `nope_every: 4` is `rope3.none` too (at a depth that 4 divides)."""
-    depth = len(names)
-    period = next(p for p in range(1, depth + 1) if depth % p == 0 and names == names[:p] * (depth // p))
-    runs = [(name, len(list(group))) for name, group in itertools.groupby(names[:period])]
-    return ".".join(name if count == 1 else f"{name}{count}" for name, count in runs)
-
-
-def encoding_label(encoding, arch=None) -> str:
-    """A stack's encoding in run names and groups: the name, or for a per-layer schedule (a list, or
-    `nope_every` in `arch`, the architecture's dict) its `schedule_label`."""
-    nope_every = arch.get("nope_every") if hasattr(arch, "get") else None
-    if isinstance(encoding, str) and not nope_every:
-        return encoding
-    if not isinstance(encoding, (str, list, tuple)) or not encoding:
-        return str(encoding)
-    from lightning_modules.schedule import layer_encodings
-
-    depth = len(encoding) if isinstance(encoding, (list, tuple)) else int(arch.get("depth") or 1)
-    return schedule_label(layer_encodings(encoding, nope_every, depth))
 
 
 def setup_label(encoding: str, distinct: dict) -> str:
