@@ -8,6 +8,8 @@ LightningCLI exposes it as `--model.arch.*` (`--model.arch.encoding=rope`, `--mo
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
+from lightning_modules.schedule import check_schedule, layer_windows
+from lightning_modules.schedule_label import layer_encodings
 from pe_sweeps.ranges import Fraction, PositiveFloat, PositiveInt, check_ranges
 
 
@@ -16,10 +18,12 @@ class ArchConfig:
     """Sizes and positional encoding of a Transformer stack (the encoder's, in the translation model)."""
 
     # (each field's docstring is its --help text: pe_sweeps/cli.py reads attribute docstrings)
-    encoding: str = "rope"
-    """positional encoding: a registry name or preset (`python -m lightning_modules.encodings` lists them)"""
+    encoding: str | list[str] = "rope"
+    """positional encoding: a registry name or preset (`python -m lightning_modules.encodings` lists them), or a
+    list with one per layer, e.g. [rope, rope, rope, none]"""
     encoding_options: dict | None = None
-    """the encoding's own options, e.g. {base: 500} (names and ranges: `python -m lightning_modules.encodings`)"""
+    """the encoding's own options, e.g. {base: 500} (names and ranges: `python -m lightning_modules.encodings`);
+    in a schedule, for every encoding but none"""
     dim: PositiveInt = 128
     """model width C"""
     depth: PositiveInt = 2
@@ -40,9 +44,25 @@ class ArchConfig:
     """token embeddings start as N(0, s^2): 0.02 as GPT-2 / BERT; 1.0 is nn.Embedding's default"""
     attention_backend: Literal["auto", "sdpa", "flex"] = "auto"
     """auto: FlexAttention on CUDA for an encoding whose logit terms have score_mods, SDPA otherwise"""
+    nope_every: int | None = None
+    """every k-th layer (k, 2k, ...; k in [2, depth]) uses none, the others `encoding` (iRoPE: 4); null: none"""
+    window: int | list[int | None] | None = None
+    """sliding-window size (keys a query sees, itself included; >= 1) of every layer, or a list with one per
+    layer; null: full attention. Causal models"""
 
     def __post_init__(self) -> None:
         check_ranges(type(self), vars(self), "arch.")  # built directly (not parsed): the declared ranges still hold
+        check_schedule(self.encoding, self.nope_every, self.window, self.depth)
+
+    @property
+    def layer_encodings(self) -> list[str]:
+        """The encoding name of each layer (`encoding` and `nope_every` resolved)."""
+        return layer_encodings(self.encoding, self.nope_every, self.depth)
+
+    @property
+    def layer_windows(self) -> list[int | None]:
+        """The sliding-window size of each layer (None: full attention)."""
+        return layer_windows(self.window, self.depth)
 
     @classmethod
     def of(cls, value: "ArchConfig | dict") -> "ArchConfig":

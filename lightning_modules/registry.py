@@ -44,13 +44,19 @@ def encoding_keys() -> list[str]:
 
 def run_encoding_of(config: dict) -> str | None:
     """A run's encoding read from its resolved config (`model.class_path` and `init_args`), as its task
-    module declares it (e.g. "rope", or "learned+rope" for translation); None for a model class not ours."""
+    module declares it (e.g. "rope", "rope3.none" for a per-layer schedule, "learned+rope" for translation); None for a model class not ours."""
     model = config.get("model") or {}
     short = {path: name for name, path in TASK_MODULE_PATHS.items()}.get(model.get("class_path"))
     if short is None:
         return None
+    from lightning_modules.schedule_label import encoding_label
+
     init_args = model.get("init_args") or {}
-    return "+".join(str(dotted_get(init_args, name)) for name, _ in ENCODING_ARGS[short].values())
+    arch = dotted_get(init_args, "arch")
+    return "+".join(
+        encoding_label(dotted_get(init_args, name), arch if name.startswith("arch.") else None)
+        for name, _ in ENCODING_ARGS[short].values()
+    )
 
 
 def modules_of(paths) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import PositionalEncoding
 from lightning_modules.optim import DivergenceWatch, adamw_with_schedule
 from lightning_modules.registry import ONE_ENCODING, dotted_get  # noqa: F401 (dotted_get re-exported)
+from lightning_modules.schedule_label import encoding_label
 from pe_sweeps import internals
 from pe_sweeps.ranges import check_ranges
 
@@ -71,8 +72,13 @@ class TaskModule(pl.LightningModule):
 
     @classmethod
     def encoding_of(cls, init_args) -> str:
-        """A run's encoding as its name and comparison group show it, e.g. "rope" or "learned+rope"."""
-        return "+".join(str(name) for name, _ in cls.declared_encodings(init_args).values())
+        """A run's encoding as its name and comparison group show it, e.g. "rope", "learned+rope", or "rope3.none"
+        for a per-layer schedule of `arch` (`schedule_label.encoding_label`)."""
+        arch = dotted_get(init_args, "arch")
+        return "+".join(
+            encoding_label(name, arch if path.startswith("arch.") else None)
+            for path, (name, _) in cls.declared_encodings(init_args).items()
+        )
 
     @property
     def run_encoding(self) -> str:

@@ -14,6 +14,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding, build_encoding
 from lightning_modules.encodings.base import ScoreMod, chain_score_mods
+from lightning_modules.schedule import distinct, primary_encoding, scheduled_options
 from pe_sweeps.errors import ConfigError
 
 BACKENDS = ("auto", "sdpa", "flex")
@@ -35,18 +36,33 @@ def merge_mask(logits: Tensor | None, allowed: Tensor | None) -> Tensor | None:
     return logits.masked_fill(~allowed, float("-inf"))
 
 
-def allowed_mask(length: int, causal: bool, padding_mask: Tensor | None, device) -> Tensor | None:
-    """(B or 1, 1, L, L) boolean mask: True where query i may attend key j; None if all may."""
-    allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None] if causal else None
+def band_mask(queries: int, keys: int, window: int, device) -> Tensor:
+    """(queries, keys) causal sliding-window mask of the last `queries` of `keys` tokens: query i (absolute
+    position keys - queries + i) may attend key j when j <= i and i - j < window (`window` keys, itself included)."""
+    i = torch.arange(keys - queries, keys, device=device)[:, None]
+    j = torch.arange(keys, device=device)[None, :]
+    return (j <= i) & (i - j < window)
+
+
+def allowed_mask(length: int, causal: bool, padding_mask: Tensor | None, device,
+                 window: int | None = None) -> Tensor | None:  # fmt: skip
+    """(B or 1, 1, L, L) boolean mask: True where query i may attend key j; None if all may. A causal
+    `window`: the band of the last `window` keys (`band_mask`)."""
+    allowed = None
+    if causal and window is None:
+        allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+    elif causal:
+        allowed = band_mask(length, length, window, device)[None, None]
     if padding_mask is not None:
         keys = padding_mask[:, None, None, :].bool()  # (B, 1, 1, L)
         allowed = keys if allowed is None else allowed & keys
     return allowed
 
 
-def attention_masks(bias: Tensor | None, length: int, causal: bool, padding_mask: Tensor | None, device):
+def attention_masks(bias: Tensor | None, length: int, causal: bool, padding_mask: Tensor | None, device,
+                    window: int | None = None):  # fmt: skip
     """(mask, allowed) for one forward: the SDPA mask with the shared `bias` folded in, and the boolean mask
-    a per-layer `content_bias` is folded with (see `Attention`).
+    a per-layer `content_bias` is folded with (see `Attention`); a causal `window` adds its band.
 
     Both are None whenever nothing needs them, so SDPA keeps its fused kernels: a causal model without a
     bias passes no mask and `is_causal=True` (FlashAttention on CUDA). A causal model ignores `padding_mask`:
@@ -54,7 +70,8 @@ def attention_masks(bias: Tensor | None, length: int, causal: bool, padding_mask
     the losses of padded positions are masked by the task; only a bias needs the causal triangle built.
     """
     keys = None if causal else padding_mask
-    allowed = allowed_mask(length, causal, keys, device) if bias is not None or keys is not None else None
+    needed = bias is not None or keys is not None or window is not None
+    allowed = allowed_mask(length, causal, keys, device, window) if needed else None
     return merge_mask(bias, allowed), allowed
 
 
@@ -67,9 +84,14 @@ class FlexMasks:
     block_mask: BlockMask | None
 
 
-def flex_block_mask(length: int, causal: bool, padding_mask: Tensor | None, device) -> BlockMask | None:
+def flex_block_mask(length: int, causal: bool, padding_mask: Tensor | None, device,
+                    window: int | None = None) -> BlockMask | None:  # fmt: skip
     """The "may attend" mask of `attention_masks` as a FlexAttention block mask: the causal triangle (padding
-    ignored, as there: right padding is never seen by a real query), or the real keys of a padded batch."""
+    ignored, as there: right padding is never seen by a real query) or its `window` band, or the real keys of
+    a padded batch."""
+    if causal and window is not None:
+        band = lambda b, h, i, j: (j <= i) & (i - j < window)
+        return create_block_mask(band, None, None, length, length, device=device)
     if causal:
         return create_block_mask(lambda b, h, i, j: j <= i, None, None, length, length, device=device)
     if padding_mask is None:
@@ -207,11 +229,12 @@ class Attention(nn.Module):
         self.out = nn.Linear(dim, dim)
 
     def forward(self, x, encoding: PositionalEncoding, positions, mask, allowed, causal,
-                cache: LayerCache | None = None) -> Tensor:  # fmt: skip
+                cache: LayerCache | None = None, window: int | None = None) -> Tensor:  # fmt: skip
         """`mask`: the SDPA mask of `attention_masks` (in the compute dtype), or the forward's `FlexMasks`;
-        with a `cache`, a cached decoding step (see `decode_step`), `mask` then being `decoding_bias`."""
+        with a `cache`, a cached decoding step (see `decode_step`), `mask` then being `decoding_bias`. The
+        layer's sliding `window` is already in `mask` and `allowed`; only the cached step reads it."""
         if cache is not None:
-            return self.decode_step(x, encoding, positions, mask, cache)
+            return self.decode_step(x, encoding, positions, mask, cache, window)
         B, L, C = x.shape
         qkv = self.qkv(x).view(B, L, 3, self.num_heads, C // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, D)
@@ -235,11 +258,13 @@ class Attention(nn.Module):
         )  # fmt: skip
         return self.out(y.transpose(1, 2).reshape(B, L, C))  # (B, L, C)
 
-    def decode_step(self, x, encoding: PositionalEncoding, positions, bias: Tensor | None, cache: LayerCache) -> Tensor:
-        """Causal attention of the n new tokens x (B, n, C) to themselves and the cached ones; `positions` (T,)
-        of all T tokens, the last n new; `bias` (..., H, n, T) the new rows of the shared bias. A content term
-        is computed with zero queries in the cached rows and its new rows kept (a row depends only on its own
-        query). Extends the cache; evaluation only (no dropout)."""
+    def decode_step(self, x, encoding: PositionalEncoding, positions, bias: Tensor | None, cache: LayerCache,
+                    window: int | None = None) -> Tensor:  # fmt: skip
+        """Causal attention of the n new tokens x (B, n, C) to themselves and the cached ones (the last
+        `window` of them with a sliding window); `positions` (T,) of all T tokens, the last n new; `bias`
+        (..., H, n, T) the new rows of the shared bias. A content term is computed with zero queries in the
+        cached rows and its new rows kept (a row depends only on its own query). Extends the cache (every
+        key, also those a window no longer sees); evaluation only (no dropout)."""
         B, n, C = x.shape
         q, k, v = self.qkv(x).view(B, n, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
         q, k = encoding.rotate(q, k, positions[..., -n:])
@@ -256,6 +281,8 @@ class Attention(nn.Module):
                 extra = extra[..., -n:, :]
                 mask = extra if mask is None else mask + extra
         allowed = None if n == 1 else torch.ones(n, T, dtype=torch.bool, device=x.device).tril(T - n)
+        if window is not None and window < T:
+            allowed = band_mask(n, T, window, x.device)
         mask = merge_mask(mask, allowed)
         if mask is not None and mask.is_floating_point():
             mask = mask.to(q.dtype)
@@ -277,19 +304,24 @@ class Block(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, encoding, positions, mask, allowed, causal, cache: LayerCache | None = None) -> Tensor:
+    def forward(self, x, encoding, positions, mask, allowed, causal, cache: LayerCache | None = None,
+                window: int | None = None) -> Tensor:  # fmt: skip
         if self.post_norm:
-            x = self.norm1(x + self.drop(self.attn(x, encoding, positions, mask, allowed, causal, cache)))
+            x = self.norm1(x + self.drop(self.attn(x, encoding, positions, mask, allowed, causal, cache, window)))
             return self.norm2(x + self.ffn(x))
-        x = x + self.drop(self.attn(self.norm1(x), encoding, positions, mask, allowed, causal, cache))
+        x = x + self.drop(self.attn(self.norm1(x), encoding, positions, mask, allowed, causal, cache, window))
         return x + self.ffn(self.norm2(x))
 
 
 class Transformer(nn.Module):
-    """Token embedding + `depth` blocks + final norm, parameterised by a registered encoding.
+    """Token embedding + `depth` blocks + final norm, parameterised by a registered encoding, or by a per-layer
+    schedule of them (`arch.encoding` list, `arch.nope_every`; lightning_modules/schedule.py).
 
     Causal (decoder-only) or bidirectional (encoder). The encoding's shared bias and the masks are
-    computed once per forward and passed to every layer. Returns hidden states (B, L, C).
+    computed once per forward and passed to every layer; with a schedule, once per distinct encoding (layers
+    naming the same encoding share its instance) and per sliding `arch.window`. `self.encoding` is the
+    stack's encoding (the first that is not none): its `embed` hook and positions serve every layer; the
+    others are `self.other_encodings`. Returns hidden states (B, L, C).
     Default positions are 0..L-1; in training mode with the encoding's `randomize_positions` N, sorted
     distinct positions sampled from [0, N) for each example's own length instead (Ruoss et al. 2023; at
     evaluation too with `randomize_positions_eval`); explicit positions win.
@@ -301,7 +333,17 @@ class Transformer(nn.Module):
         dim, dropout, post_norm = arch.dim, arch.dropout, arch.post_norm
         self.arch, self.causal = arch, causal
         self.encoding = build_arch_encoding(arch, causal=causal, cls_first=cls_first)
-        check_attention_backend(arch.attention_backend, self.encoding, arch.dropout)
+        self.layer_names, self.windows = arch.layer_encodings, arch.layer_windows
+        others = [name for name in distinct(self.layer_names) if name != primary_encoding(self.layer_names)]
+        if others:  # registered only for a schedule: a single encoding's state_dict keys stay `encoding.*`
+            self.other_encodings = nn.ModuleDict(
+                {name: build_arch_encoding(arch, causal=causal, cls_first=cls_first, name=name) for name in others}
+            )
+        for encoding in self.encodings:
+            check_attention_backend(arch.attention_backend, encoding, arch.dropout)
+        if not causal and any(window is not None for window in self.windows):
+            raise ConfigError("arch.window (a causal sliding window) needs a causal model; set --model.causal=true "
+                              "or arch.window=null")  # fmt: skip
         self.token_emb = nn.Embedding(arch.vocab_size, dim)
         self.emb_drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
@@ -315,6 +357,18 @@ class Transformer(nn.Module):
         for block in self.blocks:
             block.apply(init_weights)
 
+    @property
+    def encodings(self) -> list[PositionalEncoding]:
+        """Each distinct encoding of the layers once, the stack's own (`self.encoding`) first."""
+        others = getattr(self, "other_encodings", None)
+        return [self.encoding, *(others.values() if others is not None else ())]
+
+    def layer_encoding(self, layer: int) -> PositionalEncoding:
+        """The encoding instance layer `layer` (from 0) calls."""
+        others = getattr(self, "other_encodings", None)
+        name = self.layer_names[layer]
+        return others[name] if others is not None and name in others else self.encoding
+
     def forward(self, tokens: Tensor, positions: Tensor | None = None, padding_mask: Tensor | None = None) -> Tensor:
         """tokens (B, L); positions (L,) or (B, L), default 0..L-1; padding_mask (B, L), True = real."""
         B, L = tokens.shape
@@ -322,18 +376,23 @@ class Transformer(nn.Module):
             lengths = None if padding_mask is None else padding_mask.sum(-1)  # (B,), right padding
             positions = self.default_positions(B, L, tokens.device, lengths)
         else:
-            self.encoding.check_positions(positions)
-        if padding_mask is not None and self.encoding.length_dependent:
+            for encoding in self.encodings:
+                encoding.check_positions(positions)
+        if padding_mask is not None and any(encoding.length_dependent for encoding in self.encodings):
             positions = example_positions(positions, padding_mask)
         x = self.encoding.embed(self.token_emb(tokens), positions)  # (B, L, C)
         x = self.emb_drop(self.norm(x) if self.post_norm else x)
-        mask, allowed = layer_masks(self, positions, x, padding_mask)
-        for block in self.blocks:
-            x = block(x, self.encoding, positions, mask, allowed, self.causal)
+        masks = LayerMasks(self, positions, x, padding_mask)
+        for layer, block in enumerate(self.blocks):
+            encoding = self.layer_encoding(layer)
+            x = block(x, encoding, positions, *masks(encoding, self.windows[layer]), self.causal)
         return x if self.post_norm else self.norm(x)
 
     def default_positions(self, batch: int, length: int, device, lengths: Tensor | None = None) -> Tensor:
-        return default_positions(self.encoding, self.training, batch, length, device, lengths)
+        positions = default_positions(self.encoding, self.training, batch, length, device, lengths)
+        for encoding in self.encodings[1:]:  # a schedule's other encodings: their tables cover the length too
+            encoding.reserve(length)
+        return positions
 
     def decode(self, tokens: Tensor, cache: KVCache) -> Tensor:
         """Hidden states (B, n, C) of `tokens` (B, n), the continuation of those `cache` holds (none at first),
@@ -348,16 +407,25 @@ class Transformer(nn.Module):
         positions = self.default_positions(len(tokens), everything.shape[1], tokens.device)
         x = self.encoding.embed(self.token_emb(tokens), positions[-n:])  # (B, n, C)
         x = self.emb_drop(self.norm(x) if self.post_norm else x)
-        bias = decoding_bias(self.encoding, positions, n, x)
-        for block, layer in zip(self.blocks, cache.layers):
-            x = block(x, self.encoding, positions, bias, None, True, layer)
+        biases = {}  # the shared bias's new rows, once per distinct encoding
+        for i, (block, layer) in enumerate(zip(self.blocks, cache.layers)):
+            encoding = self.layer_encoding(i)
+            if id(encoding) not in biases:
+                biases[id(encoding)] = decoding_bias(encoding, positions, n, x)
+            x = block(x, encoding, positions, biases[id(encoding)], None, True, layer, self.windows[i])
         return x if self.post_norm else self.norm(x)
 
 
+def stack_encodings(model: nn.Module) -> list[PositionalEncoding]:
+    """The distinct encodings of a stack: a Transformer's `encodings`, or a decoder's one `encoding`."""
+    return list(getattr(model, "encodings", None) or [model.encoding])
+
+
 def can_cache(model: nn.Module) -> bool:
-    """Whether `model` (with `.encoding`) decodes with a KV cache: a `cacheable` encoding, positions 0..T-1."""
+    """Whether `model` (with `.encoding`) decodes with a KV cache: every encoding of its layers `cacheable`,
+    positions 0..T-1."""
     sampled = model.training and model.encoding.randomize_positions is not None
-    return model.encoding.cacheable and not sampled
+    return all(encoding.cacheable for encoding in stack_encodings(model)) and not sampled
 
 
 def default_positions(encoding: PositionalEncoding, training: bool, batch: int, length: int, device,
@@ -375,16 +443,19 @@ def default_positions(encoding: PositionalEncoding, training: bool, batch: int, 
 
 def uses_flex(model: nn.Module, x: Tensor) -> bool:
     """Whether this forward of `model` (a Transformer or decoder: `.arch`, `.encoding`) runs FlexAttention:
-    forced, or auto on CUDA for an encoding with logit terms that all have score_mods, outside training with
-    attention dropout (FlexAttention has none)."""
-    backend, encoding = model.arch.attention_backend, model.encoding
+    forced, or auto on CUDA for encodings with logit terms that all have score_mods (or a sliding window, a
+    sparse block mask), outside training with attention dropout (FlexAttention has none)."""
+    backend, encodings = model.arch.attention_backend, stack_encodings(model)
     if backend == "flex" and not x.is_cuda and torch.is_grad_enabled():
         raise ConfigError("attention_backend=flex has no backward on the CPU (FlexAttention's); train with auto "
                           "or sdpa, or evaluate under torch.no_grad()")  # fmt: skip
     if backend != "auto":
         return backend == "flex"
     dropout = model.training and model.arch.dropout > 0
-    return x.is_cuda and encoding.flex and encoding.adds_logit_terms and not dropout
+    if not x.is_cuda or dropout or not all(encoding.flex_capable for encoding in encodings):
+        return False
+    windowed = any(window is not None for window in getattr(model, "windows", ()))
+    return windowed or any(encoding.flex and encoding.adds_logit_terms for encoding in encodings)
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
@@ -394,29 +465,62 @@ def compute_dtype(x: Tensor) -> torch.dtype:
     return x.dtype
 
 
+class LayerMasks:
+    """The masks of one forward, asked for per layer as `masks(encoding, window)` -> (mask, allowed): each
+    distinct encoding's shared term (`bias`, or `score_mod` on the flex path) is built once, each window's
+    block mask once, and each (encoding, window) pair's masks once."""
+
+    def __init__(self, model: nn.Module, positions: Tensor, x: Tensor, padding_mask: Tensor | None,
+                 causal: bool | None = None):  # fmt: skip
+        self.positions, self.x, self.padding_mask = positions, x, padding_mask
+        self.causal = model.causal if causal is None else causal
+        self.flex = uses_flex(model, x)
+        self.terms, self.block_masks, self.masks = {}, {}, {}
+
+    def __call__(self, encoding: PositionalEncoding, window: int | None = None):
+        key = (id(encoding), window)
+        if key not in self.masks:
+            self.masks[key] = self.build(encoding, window)
+        return self.masks[key]
+
+    def term(self, encoding: PositionalEncoding):
+        if id(encoding) not in self.terms:
+            build = encoding.score_mod if self.flex else encoding.bias
+            self.terms[id(encoding)] = build(self.positions)
+        return self.terms[id(encoding)]
+
+    def build(self, encoding: PositionalEncoding, window: int | None):
+        """The `FlexMasks` (and None) on the flex path, else `attention_masks` with the float mask cast once
+        to the compute dtype (never again per layer)."""
+        L, device = self.x.shape[1], self.x.device
+        if self.flex:
+            if window not in self.block_masks:
+                self.block_masks[window] = flex_block_mask(L, self.causal, self.padding_mask, device, window)
+            keys = None if self.causal else self.padding_mask  # `allowed` only counts a bidirectional row's keys
+            allowed = None if keys is None else allowed_mask(L, False, keys, device)  # (length_scale: ssmax)
+            return FlexMasks(self.term(encoding), self.block_masks[window]), allowed
+        mask, allowed = attention_masks(self.term(encoding), L, self.causal, self.padding_mask, device, window)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(compute_dtype(self.x))
+        return mask, allowed
+
+
 def layer_masks(
     model: nn.Module, positions: Tensor, x: Tensor, padding_mask: Tensor | None, causal: bool | None = None
 ):
-    """(mask, allowed) every layer of one forward shares: the `FlexMasks` (and None) on the flex path, else
-    `attention_masks` with the float mask cast once to the compute dtype (never again per layer)."""
-    causal = model.causal if causal is None else causal
-    L = x.shape[1]
-    if uses_flex(model, x):
-        keys = None if causal else padding_mask  # `allowed` only counts a bidirectional row's keys there
-        allowed = None if keys is None else allowed_mask(L, False, keys, x.device)
-        return FlexMasks(
-            model.encoding.score_mod(positions), flex_block_mask(L, causal, padding_mask, x.device)
-        ), allowed
-    mask, allowed = attention_masks(model.encoding.bias(positions), L, causal, padding_mask, x.device)
-    if mask is not None and mask.is_floating_point():
-        mask = mask.to(compute_dtype(x))
-    return mask, allowed
+    """(mask, allowed) every layer of one forward of a single-encoding stack (`model.encoding`) shares."""
+    return LayerMasks(model, positions, x, padding_mask, causal)(model.encoding)
 
 
-def build_arch_encoding(arch: ArchConfig, causal: bool, cls_first: bool = False) -> PositionalEncoding:
-    """The registered encoding `arch` names, sized for it."""
-    return build_encoding(arch.encoding, dim=arch.dim, num_heads=arch.num_heads, max_length=arch.max_length,
-                          causal=causal, cls_first=cls_first, **(arch.encoding_options or {}))  # fmt: skip
+def build_arch_encoding(arch: ArchConfig, causal: bool, cls_first: bool = False,
+                        name: str | None = None) -> PositionalEncoding:  # fmt: skip
+    """The registered encoding `name` of `arch`'s layers (default: the stack's own, `primary_encoding`: the
+    encoding `arch` names when it names one), with the options it gets (`scheduled_options`), sized for it."""
+    names = arch.layer_encodings
+    name = primary_encoding(names) if name is None else name
+    return build_encoding(name, dim=arch.dim, num_heads=arch.num_heads, max_length=arch.max_length,
+                          causal=causal, cls_first=cls_first,
+                          **scheduled_options(name, names, arch.encoding_options))  # fmt: skip
 
 
 def init_weights(module: nn.Module) -> None:

@@ -212,10 +212,12 @@ class TranslationModel(TaskModule):
     ):
         super().__init__()
         self.arch = self.save_arch_hyperparameters(arch)
-        check_encoder_encoding(self.arch.encoding)
+        for name in self.arch.layer_encodings:
+            check_encoder_encoding(name)
         self.encoder = Transformer(self.arch, causal=False)
+        # the decoder's own encoding; a per-layer schedule and windows (arch.nope_every, arch.window) are the encoder's
         decoder = replace(self.arch, encoding=decoder_encoding, encoding_options=decoder_encoding_options,
-                          depth=decoder_depth)  # fmt: skip
+                          depth=decoder_depth, nope_every=None, window=None)  # fmt: skip
         self.decoder = Decoder(decoder)
         if compile:
             compile_blocks(self.encoder)

@@ -40,8 +40,8 @@ from lightning_modules.arg_checks import (  # noqa: E402
     given_arch_keys,
 )
 from lightning_modules.checkpoint_io import check_given_arch, load_checkpoint  # noqa: E402
-from lightning_modules.encodings import check_encoding  # noqa: E402
 from lightning_modules.registry import TASK_MODULE_PATHS  # noqa: E402
+from lightning_modules.schedule import check_scheduled_encoding  # noqa: E402
 from lightning_modules.task_module import TaskModule, dotted_get  # noqa: E402
 from pe_sweeps import internals  # noqa: E402
 from pe_sweeps.cli_errors import OneLineErrors  # noqa: E402
@@ -181,7 +181,7 @@ class PECLI(LightningCLI):
         if isinstance(model_class, type) and issubclass(model_class, TaskModule):
             restore_option_nulls(config, model_class)
             for name, options in model_class.declared_encodings(model_args).values():  # as the module declares them
-                check_encoding(name, options)
+                check_scheduled_encoding(name, options)  # a name, or a list with one per layer
         if model_args.get("init_from"):  # `run:NAME` -> that run's checkpoint, for the model and its data
             root = config.run.out_root or config.run.out_dir  # a sweep trial searches the whole sweep root
             arch = model_args.get("arch")

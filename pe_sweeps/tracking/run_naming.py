@@ -7,10 +7,13 @@ import os
 import re
 from pathlib import Path
 
+# a per-layer encoding schedule's label (`rope3.none`): run_encoding names and groups runs by it
+from lightning_modules.schedule_label import encoding_label, schedule_label  # noqa: F401
 from pe_sweeps.layout import SWEEP_PARAMS_ENV
 
 # `cli.py sweep` hands each trial the parameters its sweep varies, {key: value} as JSON, for names and config
 IN_NAME = ("task", "seed_everything")  # already in every run name, with the encoding parameters (`in_name`)
+IN_ENCODING = ("arch.nope_every",)  # arch fields the run's encoding label shows (`encoding_label`)
 
 
 def sweep_params() -> dict:
@@ -47,10 +50,10 @@ def short_key(key: str) -> str:
 def in_name(key: str) -> bool:
     """True for a sweep key every run name and group already shows: the task, the seed, and any parameter
     a task module declares as an encoding (`model.arch.encoding`, `model.decoder_encoding`: the run's
-    encoding, e.g. `learned+rope`)."""
+    encoding, e.g. `learned+rope`), and `arch.nope_every` (in the encoding's label, `encoding_label`)."""
     from lightning_modules.registry import encoding_parameters
 
-    return short_key(key) in IN_NAME or key in encoding_parameters()
+    return short_key(key) in IN_NAME or key in encoding_parameters() or key.endswith(IN_ENCODING)
 
 
 def short_value(value) -> str:
@@ -70,7 +73,7 @@ def distinguishing(options: dict, arch: dict, default_arch: dict, argv: list[str
         found.update({f"model.{argument}.{k}": v for k, v in sorted((values or {}).items())})
     given = {m.group(1) for a in argv if (m := re.match(r"--model\.(?:init_args\.)?arch\.(\w+)(?:=|$)", a))}
     for field in arch:  # in the architecture's own field order
-        if field in given - {"encoding", "encoding_options", "vocab_size", "max_length"} and (
+        if field in given - {"encoding", "encoding_options", "nope_every", "vocab_size", "max_length"} and (
             arch[field] != default_arch.get(field)
         ):
             found[f"model.arch.{field}"] = arch[field]
