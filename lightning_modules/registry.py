@@ -44,7 +44,8 @@ def encoding_keys() -> list[str]:
 
 def run_encoding_of(config: dict) -> str | None:
     """A run's encoding read from its resolved config (`model.class_path` and `init_args`), as its task
-    module declares it (e.g. "rope", "rope3.none" for a per-layer schedule, "learned+rope" for translation); None for a model class not ours."""
+    module declares it (e.g. "rope", "rope3.none" for a per-layer schedule, "learned+rope" for translation);
+    None for a model class not ours."""
     model = config.get("model") or {}
     short = {path: name for name, path in TASK_MODULE_PATHS.items()}.get(model.get("class_path"))
     if short is None:
