@@ -56,7 +56,8 @@ class RoPE(PositionalEncoding):
     max_position_embeddings / original_max_position_embeddings, 1 for s <= 1, through `attention_scale`).
     Extensions that need `original_length` exclude each other and interpolation / NTK rescaling.
     `rotary_heads` k < H: only the first k heads rotate, the others get no position (x-transformers'
-    `rotate_num_heads` rotates the last k; the heads are interchangeable). Applies to xPos's decay too.
+    `rotate_num_heads` rotates the last k; the heads are interchangeable). Applies to xPos's decay too; YaRN's
+    and LongRoPE's temperature, a logit scale, to every head.
     Shapes: q, k (B, H, L, D); cos, sin (L, R) or (B, 1, L, R).
     """
 
