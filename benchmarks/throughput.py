@@ -82,6 +82,12 @@ def xt_kwargs(encoding: str, dim_head: int) -> tuple[dict, dict, str] | None:
         "rope": ({"rotary_pos_emb": True, "rotary_emb_dim": dim_head}, no_abs, "full-head rotary both"),
         "xpos": ({"rotary_xpos": True, "rotary_emb_dim": dim_head}, no_abs, "full-head rotary both"),
         "dynamic_bias": ({"dynamic_pos_bias": True}, no_abs, ""),
+        "pope": ({"polar_pos_emb": True}, no_abs, ""),
+        "dd_alibi_row": (
+            {"attn_data_dependent_alibi": True, "attn_data_dependent_alibi_per_row": True},
+            no_abs,
+            "theirs gates read the layer input, ours the keys",
+        ),
     }
     return table.get(encoding)
 

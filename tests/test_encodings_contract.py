@@ -236,7 +236,7 @@ def test_every_option_is_accepted():
         ),
         ("rope", {"yarn_factor": 2.0, "interpolation_factor": 2.0, "original_length": 8}, "exclude other extensions"),
         ("rope", {"rope_fraction": 0.0}, r"option 'rope_fraction' must be a finite number in \(0, 1\], got 0.0"),
-        ("rope", {"original_length": 8}, "only with yarn_factor or dynamic_ntk_factor"),
+        ("rope", {"original_length": 8}, "only with yarn_factor, dynamic_ntk_factor, llama3_factor or longrope"),
         ("sandwich", {"sandwich_dim": 7}, "sandwich_dim must be even"),
         ("cope", {"max_pos": 1}, "option 'max_pos' must be an integer >= 2, got 1"),
         ("sandwich", {"heads": 2}, "encoding 'sandwich' has no option 'heads'"),
@@ -251,7 +251,9 @@ def test_bad_options_are_one_line(name, options, message):
 
 README_OPTIONS = {  # the options the README names, per encoding (each also takes randomize_positions)
     "rope": {"base", "rotary_dim", "interpolation_factor", "ntk_base_rescale", "yarn_factor", "dynamic_ntk_factor",
-             "original_length", "rope_fraction"},
+             "original_length", "rope_fraction", "rotary_heads", "llama3_factor", "low_freq_factor", "high_freq_factor",
+             "longrope_short_factor", "longrope_long_factor", "longrope_factor"},
+    "pope": {"base", "bias_uniform_init"}, "dd_alibi_row": {"gate_dim"},
     "alibi": {"heads"}, "sinusoidal": {"scale_tokens"}, "scaled_sinusoidal": {"scale_tokens"},
     "learned": {"init_from", "init_scale", "init_rows", "freeze"}, "shaw": {"values", "max_relative"},
     "tupe_a": {"untie_cls", "proj_bias", "mode"}, "tupe_r": {"untie_cls", "proj_bias", "mode"},
@@ -261,7 +263,8 @@ README_OPTIONS = {  # the options the README names, per encoding (each also take
 
 README_DEFAULTS = {("t5_bias", "num_buckets"): 32, ("t5_bias", "max_distance"): 128, ("cope", "max_pos"): 64,
                    ("sandwich", "sandwich_dim"): 128, ("tupe_a_tied", "untie_cls"): False,
-                   ("sinusoidal", "scale_tokens"): False, ("scaled_sinusoidal", "scale_tokens"): False}  # fmt: skip
+                   ("sinusoidal", "scale_tokens"): False, ("scaled_sinusoidal", "scale_tokens"): False,
+                   ("dd_alibi_row", "gate_dim"): 8, ("pope", "bias_uniform_init"): False}  # fmt: skip
 
 
 def test_the_readmes_options_and_defaults_are_the_encodings():
@@ -376,6 +379,7 @@ VARIANTS = [
     ("tupe_a", {"mode": "bert_ad"}),
     ("tupe_r", {"mode": "bert_ad", "untie_cls": False}),
     ("rope", {"rotary_dim": 4, "interpolation_factor": 2.0, "ntk_base_rescale": 3.0}),
+    ("rope", {"rotary_heads": 2, "rotary_dim": 4}),
     ("xpos", {"rotary_dim": 4, "scale_base": 16.0}),
     ("deberta", {"position_buckets": 8, "max_relative_positions": 20}),
     ("deberta", {"position_buckets": 0, "max_relative_positions": 5}),
@@ -420,7 +424,11 @@ def test_variant_no_leak_padding_and_positions(name, options, causal):
 @pytest.mark.parametrize(
     "name, options",
     [("cope", {}), ("fox", {}), ("sandwich", {}), ("alibi", {"heads": 2}), ("rope", {"rope_fraction": 0.25}),
-     ("rope", {"yarn_factor": 4.0, "original_length": 8}), ("rope", {"dynamic_ntk_factor": 2.0, "original_length": 8})],
+     ("rope", {"yarn_factor": 4.0, "original_length": 8}), ("rope", {"dynamic_ntk_factor": 2.0, "original_length": 8}),
+     ("pope", {}), ("dd_alibi_row", {}), ("rope", {"rotary_heads": 1}),
+     ("rope", {"llama3_factor": 8.0, "original_length": 8}),
+     ("rope", {"longrope_short_factor": [1.0, 1.1, 1.2, 1.3], "longrope_long_factor": [1.0, 2.0, 4.0, 8.0],
+               "original_length": 8})],
 )  # fmt: skip
 def test_transformer_runs_and_learns(name, options):
     torch.manual_seed(0)

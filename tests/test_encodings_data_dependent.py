@@ -8,6 +8,9 @@ README claims covered here:
 - "fox | forgetting decay sum log sigmoid(w.k_t + b) (x-transformers' data-dependent ALiBi ...); causal only":
   test_fox_matches_x_transformers_data_dependent_alibi, test_fox_bias_is_a_decay, test_causal_only_refuses_an_encoder
 - "dynamic_bias | per-head MLP over (log) distance": test_dynamic_bias_matches_x_transformers
+- "dd_alibi_row | per-row forgetting decay ... (x-transformers' PerRowDataDependentAlibi, gates read the keys);
+  causal only": test_dd_alibi_row_matches_x_transformers, test_dd_alibi_row_is_a_per_row_decay,
+  test_causal_only_refuses_an_encoder
 """
 
 import pytest
@@ -27,6 +30,7 @@ from x_transformers.x_transformers import (
     CoPE,
     DataDependentAlibi,
     DynamicPositionBias,
+    PerRowDataDependentAlibi,
 )
 
 from lightning_modules.arch import ArchConfig
@@ -74,7 +78,7 @@ def test_cope_keeps_one_table_for_all_layers():
     assert sizes[0] == sizes[1] == 64 * HEAD_DIM  # max_pos 64 rows of a head's width
 
 
-@pytest.mark.parametrize("name", ["cope", "fox"])
+@pytest.mark.parametrize("name", ["cope", "fox", "dd_alibi_row"])
 def test_causal_only_refuses_an_encoder(name):
     with pytest.raises(ConfigError, match=f"encoding '{name}' is causal-only"):
         make_plain(name, causal=False)
@@ -96,6 +100,30 @@ def test_fox_bias_is_a_decay():
     assert (bias.diagonal(dim1=-2, dim2=-1) == 0).all()
     lower = bias.tril(-1)
     assert (lower <= 0).all() and (bias[..., 9, :8] <= bias[..., 9, 1:9]).all()  # farther keys decay more
+
+
+@pytest.mark.parametrize("gate_dim", [8, 3])
+def test_dd_alibi_row_matches_x_transformers(gate_dim):
+    enc = randomize_(make_plain("dd_alibi_row", gate_dim=gate_dim))
+    q, k = qk(L=15)
+    ref = PerRowDataDependentAlibi(DIM, HEADS, causal=True, dim_head=gate_dim)
+    ref.to_forget_gates[0].load_state_dict(enc.gates.state_dict())
+    keys = k.transpose(1, 2).reshape(2, 15, DIM)
+    ours, theirs = enc.content_bias(q, k, torch.arange(15)).tril(), ref(keys).tril()
+    assert ours.abs().max() > 1  # gates far from 1: a real decay is compared
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_dd_alibi_row_is_a_per_row_decay():
+    """bias(i, i) = 0, bias(i, j) = sum_{t=j}^{i-1} log sigmoid(a_i . b_t / sqrt(d)) <= 0: non-increasing as the
+    key moves away, and, unlike fox, two queries see different decays over the same keys."""
+    enc = randomize_(make_plain("dd_alibi_row"))
+    q, k = qk(L=10)
+    bias = enc.content_bias(q, k, torch.arange(10))
+    assert (bias.diagonal(dim1=-2, dim2=-1) == 0).all()
+    assert (bias.tril(-1) <= 0).all() and (bias[..., 9, :8] <= bias[..., 9, 1:9]).all()
+    step_8, step_9 = bias[..., 8, 6] - bias[..., 8, 7], bias[..., 9, 6] - bias[..., 9, 7]  # log f of key 6, rows 8, 9
+    assert (step_8 - step_9).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("log_distance", [False, True])

@@ -1,5 +1,6 @@
-"""Rotary encodings: RoPE and its options (base, rotary_dim, interpolation, NTK, YaRN, dynamic NTK, p-RoPE) and
-xPos; parity with x-transformers and with transformers' RoPE initialisation where they coincide.
+"""Rotary encodings: RoPE and its options (base, rotary_dim, interpolation, NTK, YaRN, dynamic NTK, p-RoPE,
+rotary_heads, Llama 3, LongRoPE), xPos and PoPE; parity with x-transformers and with transformers' RoPE
+initialisation where they coincide.
 
 README claims covered here:
 - "rope | rotary q/k (interleaved pairs), option base": test_rope_matches_x_transformers,
@@ -14,15 +15,24 @@ README claims covered here:
   test_p_rope_rotates_only_the_highest_frequencies, test_p_rope_matches_transformers_proportional_rope
 - "xpos | rotary with exponential decay; causal only": test_xpos_matches_x_transformers,
   test_xpos_is_causal_only_and_decays
+- "rotary_heads (only the first k heads rotate)": test_rotary_heads_rotate_only_the_first_heads
+- "llama3_factor ... longrope_short_factor, longrope_long_factor ... checked against transformers":
+  test_llama3_matches_transformers, test_longrope_matches_transformers, test_deployed_scaling_errors_are_one_line
+- "pope | polar q/k ...": test_pope_matches_x_transformers, test_pope_is_shift_invariant_and_doubles_the_query_key_width
 """
+
+import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from encoding_helpers import DIM, HEAD_DIM, HEADS, MAX_LEN, make, make_encoding, make_plain, qk
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from x_transformers.x_transformers import (
+    PolarEmbedding,
     RotaryEmbedding,
+    apply_polar_pos_emb,
     apply_rotary_pos_emb,
 )
 
@@ -202,3 +212,130 @@ def test_xpos_is_causal_only_and_decays():
     for n in (0, 5, 20):  # q at n, k at 0: q.k carries scale_q / scale_k = zeta^(n / scale_base)
         scale = enc.decay(torch.tensor([n, 0]))  # (2, R)
         torch.testing.assert_close(scale[0] / scale[1], enc.zeta ** (n / 8.0))
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_rotary_heads_rotate_only_the_first_heads(heads):
+    """The first k heads are rope's, the others none's (unrotated); so are their logits."""
+    enc, full, none = make_plain("rope", rotary_heads=heads), make_plain("rope"), make_plain("none")
+    q, k = qk(L=11)
+    for positions in (torch.arange(11), torch.arange(11) + torch.tensor([[0], [13]])):
+        rq, rk = enc.rotate(q, k, positions)
+        fq, fk = full.rotate(q, k, positions)
+        nq, nk = none.rotate(q, k, positions)
+        assert torch.equal(rq[:, :heads], fq[:, :heads]) and torch.equal(rk[:, :heads], fk[:, :heads])
+        assert torch.equal(rq[:, heads:], nq[:, heads:]) and torch.equal(rk[:, heads:], nk[:, heads:])
+
+
+def test_rotary_heads_range():
+    with pytest.raises(ConfigError, match=r"rotary_heads must be in \[1, num_heads=4\], got 5"):
+        make_plain("rope", rotary_heads=5)
+
+
+@pytest.mark.parametrize(
+    "factor, low, high, original",
+    [(8.0, 1.0, 4.0, 8192), (4.0, 1.0, 4.0, 16), (2.0, 2.0, 8.0, 40), (32.0, 1.0, 4.0, 64)],
+)
+def test_llama3_matches_transformers(factor, low, high, original):
+    """Checked for head dims whose wavelengths fall in all three bands (kept, blended, interpolated)."""
+    enc = make_plain("rope", llama3_factor=factor, low_freq_factor=low, high_freq_factor=high, original_length=original)
+    params = {"factor": factor, "low_freq_factor": low, "high_freq_factor": high}
+    config = hf_config("llama3", original_max_position_embeddings=original, **params)
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    torch.testing.assert_close(enc.inv_freq, inv_freq)
+    assert attention_factor == 1.0 and enc.attention_scale() == HEAD_DIM**-0.5
+
+
+LONG_SHORT = ([1.0, 1.2, 1.5, 2.0], [1.0, 3.0, 9.0, 20.0])  # R/2 = 4 factors each
+
+
+@pytest.mark.parametrize("factor", [None, 4.0, 1.0])
+@pytest.mark.parametrize("length", [10, 16, 17, 40])
+def test_longrope_matches_transformers(length, factor):
+    """Short factors up to original_length, long ones beyond (transformers' `longrope_frequency_update`: the long
+    set once seq_len > original_max_position_embeddings), and the attention factor, q and k each by
+    sqrt(1 + ln s / ln L0): s = max_length / L0 (transformers' max_position_embeddings / original) unless given."""
+    short, long = LONG_SHORT
+    options = {"longrope_factor": factor} if factor is not None else {}
+    enc = make_plain("rope", longrope_short_factor=short, longrope_long_factor=long, original_length=16, **options)
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": short, "long_factor": long,
+            "original_max_position_embeddings": 16} | ({"factor": factor} if factor is not None else {})  # fmt: skip
+    config = LlamaConfig(
+        hidden_size=DIM, num_attention_heads=HEADS, max_position_embeddings=MAX_LEN, rope_parameters=rope
+    )
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["longrope"](config, "cpu", seq_len=length)
+    torch.testing.assert_close(enc.frequencies(length), inv_freq)
+    assert enc.attention_scale() == pytest.approx(attention_factor**2 * HEAD_DIM**-0.5)
+    assert attention_factor > 1 or factor == 1.0
+    # the rotation: angles at those frequencies, per example (a short row keeps the short factors)
+    positions = torch.arange(length) * torch.ones(2, 1, dtype=torch.long)
+    positions[1, 9:] = 0  # a padded row of 9 positions
+    q, k = qk(L=length)
+    ours_q, _ = enc.rotate(q, k, positions)
+    short_freq, _ = ROPE_INIT_FUNCTIONS["longrope"](config, "cpu", seq_len=9)
+    for row, freq in ((0, inv_freq), (1, short_freq)):
+        angles = positions[row].float()[:, None] * freq
+        cos, sin = angles.cos().repeat_interleave(2, -1), torch.stack((-angles.sin(), angles.sin()), -1).flatten(-2)
+        swapped = torch.stack((q[row, ..., 1::2], q[row, ..., 0::2]), -1).flatten(-2)
+        torch.testing.assert_close(ours_q[row], q[row] * cos + swapped * sin, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"llama3_factor": 8.0}, "llama3_factor needs original_length"),
+        ({"low_freq_factor": 2.0}, "used only with llama3_factor"),
+        ({"llama3_factor": 8.0, "low_freq_factor": 4.0, "original_length": 8}, "high_freq_factor > low_freq_factor"),
+        ({"llama3_factor": 8.0, "yarn_factor": 2.0, "original_length": 8}, "exclude other extensions"),
+        ({"longrope_short_factor": [1.0] * 4, "original_length": 8}, "needs both longrope_short_factor and"),
+        ({"longrope_short_factor": [1.0] * 3, "longrope_long_factor": [1.0] * 4, "original_length": 8},
+         r"longrope_short_factor must be 4 positive numbers \(rotary_dim / 2\)"),
+        ({"longrope_short_factor": [1.0] * 4, "longrope_long_factor": [1.0, 2.0, 0.0, 1.0], "original_length": 8},
+         "longrope_long_factor must be 4 positive numbers"),
+        ({"longrope_short_factor": [1.0] * 4, "longrope_long_factor": [2.0] * 4},
+         "longrope_long_factor needs original_length"),
+        ({"longrope_factor": 4.0}, "longrope_factor is used only with"),
+        ({"longrope_short_factor": 2.0, "longrope_long_factor": [2.0] * 4},
+         "option 'longrope_short_factor' must be a list"),
+        ({"longrope_short_factor": [1.0] * 4, "longrope_long_factor": [2.0] * 4, "original_length": 8,
+          "interpolation_factor": 2.0}, "exclude other extensions"),
+    ],
+)  # fmt: skip
+def test_deployed_scaling_errors_are_one_line(options, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        make_plain("rope", **options)
+    assert "\n" not in str(err.value)
+
+
+def test_pope_matches_x_transformers():
+    """Same q, k, positions and phase offsets (clamped to [-2 pi, 0]) -> x-transformers' transformed q and k,
+    and logits in the closed form sum_c softplus(q_c) softplus(k_c) cos((i - j) theta_c - delta_c)."""
+    enc = make_plain("pope")
+    with torch.no_grad():
+        enc.phase_bias.uniform_(-8.0, 1.0)  # some beyond the clamp on both sides
+    ref = PolarEmbedding(HEAD_DIM, HEADS)
+    ref.learned_bias.data.copy_(enc.phase_bias.data)
+    L = 20
+    q, k = qk(L=L)
+    freqs, bias = ref(torch.arange(L) + 5)
+    for positions in (torch.arange(L) + 5, (torch.arange(L) + 5).expand(2, L)):
+        rq, rk = enc.rotate(q, k, positions)
+        torch.testing.assert_close(rq, apply_polar_pos_emb(q, freqs), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(rk, apply_polar_pos_emb(k, freqs + bias), atol=1e-5, rtol=1e-5)
+    theta, delta = 10000.0 ** (-torch.arange(HEAD_DIM) / HEAD_DIM), enc.phase_bias.clamp(-2 * math.pi, 0)[:, None]
+    distance = (torch.arange(L)[:, None] - torch.arange(L)[None, :]).float()[..., None]  # (L, L, 1)
+    magnitudes = F.softplus(q)[..., :, None, :] * F.softplus(k)[..., None, :, :]  # (B, H, L, L, D)
+    closed = (magnitudes * torch.cos(distance * theta - delta)).sum(-1)
+    torch.testing.assert_close(rq @ rk.transpose(-1, -2), closed, atol=1e-4, rtol=1e-4)
+
+
+def test_pope_is_shift_invariant_and_doubles_the_query_key_width():
+    enc = make_encoding("pope")
+    q, k = qk(L=9)
+    rq, rk = enc.rotate(q, k, torch.arange(9))
+    sq, sk = enc.rotate(q, k, torch.arange(9) + 40)
+    assert rq.shape == q.shape[:-1] + (2 * HEAD_DIM,)
+    torch.testing.assert_close(rq @ rk.transpose(-1, -2), sq @ sk.transpose(-1, -2), atol=1e-4, rtol=1e-4)
+    assert enc.attention_scale() == HEAD_DIM**-0.5  # the width before doubling, as x-transformers
+    uniform = make_plain("pope", bias_uniform_init=True).phase_bias
+    assert (uniform >= -2 * math.pi).all() and (uniform <= 0).all() and uniform.std() > 1

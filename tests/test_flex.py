@@ -66,13 +66,13 @@ def flex_max_abs_difference(name: str, causal: bool, padded: bool) -> float:
 
 def test_flex_flag_matches_the_score_mod_hooks():
     """`flex` is declared exactly where a score_mod hook is written, and every bias encoding but TUPE's
-    untied term and CoPE's counts (not pointwise in (i, j)) has one."""
+    untied term, CoPE's counts and dd_alibi_row's per-row sums (not pointwise in (i, j)) has one."""
     for name, cls in ENCODINGS.items():
         hooks = cls.score_mod is not PositionalEncoding.score_mod or (
             cls.content_score_mod is not PositionalEncoding.content_score_mod
         )
         assert cls.flex == hooks, name
-    assert set(OTHER_NAMES) == {"tupe_a", "tupe_r", "tupe_a_tied", "cope", "dape_alibi", "dape_kerple"}
+    assert set(OTHER_NAMES) == {"tupe_a", "tupe_r", "tupe_a_tied", "cope", "dape_alibi", "dape_kerple", "dd_alibi_row"}
 
 
 @pytest.mark.parametrize("padded", [True, False])

@@ -5,7 +5,7 @@ the cache.
 
 README claims covered here:
 - "decoding keeps each layer's keys and values ... equal to the full recompute": test_cached_decoding_equals_recompute
-- "xpos, dynamic NTK, shaw with values and randomize_positions_eval are not cacheable and recompute":
+- "xpos, dynamic NTK, LongRoPE, shaw with values and randomize_positions_eval are not cacheable and recompute":
   test_cacheable_declarations, test_cached_decoding_equals_recompute (their variants but the random one)
 - "greedy and beam search decode through the cache": test_translation_decoding_with_and_without_cache
 """
@@ -23,6 +23,14 @@ from pe_sweeps.errors import ConfigError
 NOT_CACHEABLE = {  # (encoding, options) that must recompute, and why
     ("xpos", ()): "the decay's centre moves with the longest position",
     ("rope", (("dynamic_ntk_factor", 2.0), ("original_length", 4))): "frequencies follow the length",
+    (
+        "rope",
+        (
+            ("longrope_short_factor", (1.0, 1.5, 2.0, 3.0)),
+            ("longrope_long_factor", (2.0, 4.0, 8.0, 16.0)),
+            ("original_length", 4),
+        ),
+    ): "the long factors beyond original_length",
     ("shaw", (("values", True),)): "its value term needs the square weights",
     ("alibi", (("randomize_positions", 64), ("randomize_positions_eval", True))): "positions drawn afresh",
 }
@@ -31,7 +39,8 @@ VARIANTS = [(name, ()) for name in ENCODINGS] + [key for key in NOT_CACHEABLE if
 
 
 def make_model(name: str, options: tuple, post_norm: bool = False) -> Transformer:
-    arch = ArchConfig(name, encoding_options=dict(options), dim=DIM, depth=DEPTH, num_heads=HEADS, dropout=0.0,
+    options = {key: list(value) if isinstance(value, tuple) else value for key, value in options}  # lists hashed
+    arch = ArchConfig(name, encoding_options=options, dim=DIM, depth=DEPTH, num_heads=HEADS, dropout=0.0,
                       vocab_size=VOCAB, max_length=MAX_LEN, post_norm=post_norm)  # fmt: skip
     torch.manual_seed(0)
     return randomize_(Transformer(arch, causal=True)).eval()
@@ -63,7 +72,8 @@ def test_cached_decoding_equals_recompute(name, options, post_norm):
     filled = cache.layers[0].keys is not None
     assert filled == model.encoding.cacheable  # the others recomputed, leaving the layer caches empty
     if filled:
-        assert cache.layers[0].keys.shape == (2, HEADS, 13, DIM // HEADS)
+        width = DIM // HEADS * (2 if name == "pope" else 1)  # PoPE's keys are (cos, sin) halves
+        assert cache.layers[0].keys.shape == (2, HEADS, 13, width)
 
 
 def test_decode_needs_a_causal_model():

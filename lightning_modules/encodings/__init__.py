@@ -17,6 +17,7 @@ from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.bert_r import BertR
 from lightning_modules.encodings.cope import CoPE
 from lightning_modules.encodings.dape import DapeALiBi, DapeKerple
+from lightning_modules.encodings.dd_alibi_row import PerRowDataDependentAlibi
 from lightning_modules.encodings.deberta import DeBERTa
 from lightning_modules.encodings.dynamic_bias import DynamicBias
 from lightning_modules.encodings.fire import FIRE
@@ -24,6 +25,7 @@ from lightning_modules.encodings.fox import Fox
 from lightning_modules.encodings.kerple import KerpleLog, KerplePower
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.none import NoPE
+from lightning_modules.encodings.pope import PoPE
 from lightning_modules.encodings.rope import RoPE
 from lightning_modules.encodings.sandwich import Sandwich
 from lightning_modules.encodings.scaled_sinusoidal import ScaledSinusoidal
@@ -43,6 +45,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     + (BertR,)
     + (CoPE, Sandwich, Fox)
     + (DapeALiBi, DapeKerple)
+    + (PoPE, PerRowDataDependentAlibi)
 }
 
 # name -> (registered encoding, its default options): a variant that changes defaults only
