@@ -10,6 +10,7 @@ from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import LRDecay
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
+from pe_sweeps.errors import ConfigError
 from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 DEPTH_BINS = 5  # needle depths [0, 0.2), [0.2, 0.4), ..., [0.8, 1], logged as val/acc_depth_0 ... _80
@@ -62,6 +63,11 @@ class SyntheticTaskModel(TaskModule):
 
     def forward(self, batch: dict) -> Tensor:
         positions = batch.get("positions")  # (B, L) the task's own ids, or None: the Transformer's default
+        if positions is not None and self.transformer.encoding.randomize_positions:
+            raise ConfigError(
+                "the task supplies its own position ids (data.task_options positions) and the encoding's "
+                "randomize_positions would be ignored for them; set one of the two"
+            )
         hidden = self.transformer(batch["tokens"], positions, padding_mask=batch["padding_mask"])  # (B, L, C)
         return self.head(hidden)  # (B, L, V)
 

@@ -262,6 +262,20 @@ def test_the_model_sees_the_task_positions(encoding):
     assert not torch.allclose(after[0], logits[0]) and torch.equal(after[1:], logits[1:])
 
 
+def test_task_positions_with_randomized_positions_are_one_line():
+    """Task ids would silently replace the encoding's randomize_positions: refused in one line."""
+    from lightning_modules.arch import ArchConfig
+    from lightning_modules.synthetic_model import SyntheticTaskModel
+    from pe_sweeps.errors import ConfigError
+
+    dm = make_dm("addition_zhou", reverse_operands=True, positions="abacus")
+    arch = ArchConfig(encoding="learned", encoding_options={"randomize_positions": 4 * dm.max_seq_len}, dim=16,
+                      depth=1, num_heads=2, vocab_size=dm.vocab_size, max_length=dm.max_seq_len)  # fmt: skip
+    model = SyntheticTaskModel(arch)
+    with pytest.raises(ConfigError, match="randomize_positions"):
+        model(next(iter(dm.train_dataloader())))
+
+
 def test_without_task_positions_the_model_is_unchanged():
     dm = make_dm("addition")
     model = tiny_model(dm)
