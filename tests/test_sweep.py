@@ -460,7 +460,9 @@ def test_reseed_protocol_end_to_end_and_rerun_starts_nothing(tmp_path):
     assert "final val/acc, val/acc_ood (max/max)" in result.stdout  # both, side by side
     compare = subprocess.run([sys.executable, "cli.py", "compare", f"--out_dir={tmp_path}", "--sweep=s-reseed",
                               "--format=json"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
-    data = json.loads(compare.stdout)
+    comparisons = json.loads(compare.stdout)["comparisons"]  # the sweep's metric and its companion, as it ends
+    assert [c["metric"] for c in comparisons] == ["val/acc", "val/acc_ood"]
+    data = comparisons[0]
     assert data["rows"] == ["encoding"] and {c["row"]: c["chosen"] for c in data["cells"]} == {
         "rope": None,
         "alibi": None,

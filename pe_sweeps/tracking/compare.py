@@ -29,9 +29,9 @@ To run:
     python cli.py compare                                   # every run under out/, val/acc
     python cli.py compare --sweep length_generalization     # that sweep's runs and metric
     python cli.py compare --rows encoding,model.init_args.lr --format markdown
-    python cli.py compare --metric val/acc,val/acc_ood --format latex
+    python cli.py compare --metric val/acc,val/acc_ood --format latex --latex_interval
     python cli.py compare --aggregate median --best-over model.init_args.lr   # TUPE's rule
-    python cli.py compare --report out/report               # plots + one HTML page
+    python cli.py compare --report out/report               # plots of every metric + one HTML page
     python cli.py compare --per_seed                        # every cell's per-seed values under the table
     python cli.py compare --wandb my-entity/pe-sweeps
 """
@@ -62,7 +62,8 @@ class CompareOptions:
 
     out_dir: str = "out"  # records are read recursively from here (runs/ and sweeps/)
     sweep: str | None = None  # keep runs of this sweep / study only; its metric becomes the default
-    metric: str | None = None  # M[,M...]; default: the sweep's metric(s) with --sweep, else val/acc; several
+    metric: str | None = None  # M[,M...]; default: the sweep's metric(s) with --sweep, else val/acc, each with
+    # its in-distribution / beyond-length companion (val/acc_ood) as the sweep's ending shows; several
     # metrics: side by side, then their Pareto front (non-dominated rows)
     value: str = "final"  # "final" (last validation) or "best" (best validation, by the metric's goal)
     aggregate: str = "mean"  # over seeds: mean or median (TUPE's rule)
@@ -72,12 +73,23 @@ class CompareOptions:
     cols: str = "task"  # comma-separated record fields or dotted config paths, one column per value
     format: str = "table"  # table (rich, to the console), csv, json, markdown, latex (to stdout)
     per_seed: bool = False  # table, markdown, latex: list every cell's per-seed values under it (csv, json: always)
-    report: str | None = None  # write PNG plots and index.html to this folder
+    latex_interval: bool = False  # --format latex: each cell's interval after its aggregate
+    latex_rank: bool = False  # --format latex: a rank column beside each column
+    report: str | None = None  # write the plots (PNG, SVG, PDF) of every metric and index.html to this folder
     wandb: str | None = None  # ENTITY/PROJECT: read runs from the W&B API instead of --out_dir
 
 
+def shown_metrics(metrics: list[tuple[str, str]], records, value: str = "final") -> tuple[list[str], list]:
+    """The metrics a comparison shows and their goals (None: by the name): for one objective on the
+    synthetic tasks, in-distribution and beyond-length accuracy side by side (`side_by_side`), else the
+    objectives. `cli.py compare` without --metric and the end of `cli.py sweep` show the same."""
+    declared = dict(metrics)
+    shown = side_by_side(metrics[0][0], records, value) if len(metrics) == 1 else list(declared)
+    return shown, [declared.get(m) for m in shown]  # the companion (e.g. val/acc_ood) goes by its name
+
+
 def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
-    """Read, aggregate and print; write the report (of the first metric) when asked. Returns the
+    """Read, aggregate and print; write the report (of every metric shown) when asked. Returns the
     Comparison, or one per metric for several."""
     if opts.format not in FORMATS:
         raise ConfigError(f"--format {opts.format!r}; choose one of: {', '.join(FORMATS)}")
@@ -87,18 +99,22 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
         records = read_records(opts.out_dir, opts.sweep)
     spec = sweep_spec(opts.out_dir, opts.sweep)
     metrics = objectives(spec, opts.metric)
+    shown, goals = (
+        shown_metrics(metrics, records, opts.value)
+        if not opts.metric
+        else ([m for m, _ in metrics], [d for _, d in metrics])
+    )
     comps = compare_metrics(
-        records, [m for m, _ in metrics], value=opts.value, rows=opts.rows or default_rows(spec, opts.best_over),
-        cols=opts.cols, aggregate=opts.aggregate, best_over=opts.best_over, goals=[d for _, d in metrics],
-        tuned=tuned_keys(spec),
+        records, shown, value=opts.value, rows=opts.rows or default_rows(spec, opts.best_over),
+        cols=opts.cols, aggregate=opts.aggregate, best_over=opts.best_over, goals=goals, tuned=tuned_keys(spec),
     )  # fmt: skip
-    output(comps, opts.format, per_seed=opts.per_seed)
+    output(comps, opts.format, per_seed=opts.per_seed, interval=opts.latex_interval, rank=opts.latex_rank)
     if opts.format == "table":
-        print_front(comps, [d for _, d in metrics], Console())
+        print_front(comps[: len(metrics)], [d for _, d in metrics], Console())
     if opts.report:
         from pe_sweeps.tracking.compare_report import write_report
 
-        page = write_report(comps[0], Path(opts.report))
+        page = write_report(comps, Path(opts.report))
         print(f"report: {page}", file=sys.stderr)
     return comps[0] if len(comps) == 1 else comps
 
@@ -126,9 +142,7 @@ def print_comparison(
         records = read_records(out_dir, sweep)
         spec = sweep_spec(out_dir, sweep)
         metrics = objectives(spec, ",".join(metric) if isinstance(metric, list) else metric)
-        declared = dict(metrics)
-        shown = side_by_side(metrics[0][0], records) if len(metrics) == 1 else list(declared)
-        goals = [declared.get(m) for m in shown]  # the companion (e.g. val/acc_ood) goes by its name
+        shown, goals = shown_metrics(metrics, records)
         comps = compare_metrics(records, shown, rows=rows or default_rows(spec), goals=goals, tuned=tuned_keys(spec))
     except ConfigError as error:
         console.print(f"compare: {error}")

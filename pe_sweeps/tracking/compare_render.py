@@ -14,7 +14,7 @@ from rich.table import Table
 
 from pe_sweeps.tracking.across_tasks import IQM_INTERVAL
 from pe_sweeps.tracking.compare_statistics import compare
-from pe_sweeps.tracking.comparison import Comparison, cell_text, legend, notes, seed_lines
+from pe_sweeps.tracking.comparison import CLIPPED, Comparison, cell_text, legend, notes, seed_lines
 
 FORMATS = ("table", "csv", "json", "markdown", "latex")
 
@@ -179,25 +179,97 @@ def latex_escape(text: str) -> str:
     return "".join(LATEX_ESCAPES.get(ch, ch) for ch in text)
 
 
-def to_latex(comps, per_seed: bool = False) -> str:
-    """A booktabs table (needs \\usepackage{booktabs}); best cells bold; legend, tests and exclusions as its
-    footer."""
-    header, rows = grid_of(comps)
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\begin{tabular}{l" + "l" * (len(header) - 1) + "}",
-             r"\toprule", " & ".join(map(latex_escape, header)) + r" \\", r"\midrule"]  # fmt: skip
-    for row, texts, ranks in rows:
-        cells = [r"\textbf{" + latex_escape(t) + "}" if best else latex_escape(t) for t, best in texts]
-        lines.append(" & ".join([latex_escape(row), *cells, *ranks]) + r" \\")
+def column_decimals(comp: Comparison, col: str) -> int:
+    """One number format per column: the most decimals any of its cells' intervals justify (two significant
+    digits of the interval's width, `Cell.decimals`); three significant digits of its largest value when no
+    cell has an interval (one seed each)."""
+    cells = [comp.cells[r, col] for r in comp.rows if (r, col) in comp.cells]
+    justified = [c.decimals for c in cells if c.decimals is not None]
+    if justified:
+        return max(justified)
+    largest = max((abs(c.center) for c in cells), default=0.0) or 1.0
+    return max(0, 2 - math.floor(math.log10(largest)))
+
+
+def latex_cell(comp: Comparison, row: str, col: str, decimals: int, interval: bool) -> str:
+    """`center` (bold when best in its column), `center [low, high]` with the interval; `-` for no cell."""
+    if (row, col) not in comp.cells:
+        return "-"
+    cell = comp.cells[row, col]
+    text = f"{cell.center:.{decimals}f}"
+    if interval and cell.n > 1:
+        low, high = (f"{x:.{decimals}f}" + (CLIPPED if c else "") for x, c in zip(cell.ci, cell.interval.clipped))
+        text += f" [{low}, {high}]"
+    text = latex_escape(text)
+    return r"\textbf{" + text + "}" if comp.is_best(row, col) else text
+
+
+def rank_format(comp: Comparison, col: str) -> str:
+    """Ranks as integers, or to one decimal in a column with a tie (2.5)."""
+    ranks = [comp.ranks[r, col] for r in comp.rows if (r, col) in comp.ranks]
+    return ".0f" if all(float(k).is_integer() for k in ranks) else ".1f"
+
+
+def latex_caption(comps: list[Comparison], interval: bool) -> str:
+    """What a reader needs beside the numbers: the aggregate, n (runs per cell), the interval method and the
+    test under the table."""
+    first = comps[0]
+    ns = sorted({cell.n for comp in comps for cell in comp.cells.values()}) or [0]
+    n = f"n = {ns[0]}" if len(ns) == 1 else f"n = {ns[0]} to {ns[-1]}"
+    goals = ", ".join(f"{c.metric} ({'higher' if c.goal == 'max' else 'lower'} is better)" for c in comps)
+    where = "in brackets" if interval else "in the report's error bars"
+    methods = "; ".join(dict.fromkeys(c.interval for c in comps))
+    return (
+        f"{first.value.capitalize()} {goals}: {first.aggregate} over {n} runs (seeds) per cell; best per column in "
+        f"bold. Intervals ({where}): {methods}. Below the table, per column: Welch t-test of the best row "
+        f"against the runner-up over seeds, Holm-adjusted over the column's pairs when it has more than two rows."
+    )
+
+
+def to_latex(comps, per_seed: bool = False, interval: bool = False, rank: bool = False) -> str:
+    """A booktabs table (needs \\usepackage{booktabs}) with a caption naming n, the interval and the test:
+    per (metric, column) the aggregate to one number format (`column_decimals`), `interval` adds each
+    cell's interval, `rank` a rank column beside each; per metric the mean rank and MRR; best cells bold;
+    the tests, the exclusions (and with per_seed the values) as its footer."""
+    comps = as_list(comps)
+    many = len(comps) > 1
+    columns = [(comp, col) for comp in comps for col in comp.cols]
+    header = [", ".join(comps[0].row_keys)]
+    for comp, col in columns:
+        header += [f"{col} {comp.metric}" if many else col] + (["rank"] if rank else [])
+    header += [f"{k} {comp.metric}" if many else k for comp in comps for k in ("mean rank", "MRR")]
+    lines = [r"\begin{table}[t]", r"\centering", r"\small",
+             r"\caption{" + latex_escape(latex_caption(comps, interval)) + "}", r"\label{tab:compare}",
+             r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}", r"\toprule",
+             " & ".join(map(latex_escape, header)) + r" \\", r"\midrule"]  # fmt: skip
+    decimals = {(id(comp), col): column_decimals(comp, col) for comp, col in columns}
+    ranks = {(id(comp), col): rank_format(comp, col) for comp, col in columns}
+    for row in dict.fromkeys(r for comp in comps for r in comp.rows):
+        texts = [latex_escape(row)]
+        for comp, col in columns:
+            texts.append(latex_cell(comp, row, col, decimals[id(comp), col], interval))
+            if rank:
+                texts.append(f"{comp.ranks[row, col]:{ranks[id(comp), col]}}" if (row, col) in comp.ranks else "-")
+        for comp in comps:
+            texts += [f"{getattr(comp, k)[row]:.2f}" if row in getattr(comp, k) else "-" for k in ("mean_rank", "mrr")]
+        lines.append(" & ".join(texts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip\footnotesize"]
-    lines += [latex_escape(line.strip()) + r"\\" for line in footer(comps, "bold", per_seed)]
+    notes_ = [line for comp in comps for line in notes(comp)]
+    notes_ += [line for comp in comps for line in seed_lines(comp)] if per_seed else []
+    lines += [latex_escape(line.strip()) + r"\\" for line in notes_]
     return "\n".join(lines + [r"\end{table}"]) + "\n"
 
 
-def output(comps, fmt_name: str, console: Console | None = None, per_seed: bool = False) -> None:
+def output(
+    comps, fmt_name: str, console: Console | None = None, per_seed: bool = False, interval=False, rank=False
+) -> None:
+    """Print the comparison in a format; `interval` and `rank` are LaTeX's optional columns."""
     if fmt_name == "table":
         (console or Console()).print(render_table(comps, per_seed))
-    elif fmt_name in ("markdown", "latex"):
-        print({"markdown": to_markdown, "latex": to_latex}[fmt_name](comps, per_seed), end="")
+    elif fmt_name == "latex":
+        print(to_latex(comps, per_seed, interval=interval, rank=rank), end="")
+    elif fmt_name == "markdown":
+        print(to_markdown(comps, per_seed), end="")
     else:
         print({"csv": to_csv, "json": to_json}[fmt_name](comps), end="")
 

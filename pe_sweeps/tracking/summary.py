@@ -34,10 +34,33 @@ def summary_lines(record: RunRecord, record_path) -> list[str]:
     return lines
 
 
+def no_validation(record: RunRecord) -> str | None:
+    """Why a fit has no validation metric, and the option to change (None when it has one): validation turned
+    off, or training stopped before the first validation (a smoke fit with max_steps below the interval)."""
+    if any(k.startswith("val/") for k in record.final):
+        return None
+    trainer = (record.config or {}).get("trainer") or {}
+    if trainer.get("limit_val_batches") == 0:
+        return "no validation ran: --trainer.limit_val_batches=0 turns it off"
+    step = "?" if record.global_step is None else record.global_step
+    interval = trainer.get("val_check_interval")
+    if isinstance(interval, int) and not isinstance(interval, bool):
+        when = f"before the first validation at step {interval} (--trainer.val_check_interval={interval})"
+    else:  # None or a fraction: validation at (a fraction of) each epoch, and no such point was reached
+        every = trainer.get("check_val_every_n_epoch") or 1
+        when = f"before the first validation (each {every} epoch(s), --trainer.val_check_interval={interval})"
+    return (f"no validation ran: training stopped at step {step}, {when}; set --trainer.val_check_interval to at "
+            f"most {step} or raise --trainer.max_steps")  # fmt: skip
+
+
 def print_fit_summary(record: RunRecord, record_path, console: Console | None = None) -> None:
     console = console or Console()
     step = "?" if record.global_step is None else record.global_step
     console.print(f"{record.name}: {record.status} at step {step}")
-    console.print(summary_table(record))
+    hint = no_validation(record)
+    if hint:  # instead of an empty table
+        console.print(hint, highlight=False, soft_wrap=True)
+    else:
+        console.print(summary_table(record))
     for line in summary_lines(record, record_path):
         console.print(line, highlight=False, soft_wrap=True)

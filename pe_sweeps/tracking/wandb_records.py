@@ -85,11 +85,35 @@ def wandb_record(run) -> RunRecord:
     )  # fmt: skip
 
 
-def read_wandb(path: str) -> list[RunRecord]:
-    """Every run of ENTITY/PROJECT from the W&B public API, as records."""
+def api_problem(error: Exception) -> str:
+    """What went wrong reading from the W&B API, and what to change (never WANDB_MODE: offline mode is for
+    logging runs, and reading them needs the API)."""
     import wandb
 
-    records = [wandb_record(run) for run in wandb.Api().runs(path)]
+    if isinstance(error, wandb.errors.UsageError):
+        return "no W&B API key: set WANDB_API_KEY or run `wandb login`"
+    if isinstance(error, wandb.errors.AuthenticationError):
+        return "W&B rejected the API key: check WANDB_API_KEY or run `wandb login`"
+    if isinstance(error, wandb.errors.CommError):
+        return "could not reach W&B: check the network (and WANDB_BASE_URL for a private server)"
+    return "the W&B API failed: check ENTITY/PROJECT and that the project exists"
+
+
+def read_wandb(path: str) -> list[RunRecord]:
+    """Every run of ENTITY/PROJECT from the W&B public API, as records. A malformed path, a missing or
+    rejected API key and an unreachable server are each one line (ConfigError) saying which."""
+    import wandb
+
+    if len([part for part in path.split("/") if part]) != 2:
+        raise ConfigError(f"--wandb {path!r}: expected ENTITY/PROJECT (e.g. my-team/pe-sweeps)")
+    problem = None
+    try:
+        records = [wandb_record(run) for run in wandb.Api().runs(path)]
+    except (wandb.errors.Error, ValueError) as error:  # ValueError: wandb's "Could not find project"
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        problem = f"compare --wandb {path!r}: {api_problem(error)} ({type(error).__name__}: {reason})"
+    if problem:  # raised outside the handler: cli.py would otherwise report the W&B error in its context
+        raise ConfigError(problem)
     if not records:
         raise ConfigError(f"no runs in W&B project {path!r}")
     return records

@@ -1,0 +1,43 @@
+"""The end of `cli.py fit` when no validation ran (issue 29, point 8): a smoke fit with max_steps below the
+validation interval says so in one line naming the options to change, instead of an empty metrics table.
+
+README claim covered here: "a fit that ended before its first validation says so and which option to change":
+test_a_fit_without_validation_says_so_and_names_the_option
+"""
+
+from helpers import record as make_record
+from rich.console import Console
+
+from pe_sweeps.tracking.summary import print_fit_summary
+
+
+def summary_of(record) -> str:
+    console = Console(record=True, width=300)
+    print_fit_summary(record, "/o/runs/r/record.json", console)
+    return console.export_text()
+
+
+def test_a_fit_without_validation_says_so_and_names_the_option():
+    config = {"trainer": {"max_steps": 20, "val_check_interval": 250, "check_val_every_n_epoch": None}}
+    record = make_record(name="copy-rope-s0", status="finished", global_step=20, config=config,
+                         final={"train/loss": 2.0}, best={})  # fmt: skip
+    text = summary_of(record)
+    hint = [line for line in text.splitlines() if "no validation ran" in line]
+    assert hint == [
+        "no validation ran: training stopped at step 20, before the first validation at step 250 "
+        "(--trainer.val_check_interval=250); set --trainer.val_check_interval to at most 20 or raise "
+        "--trainer.max_steps"
+    ]
+    assert "metric" not in text and "record: /o/runs/r/record.json" in text  # no empty table
+
+
+def test_validation_turned_off_says_which_option_did_it():
+    config = {"trainer": {"max_steps": 20, "limit_val_batches": 0}}
+    record = make_record(name="r", status="finished", global_step=20, config=config, final={}, best={})
+    assert "no validation ran: --trainer.limit_val_batches=0 turns it off" in summary_of(record)
+
+
+def test_a_fit_with_validation_has_no_hint():
+    record = make_record(name="r", status="finished", global_step=20, final={"val/acc": 0.5}, best={"val/acc": 0.5})
+    text = summary_of(record)
+    assert "no validation ran" not in text and "val/acc" in text
