@@ -10,7 +10,7 @@ but `none`, or, with a single encoding, to it alone (as without a schedule).
 """
 
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding, check_encoding, check_encoding_name
-from lightning_modules.schedule_label import NOPE
+from lightning_modules.schedule_label import NOPE, is_label, label_pattern, parse_label
 from pe_sweeps.errors import ConfigError
 
 
@@ -41,6 +41,8 @@ def scheduled_options(name: str, names: list[str], options: dict | None) -> dict
 def check_schedule(encoding, nope_every, window, depth: int) -> None:
     """One-line ConfigError for a schedule that does not fit `depth` layers, an unknown name in a list, a
     `nope_every` out of range or a window size < 1."""
+    if is_label(encoding):
+        encoding = parse_label(encoding, depth)
     if isinstance(encoding, (list, tuple)):
         check_encoding_list(list(encoding), depth)
         if nope_every is not None:
@@ -85,6 +87,8 @@ def check_windows(window, depth: int) -> None:
 
 def check_scheduled_encoding(encoding, options: dict) -> None:
     """`check_encoding` of each encoding a (possibly per-layer) `arch.encoding` names, with the options it gets."""
+    if is_label(encoding):
+        encoding = label_pattern(encoding)  # its names (the depth is checked with the architecture)
     if not isinstance(encoding, (list, tuple)):
         check_encoding(encoding, options)
         return

@@ -191,6 +191,31 @@ def test_run_name_of_a_schedule():
     assert found == {"model.arch.window": 8}  # nope_every is in the encoding's label
 
 
+@pytest.mark.parametrize("names", [["rope", "rope", "rope", "none"], ["alibi", "none"], ["t5_bias", "rope", "none"]])
+def test_a_schedule_label_is_an_encoding_value_that_reads_back(names):
+    """`arch.encoding: rope3.none` is the schedule its run name shows: one string, so a hybrid is a value of an
+    encoding sweep axis (Optuna's categorical choices cannot hold a list)."""
+    label = schedule_label(names)
+    built = arch(label, depth=2 * len(names))
+    assert built.layer_encodings == names * 2 and encoding_label(label, built.as_dict()) == label
+    assert Transformer(built, causal=True).layer_names == names * 2
+
+
+def test_no_registered_name_ends_in_a_digit():
+    """A label run is a name and a layer count ("rope3"): a name ending in a digit would read as a count."""
+    assert not [name for name in ENCODINGS if name[-1].isdigit()]
+
+
+@pytest.mark.parametrize(
+    ("label", "expected"),
+    [("rope.none", "does not divide arch.depth 3"), ("rope.nonex.none", "unknown encoding 'nonex'"),
+     ("rope0.none", "not an encoding name with an optional layer count"), ("rope..none", "not an encoding name")],
+)  # fmt: skip
+def test_bad_schedule_labels_are_one_line(label, expected):
+    with pytest.raises(ConfigError, match=expected):
+        arch(label, depth=3)
+
+
 def test_schedule_checkpoint_round_trip(tmp_path):
     """The architecture dict of a schedule (lists, nulls) loads with weights_only and rebuilds the same model."""
     config = arch(["rope", "alibi", "rope", "none"], window=[4, None, 4, None])
