@@ -23,12 +23,14 @@ from lightning_modules.encodings.fox import Fox
 from lightning_modules.encodings.kerple import KerpleLog, KerplePower
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.none import NoPE
+from lightning_modules.encodings.path import PaTH
 from lightning_modules.encodings.rope import RoPE
 from lightning_modules.encodings.sandwich import Sandwich
 from lightning_modules.encodings.scaled_sinusoidal import ScaledSinusoidal
 from lightning_modules.encodings.shaw import Shaw
 from lightning_modules.encodings.sinusoidal import Sinusoidal
 from lightning_modules.encodings.sinusoidal_learnable import SinusoidalLearnable
+from lightning_modules.encodings.stick_breaking import StickBreaking
 from lightning_modules.encodings.t5_bias import T5Bias
 from lightning_modules.encodings.tupe import TupeA, TupeR
 from lightning_modules.encodings.xpos import XPos
@@ -41,6 +43,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     + (ScaledSinusoidal, SinusoidalLearnable, Shaw, DeBERTa, XPos, KerpleLog, KerplePower, FIRE, DynamicBias)
     + (BertR,)
     + (CoPE, Sandwich, Fox)
+    + (PaTH, StickBreaking)
 }
 
 # name -> (registered encoding, its default options): a variant that changes defaults only
