@@ -10,7 +10,8 @@ CHUNK = 64  # the chunk of the within-chunk (UT) transform, as fla's reference a
 
 
 def householder_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor) -> Tensor:
-    """PaTH's logits q_i^T P_i P_{i-1} ... P_{j+1} k_j, P_t = I - beta_t w_t w_t^T, for j <= i (0 above).
+    """PaTH's logits q_i^T P_i P_{i-1} ... P_{j+1} k_j, P_t = I - beta_t w_t w_t^T, for j <= i (the entries
+    above the diagonal mean nothing: masked).
 
     (B, H, L, D) q, k, w, (B, H, L) beta -> (B, H, L, L), in the inputs' dtype. Within a chunk of CHUNK tokens
     the products come from one triangular solve (the UT transform, as fla's `naive_path_attn`):
