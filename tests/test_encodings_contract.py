@@ -256,6 +256,7 @@ README_OPTIONS = {  # the options the README names, per encoding (each also take
     "learned": {"init_from", "init_scale", "init_rows", "freeze"}, "shaw": {"values", "max_relative"},
     "tupe_a": {"untie_cls", "proj_bias", "mode"}, "tupe_r": {"untie_cls", "proj_bias", "mode"},
     "cope": {"max_pos"}, "sandwich": {"sandwich_dim"}, "dynamic_bias": {"log_distance"},
+    "path": {"w_rank", "short_conv"}, "stick_breaking": {"attend_current"},
 }  # fmt: skip
 
 
