@@ -22,12 +22,8 @@ def householder_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor) -> Tensor:
     starts = range(0, L, CHUNK)
     queries, keys, products, rows = [], [], [], []  # per chunk
     for a in starts:
-        Q, K, W, b = (
-            q[..., a : a + CHUNK, :],
-            k[..., a : a + CHUNK, :],
-            w[..., a : a + CHUNK, :],
-            beta[..., a : a + CHUNK],
-        )
+        chunk = slice(a, a + CHUNK)
+        Q, K, W, b = q[..., chunk, :], k[..., chunk, :], w[..., chunk, :], beta[..., chunk]
         eye = torch.eye(Q.shape[-2], dtype=q.dtype, device=q.device)
         T = torch.linalg.solve_triangular(eye + (b[..., :, None] * (W @ W.mT)).tril(-1), eye, upper=False,
                                           unitriangular=True)  # fmt: skip
