@@ -121,8 +121,9 @@ def check_attention_backend(backend: str, encoding: PositionalEncoding, dropout:
         return
     if not encoding.flex_capable:
         able = [name for name, cls in ENCODINGS.items() if cls.flex]
-        raise ConfigError(f"attention_backend=flex cannot serve encoding {encoding.name!r} (a logit term with no "
-                          f"score_mod); use auto or sdpa, or one of: {', '.join(able)}")  # fmt: skip
+        why = "a logit term with no score_mod" if encoding.softmax_attention else "its attention is not a softmax"
+        raise ConfigError(f"attention_backend=flex cannot serve encoding {encoding.name!r} ({why}); use auto or "
+                          f"sdpa, or one of: {', '.join(able)}")  # fmt: skip
     if dropout > 0:
         raise ConfigError(f"attention_backend=flex has no attention dropout; set dropout=0 (got {dropout}) or "
                           "use auto (SDPA while training with dropout)")  # fmt: skip

@@ -12,3 +12,7 @@ cd "$(dirname "$0")/.."
 # `numpy<2` pin is stale (it validates dictionaries only) and would break pandas 3 / the rest of the stack.
 .venv/bin/python -m pip install -q "jsonschema>=3.2" "jsonref>=1.0" "pydantic>=2.6"
 .venv/bin/python -m pip install -q --no-deps "sweeps==0.3.0"
+# fla-core: the pure-torch references of the PaTH and stick-breaking parity tests (tests/test_encodings_attention.py
+# loads fla/ops/*/naive.py by path and skips without it). Without its dependencies: they would pull triton and
+# another torch; the naive files need only torch and einops (already here through x-transformers).
+.venv/bin/python -m pip install -q --no-deps "fla-core==0.6.0"

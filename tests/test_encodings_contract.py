@@ -23,8 +23,8 @@ README claims covered here:
 - "Initialisation: every trainable position tensor starts as its method's reference code does ... init_reference
   ... checks its statistics": test_initialisation_matches_the_reference,
   test_check_init_rejects_the_defects_it_exists_for
-- "Attention goes through scaled_dot_product_attention (the default attend), except shaw with values: true":
-  test_only_shaw_replaces_sdpa
+- "Attention goes through scaled_dot_product_attention (the default attend), except shaw with values: true" and
+  the encodings that replace softmax (softmax_attention = False): test_only_shaw_replaces_sdpa
 """
 
 import inspect
@@ -258,6 +258,7 @@ README_OPTIONS = {  # the options the README names, per encoding (each also take
     "learned": {"init_from", "init_scale", "init_rows", "freeze"}, "shaw": {"values", "max_relative"},
     "tupe_a": {"untie_cls", "proj_bias", "mode"}, "tupe_r": {"untie_cls", "proj_bias", "mode"},
     "cope": {"max_pos"}, "sandwich": {"sandwich_dim"}, "dynamic_bias": {"log_distance"},
+    "path": {"w_rank", "short_conv"}, "stick_breaking": {"attend_current"},
 }  # fmt: skip
 
 
@@ -286,11 +287,13 @@ def test_the_readmes_options_and_defaults_are_the_encodings():
 
 
 def test_only_shaw_replaces_sdpa():
-    """The default `attend` is SDPA; only Shaw (for its relative values) overrides it."""
+    """The default `attend` is SDPA; only Shaw (for its relative values) overrides it, and the encodings that
+    declare `softmax_attention = False` (stick-breaking), which must."""
     from lightning_modules.encodings import PositionalEncoding
 
     overriding = {name for name, cls in ENCODINGS.items() if cls.attend is not PositionalEncoding.attend}
-    assert overriding == {"shaw"}
+    other = {name for name, cls in ENCODINGS.items() if not cls.softmax_attention}
+    assert overriding == {"shaw"} | other
 
 
 INIT_STD_FACTOR = 1.25  # a sample std must lie within this factor of the reference's (tensors of >= 64 values)

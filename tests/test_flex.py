@@ -72,7 +72,18 @@ def test_flex_flag_matches_the_score_mod_hooks():
             cls.content_score_mod is not PositionalEncoding.content_score_mod
         )
         assert cls.flex == hooks, name
-    assert set(OTHER_NAMES) == {"tupe_a", "tupe_r", "tupe_a_tied", "cope", "dape_alibi", "dape_kerple", "dd_alibi_row"}
+    # PaTH's Householder products are not pointwise in (i, j) either; stick-breaking replaces softmax itself
+    assert set(OTHER_NAMES) == {
+        "tupe_a",
+        "tupe_r",
+        "tupe_a_tied",
+        "cope",
+        "dape_alibi",
+        "dape_kerple",
+        "dd_alibi_row",
+        "path",
+        "stick_breaking",
+    }
 
 
 @pytest.mark.parametrize("padded", [True, False])

@@ -25,6 +25,7 @@ from lightning_modules.encodings.fox import Fox
 from lightning_modules.encodings.kerple import KerpleLog, KerplePower
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.none import NoPE
+from lightning_modules.encodings.path import PaTH
 from lightning_modules.encodings.pope import PoPE
 from lightning_modules.encodings.rope import RoPE
 from lightning_modules.encodings.sandwich import Sandwich
@@ -32,6 +33,7 @@ from lightning_modules.encodings.scaled_sinusoidal import ScaledSinusoidal
 from lightning_modules.encodings.shaw import Shaw
 from lightning_modules.encodings.sinusoidal import Sinusoidal
 from lightning_modules.encodings.sinusoidal_learnable import SinusoidalLearnable
+from lightning_modules.encodings.stick_breaking import StickBreaking
 from lightning_modules.encodings.t5_bias import T5Bias
 from lightning_modules.encodings.tupe import TupeA, TupeR
 from lightning_modules.encodings.xpos import XPos
@@ -46,6 +48,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     + (CoPE, Sandwich, Fox)
     + (DapeALiBi, DapeKerple)
     + (PoPE, PerRowDataDependentAlibi)
+    + (PaTH, StickBreaking)
 }
 
 # name -> (registered encoding, its default options): a variant that changes defaults only

@@ -49,7 +49,9 @@ class PositionalEncoding(nn.Module):
     - `content_bias(q, k, positions)` in every layer: logit terms that need q or k (Shaw, DeBERTa);
     - `attention_scale()`: the content logit scale (1/sqrt(D) unless the paper says otherwise);
     - `attend(q, k, v, mask, ...)` in every layer: softmax attention through SDPA; overridden only by an
-      encoding that needs the attention weights themselves (Shaw's relative values).
+      encoding that needs the attention weights themselves (Shaw's relative values) or replaces the softmax
+      (stick-breaking, `softmax_attention = False`; in a cached decoding step its n queries are the last n of
+      the T keys).
     Capabilities are class attributes, checked when the model is built.
     FlexAttention (`flex = True`): the encoding's logit terms are also written as score_mods, evaluated inside
     the fused kernel instead of read from a dense (B, H, L, L) mask: `score_mod(positions)` is `bias`
@@ -95,6 +97,9 @@ class PositionalEncoding(nn.Module):
     flex: bool = False
     # decoding may keep each layer's rotated keys and values (see `cacheable`); an instance may turn it off
     kv_cache: bool = True
+    # attention is a softmax over the logits (SDPA, FlexAttention); False: the encoding's `attend` computes another
+    # attention (stick-breaking), so FlexAttention cannot serve it and a softmax reference does not apply
+    softmax_attention: ClassVar[bool] = True
 
     def __init__(self, *, dim: int, num_heads: int, max_length: int, causal: bool, cls_first: bool = False,
                  randomize_positions: PositiveInt | None = None, randomize_positions_eval: bool = False,
@@ -198,8 +203,9 @@ class PositionalEncoding(nn.Module):
 
     @property
     def flex_capable(self) -> bool:
-        """FlexAttention can serve it: every logit term has a score_mod, or it adds none."""
-        return self.flex or not self.adds_logit_terms
+        """FlexAttention can serve it: a softmax attention whose every logit term has a score_mod, or that adds
+        none."""
+        return self.softmax_attention and (self.flex or not self.adds_logit_terms)
 
     def query_scale(self, positions: Tensor, keys: Tensor) -> Tensor | None:
         """`length_scale`'s factor of each query row, broadcastable to (B, H, L, D) queries, or None (`none`).
