@@ -19,7 +19,9 @@ below; everything else in a config is ignored. Runs that did not finish, lack th
 or whose setup differs from the rest of their cell are left out and listed with the reason, never
 averaged in; a column whose rows differ in setup (beyond the row, column and --best-over keys and the
 parameters the sweep tunes) is refused with one line naming the keys. Reads the local run records
-(tracking/records.py) or, with --wandb ENTITY/PROJECT, the same runs from the W&B API.
+(tracking/records.py) or, with --wandb ENTITY/PROJECT, the same runs from the W&B API; `--save_runs FILE`
+keeps the runs it considered and the sweep's spec in one small JSON file, which `--from FILE` reads back
+instead (tracking/saved_runs.py): how docs/results/ recomputes the tables of docs/RESULTS.md.
 
 This module parses the options and runs the steps: which runs (compare_selection.py), the sweep's metrics
 and parameters (compare_spec.py: its manifest, else its Optuna database), the statistics
@@ -34,10 +36,13 @@ To run:
     python cli.py compare --report out/report               # plots of every metric + one HTML page
     python cli.py compare --per_seed                        # every cell's per-seed values under the table
     python cli.py compare --wandb my-entity/pe-sweeps
+    python cli.py compare --sweep repro_alibi --save_runs docs/results/alibi.json   # keep the runs
+    python cli.py compare --from docs/results/alibi.json --format markdown         # recompute the table
 """
 
+import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
@@ -49,6 +54,8 @@ from pe_sweeps.tracking.compare_selection import read_records, select, side_by_s
 from pe_sweeps.tracking.compare_spec import default_rows, objectives, sweep_spec, tuned_keys
 from pe_sweeps.tracking.compare_statistics import AGGREGATES, VALUES, compare_metrics
 from pe_sweeps.tracking.comparison import Comparison
+from pe_sweeps.tracking.records import RunRecord
+from pe_sweeps.tracking.saved_runs import read_saved_runs, save_runs
 from pe_sweeps.tracking.wandb_records import read_wandb
 
 __all__ = ["CompareOptions", "compare_main", "print_comparison", "read_records", "run_compare"]
@@ -77,6 +84,9 @@ class CompareOptions:
     latex_rank: bool = False  # --format latex: a rank column beside each column
     report: str | None = None  # write the plots (PNG, SVG, PDF) of every metric and index.html to this folder
     wandb: str | None = None  # ENTITY/PROJECT: read runs from the W&B API instead of --out_dir
+    save_runs: str | None = None  # write the runs compared (the left-out ones too) and the sweep's spec to this JSON
+    from_runs: str | None = None  # (or --from) FILE of --save_runs: read runs and the sweep's spec from it instead
+    # of --out_dir and the sweep's study
 
 
 def shown_metrics(metrics: list[tuple[str, str]], records, value: str = "final") -> tuple[list[str], list]:
@@ -93,11 +103,7 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
     Comparison, or one per metric for several."""
     if opts.format not in FORMATS:
         raise ConfigError(f"--format {opts.format!r}; choose one of: {', '.join(FORMATS)}")
-    if opts.wandb:
-        records = select(read_wandb(opts.wandb), opts.sweep, f"in W&B project {opts.wandb!r}")
-    else:
-        records = read_records(opts.out_dir, opts.sweep)
-    spec = sweep_spec(opts.out_dir, opts.sweep)
+    records, spec = runs_and_spec(opts)
     metrics = objectives(spec, opts.metric)
     shown, goals = (
         shown_metrics(metrics, records, opts.value)
@@ -108,6 +114,10 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
         records, shown, value=opts.value, rows=opts.rows or default_rows(spec, opts.best_over),
         cols=opts.cols, aggregate=opts.aggregate, best_over=opts.best_over, goals=goals, tuned=tuned_keys(spec),
     )  # fmt: skip
+    if opts.save_runs:
+        out_dir = None if opts.wandb or opts.from_runs else opts.out_dir
+        size = save_runs(opts.save_runs, records, spec, opts.sweep, shown, command_of(opts), out_dir)
+        print(f"saved {len(records)} runs to {opts.save_runs} ({size / 1000:.1f} kB)", file=sys.stderr)
     output(comps, opts.format, per_seed=opts.per_seed, interval=opts.latex_interval, rank=opts.latex_rank)
     if opts.format == "table":
         print_front(comps[: len(metrics)], [d for _, d in metrics], Console())
@@ -119,11 +129,43 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
     return comps[0] if len(comps) == 1 else comps
 
 
+def runs_and_spec(opts: CompareOptions) -> tuple[list[RunRecord], dict]:
+    """The runs to compare (of --sweep, when given) and the sweep's spec: from a --from file, from W&B, or
+    from --out_dir's records and the sweep's manifest or study."""
+    if opts.from_runs:
+        if opts.wandb:
+            raise ConfigError("--from reads runs from a file and --wandb from W&B: pass one of them")
+        if opts.save_runs and Path(opts.save_runs).resolve() == Path(opts.from_runs).resolve():
+            raise ConfigError(f"--save_runs {opts.save_runs} would overwrite the --from file: name another file")
+        saved = read_saved_runs(opts.from_runs)
+        return select(saved.records, opts.sweep, f"in {opts.from_runs!r}"), saved.spec
+    if opts.wandb:
+        records = select(read_wandb(opts.wandb), opts.sweep, f"in W&B project {opts.wandb!r}")
+    else:
+        records = read_records(opts.out_dir, opts.sweep)
+    return records, sweep_spec(opts.out_dir, opts.sweep)
+
+
+def command_of(opts: CompareOptions) -> str:
+    """The compare command line of these options (those left at their default omitted)."""
+    default = CompareOptions()
+    changed = [
+        (f.name, getattr(opts, f.name)) for f in fields(opts) if getattr(opts, f.name) != getattr(default, f.name)
+    ]
+    args = [f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changed]
+    return shlex.join(["python", "cli.py", "compare", *args])
+
+
+def from_alias(arg: str) -> str:
+    """`--from FILE` is `--from_runs FILE` (`from` is a Python keyword, so not an option field's name)."""
+    return "--from_runs" + arg[len("--from") :] if arg == "--from" or arg.startswith("--from=") else arg
+
+
 def compare_main(args: list[str]) -> Comparison | list[Comparison]:
     """`cli.py compare [--out_dir DIR] [--sweep NAME] [--metric M[,M]] [--format F] [--report DIR] ...`"""
     from pe_sweeps.cli_options import parse_options
 
-    return run_compare(parse_options(CompareOptions, args))
+    return run_compare(parse_options(CompareOptions, [from_alias(a) for a in args]))
 
 
 def print_comparison(
