@@ -786,3 +786,27 @@ def test_the_table_never_splits_a_number_and_is_compact_when_narrow(width):
             assert number in text, (number, width)
     compact = "compact cells for this terminal's width" in " ".join(text.split())
     assert compact == (width < 100) and (("(n=3)" in text) != compact)
+
+
+def test_two_sweeps_compare_as_one(tmp_path, capsys):
+    """`--sweep a,b`: a reproduction and a row added by a second sweep (ALiBi's t5_bias at another max_distance)
+    in one table, the rows of each sweep's reseed groups merged; an unknown name is one line."""
+    from pe_sweeps.tracking.compare_spec import merged_spec
+
+    main = [replace(r, sweep="a") for r in grid()]
+    added = [rec("t5_bias", seed=s, acc=0.5, sweep="b") for s in range(3)]
+    write_records(tmp_path, [*main, *added, rec("rope", acc=0.1, sweep="c")])
+    comp = compare_main([f"--out_dir={tmp_path}", "--sweep=a,b", "--format=json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["rows"] == ["encoding"] and comp.cells["t5_bias", "copy"].n == 3
+    assert {row for row, _ in comp.cells} == {r.encoding for r in main} | {"t5_bias"}  # sweep c not read
+    with pytest.raises(ConfigError, match="no runs of sweep 'd' under .*; sweeps found: a, b, c"):
+        compare_main([f"--out_dir={tmp_path}", "--sweep=a,d"])
+    options = "model.arch.encoding_options"
+    specs = [{"metrics": [{"name": "val/ppl"}], "parameters": {"model.lr": {}}, "compare_rows": "encoding"},
+             {"parameters": {options: {}}, "compare_rows": f"encoding,{options}"}]  # fmt: skip
+    merged = merged_spec(specs)
+    assert merged["compare_rows"] == "encoding,model.arch.encoding_options" and merged["metrics"] == [
+        {"name": "val/ppl"}
+    ]
+    assert list(merged["parameters"]) == ["model.lr", "model.arch.encoding_options"] and merged["roles"] is None

@@ -68,7 +68,7 @@ class CompareOptions:
     CHOICES: ClassVar[dict] = {"value": VALUES, "aggregate": AGGREGATES, "format": FORMATS}
 
     out_dir: str = "out"  # records are read recursively from here (runs/ and sweeps/)
-    sweep: str | None = None  # keep runs of this sweep / study only; its metric becomes the default
+    sweep: str | None = None  # keep runs of this sweep / study only (a,b: of several); its metric becomes the default
     metric: str | None = None  # M[,M...]; default: the sweep's metric(s) with --sweep, else val/acc, each with
     # its in-distribution / beyond-length companion (val/acc_ood) as the sweep's ending shows; several
     # metrics: side by side, then their Pareto front (non-dominated rows)

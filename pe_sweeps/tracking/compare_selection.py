@@ -201,13 +201,19 @@ def read_records(out_dir: str, sweep: str | None) -> list[RunRecord]:
 
 
 def select(records: list[RunRecord], sweep: str | None, where: str) -> list[RunRecord]:
+    """The runs of `sweep` (comma-separated for several sweeps side by side), every run when None."""
     if sweep is None:
         return records
-    kept = [r for r in records if r.sweep == sweep]
-    if not kept:
-        known = sorted({str(r.sweep) for r in records if r.sweep})
-        raise ConfigError(f"no runs of sweep {sweep!r} {where}; sweeps found: {', '.join(known) or 'none'}")
-    return kept
+    known = sorted({str(r.sweep) for r in records if r.sweep})
+    for one in sweep_names(sweep):
+        if one not in known:
+            raise ConfigError(f"no runs of sweep {one!r} {where}; sweeps found: {', '.join(known) or 'none'}")
+    return [r for r in records if r.sweep in sweep_names(sweep)]
+
+
+def sweep_names(sweep: str) -> list[str]:
+    """`--sweep a,b`: the runs of both sweeps in one comparison (e.g. a reproduction and its added row)."""
+    return [name.strip() for name in sweep.split(",") if name.strip()]
 
 
 def config_path(key: str) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from lightning_modules.metric_names import ACC, goal, name
 from pe_sweeps.layout import STUDY_DB, SWEEPS, study_db
-from pe_sweeps.tracking.compare_selection import config_path, keys_of
+from pe_sweeps.tracking.compare_selection import config_path, keys_of, sweep_names
 from pe_sweeps.tracking.manifest import read_manifest
 
 DEFAULT_METRIC = name("val", ACC)
@@ -17,10 +17,29 @@ def sweep_spec(out_dir: str, sweep: str | None) -> dict:
     any storage), else from a sweep made before manifests: the sweep dict of its local Optuna study."""
     if sweep is None:
         return {}
+    names = sweep_names(sweep)
+    if len(names) > 1:
+        return merged_spec([sweep_spec(out_dir, name) for name in names])
     manifest = read_manifest(out_dir, sweep)
     if manifest is not None:
         return {k: manifest.get(k) for k in ("metrics", "parameters", "roles", "compare_rows")}
     return optuna_spec(out_dir, sweep)
+
+
+def merged_spec(specs: list[dict]) -> dict:
+    """Several sweeps compared as one: the first sweep's metrics; the parameters, roles and reseed rows of
+    all of them (a key any of them varies is a row or a tuned key of the comparison)."""
+    merged = {"metrics": specs[0].get("metrics"), "metric": specs[0].get("metric"), "parameters": {}, "roles": {}}
+    rows = []
+    for spec in specs:
+        merged["parameters"].update(spec.get("parameters") or {})
+        merged["roles"].update(spec.get("roles") or {})
+        rows += [key for key in (spec.get("compare_rows") or "").split(",") if key and key not in rows]
+    if rows:
+        merged["compare_rows"] = ",".join(rows)
+    if not any(spec.get("roles") is not None for spec in specs):
+        merged["roles"] = None
+    return merged
 
 
 def optuna_spec(out_dir: str, sweep: str) -> dict:
