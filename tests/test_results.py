@@ -9,6 +9,7 @@ the parametrised test runs it on each marker of docs/RESULTS.md, the unit test o
 
 import difflib
 import io
+import math
 import re
 import shlex
 from contextlib import redirect_stdout
@@ -138,3 +139,18 @@ def test_the_checker_passes_a_recomputed_table_and_fails_a_changed_cell(tmp_path
         f"--from {tmp_path}/docs/results/gone.json: no such file (write one with `cli.py compare --save_runs FILE`)",
         "docs/results/other.json is named by no marker in RESULTS.md",
     ]
+
+
+def test_ngram_floors_are_exact_on_a_closed_form_text():
+    """scripts/ngram_perplexity.py (the ALiBi reproduction's precondition floors): on 'ab' repeated, add-one
+    unigrams give perplexity 2 exactly, and bigrams, which know that a is followed by b, nearly 1."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ngram_perplexity", ROOT / "scripts" / "ngram_perplexity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = "ab" * 50
+    assert module.ngram_perplexity(text, text, 1) == pytest.approx(2.0)
+    # 50 'ab' scored (51/52 each: 50 seen + 1 over 50 'a' + 2 symbols) and 49 'ba' (50/52)
+    expected = math.exp(-(50 * math.log(51 / 52) + 49 * math.log(50 / 52)) / 99)
+    assert module.ngram_perplexity(text, text, 2) == pytest.approx(expected)
