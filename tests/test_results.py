@@ -151,6 +151,6 @@ def test_ngram_floors_are_exact_on_a_closed_form_text():
     spec.loader.exec_module(module)
     text = "ab" * 50
     assert module.ngram_perplexity(text, text, 1) == pytest.approx(2.0)
-    # 50 'ab' scored (51/52 each: 50 seen + 1 over 50 'a' + 2 symbols) and 49 'ba' (50/52)
-    expected = math.exp(-(50 * math.log(51 / 52) + 49 * math.log(50 / 52)) / 99)
+    # 50 'ab' scored (51/52 each: 50 seen + 1 over 50 'a' + 2 symbols) and 49 'ba' (50/51: 49 'b' continued)
+    expected = math.exp(-(50 * math.log(51 / 52) + 49 * math.log(50 / 51)) / 99)
     assert module.ngram_perplexity(text, text, 2) == pytest.approx(expected)
