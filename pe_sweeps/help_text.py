@@ -6,9 +6,8 @@ import inspect
 
 def document_options(shared: dict[str, str], own: dict[str, str]):
     """Class decorator: an `Args:` section on `__init__` describing each of its named options (from `own`, else
-    `shared`); an option left undescribed (or described but not taken) is a
-    TypeError at import. `**kwargs` is not an option: jsonargparse
-    follows it into the base class's `__init__`, whose own section describes those."""
+    `shared`); an option left undescribed, or described but not taken, is a TypeError at import. `**kwargs` is not
+    an option: jsonargparse follows it into the base class's `__init__`, whose own section describes those."""
 
     def document(cls):
         params = inspect.signature(cls.__init__).parameters.values()
