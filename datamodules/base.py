@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from datamodules.loaders import seeded_loader
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.help_text import document_options
 from pe_sweeps.ranges import NonNegativeInt, PositiveInt, check_ranges
 
 # The options the data modules share, one type each, and each a parameter of ONE base class below (TaskDataModule:
@@ -28,6 +29,24 @@ VocabLimit = PositiveInt  # the tokenizer's vocabulary size at most
 Limit = PositiveInt | None  # keep the first N examples / blocks / tokens (tests, quick runs); None: all
 Tokenizer = Literal["auto", "char", "word", "bpe"]  # auto: the corpus's default
 
+# What --help says of the options several data modules share (`data_options_help`); a module's own are added there.
+DATA_OPTIONS = {
+    "batch_size": "examples per batch (per process under DDP)",
+    "seed": "seed of the data (generation, splits, shuffling); null: the run's seed_everything, so data and "
+    "initialisation vary together over seeds",
+    "num_workers": "data-loader worker processes; null: 2 on CUDA, 0 on the CPU",
+    "data_dir": "folder holding the data files; null: the data root ($PE_DATA_ROOT, else the checkout's "
+    "../shared/data)",
+    "hub_name": "load this Hugging Face hub data set instead of the files under data_dir (online); null: the files",
+    "vocab_size_limit": "the tokenizer's vocabulary size at most (learned on the training split)",
+    "tokenizer": "bpe (byte-level BPE), char or word (whitespace-split; auto is word here), learned on the training "
+    "split",
+    "max_length": "longest tokenised sequence kept; longer ones are truncated",
+    "max_train_examples": "keep the first N training examples (tests, quick runs); null: all",
+    "max_eval_examples": "keep the first N validation and test examples (tests, quick runs); null: all",
+    "max_train_blocks": "keep the first N training blocks (tests, quick runs); null: all",
+}
+
 
 def data_seed(seed: int | None) -> int:
     """A data module's seed: `cli.py` fills a null `data.seed` with the run's `seed_everything`, so data and
@@ -35,6 +54,13 @@ def data_seed(seed: int | None) -> int:
     return 0 if seed is None else seed
 
 
+def data_options_help(**own: str):
+    """Class decorator: an `Args:` section on `__init__` describing each of its options (DATA_OPTIONS and `own`),
+    which jsonargparse shows in `--help`; an option left undescribed is an error at import."""
+    return document_options(DATA_OPTIONS, own)
+
+
+@data_options_help()
 class TaskDataModule(pl.LightningDataModule):
     """The contract between a data module, the task modules and the CLI (every class in datamodules/registry.py),
     and the loader options every data module shares, declared here once.
@@ -105,6 +131,7 @@ class TaskDataModule(pl.LightningDataModule):
         return self._loader(self.test_set, shuffle=False)
 
 
+@data_options_help()
 class FileDataModule(TaskDataModule):
     """The options every data module of text (datamodules/text.py, masked_lm.py, glue.py, text_classification.py,
     translation.py) shares, declared here once: its files lie under `data_dir` (None: the data root,

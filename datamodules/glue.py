@@ -18,12 +18,13 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from datamodules.base import FileDataModule, Limit, Tokenizer, hub_error
+from datamodules.base import FileDataModule, Limit, Tokenizer, data_options_help, hub_error
 from datamodules.text import (
     SPECIAL_TOKENS,
     check_tokenizer,
@@ -59,11 +60,6 @@ GLUE_TASKS = {
     "rte": GlueTask("RTE", ("sentence1", "sentence2"), "label", ("entailment", "not_entailment"), hub_config="rte"),
     "stsb": GlueTask("STS-B", ("sentence1", "sentence2"), "score", None, hub_config="stsb"),
 }
-
-
-def check_glue_task(task: str) -> None:
-    if task not in GLUE_TASKS:
-        raise ConfigError(f"unknown GLUE task {task!r}; choose one of: {', '.join(GLUE_TASKS)}")
 
 
 def read_split(path: Path, spec: GlueTask) -> tuple[list[tuple[str, ...]], list[float]]:
@@ -194,6 +190,16 @@ class Examples(torch.utils.data.Dataset):
         return {"tokens": tokens, "padding_mask": tokens != PAD, "labels": labels}
 
 
+GlueTaskName = Literal[tuple(GLUE_TASKS)]  # --help lists them, a wrong one is refused when parsed
+
+
+@data_options_help(
+    task="the GLUE task (files under <data_dir>/glue/, or hub_name)",
+    init_from="linked from model.init_from: a MaskedLMModel checkpoint whose tokenizer and max_length are used",
+    tokenizer="without init_from: bpe (byte-level BPE), char or word (whitespace-split; auto is word here), learned "
+    "on the task's training sentences",
+    max_length="longest input in tokens, [CLS] and [SEP] included (texts truncated longest-first)",
+)
 class GLUEDataModule(FileDataModule):
     """A GLUE task as batches `tokens` (B, L), `padding_mask` (B, L) True = real, `labels` (B,).
 
@@ -205,15 +211,14 @@ class GLUEDataModule(FileDataModule):
     collate_fn = staticmethod(Examples.collate)
 
     @staticmethod
-    def check_options(task: str = "sst2", tokenizer: str = "bpe", **_) -> None:
-        check_glue_task(task)
+    def check_options(tokenizer: str = "bpe", **_) -> None:
         check_tokenizer(tokenizer)
 
     def __init__(
         self,
-        task: str = "sst2",
-        init_from: str | None = None,  # linked from model.init_from: use the checkpoint's tokenizer
-        tokenizer: Tokenizer = "bpe",  # without init_from: trained on the train split
+        task: GlueTaskName = "sst2",
+        init_from: str | None = None,
+        tokenizer: Tokenizer = "bpe",
         max_length: PositiveInt = 128,
         max_train_examples: Limit = None,
         max_eval_examples: Limit = None,

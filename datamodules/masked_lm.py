@@ -22,11 +22,11 @@ from annotated_types import Ge
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from datamodules.base import FileDataModule, Limit, Tokenizer
+from datamodules.base import FileDataModule, Limit, Tokenizer, data_options_help
 from datamodules.text import (
     CORPORA,
     SPECIAL_TOKENS,
-    check_task,
+    Corpus,
     check_tokenizer,
     encode_cached,
     load_or_train_tokenizer,
@@ -57,6 +57,15 @@ def cls_blocks(ids: Tensor, block_size: int, limit: int | None = None) -> Tensor
     return torch.cat([torch.full((count, 1), CLS, dtype=ids.dtype), blocks], dim=1)
 
 
+@data_options_help(
+    task="the text corpus (its files under data_dir, or hub_name)",
+    tokenizer="auto (char for tinyshakespeare, word for wikitext2), char, word or bpe (byte-level BPE), learned "
+    "on the training split",
+    block_size="tokens per block, [CLS] included (at least 2)",
+    mask_rate="probability that a non-special token is selected for the loss (BERT: 80 % [MASK], 10 % random, "
+    "10 % kept)",
+    max_eval_blocks="keep the first N validation and test blocks (tests, quick runs); null: all",
+)
 class MaskedLMDataModule(FileDataModule):
     """Masked-LM pre-training blocks on a text corpus (tinyshakespeare or wikitext2, see datamodules.text).
 
@@ -66,15 +75,14 @@ class MaskedLMDataModule(FileDataModule):
     """
 
     @staticmethod
-    def check_options(task: str = "wikitext2", tokenizer: str = "bpe", **_) -> None:
-        check_task(task)
+    def check_options(tokenizer: str = "bpe", **_) -> None:
         check_tokenizer(tokenizer)
 
     def __init__(
         self,
-        task: str = "wikitext2",
+        task: Corpus = "wikitext2",
         tokenizer: Tokenizer = "bpe",
-        block_size: Annotated[int, Ge(2)] = 128,  # [CLS] and at least one token
+        block_size: Annotated[int, Ge(2)] = 128,
         mask_rate: OpenFraction = 0.15,
         max_train_blocks: Limit = None,
         max_eval_blocks: Limit = None,

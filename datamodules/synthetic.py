@@ -7,14 +7,14 @@ The tasks live in the registry datamodules/tasks (basic tasks, the Chomsky hiera
 datamodules/tasks/tokens.py. Shape legend: B batch, L padded sequence length.
 """
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.base import BatchSize, TaskDataModule
+from datamodules.base import BatchSize, TaskDataModule, data_options_help
 from datamodules.tasks import TASKS, check_task, get_task, limits, split_options, unpack  # noqa: F401 (TASKS re-exported)
 from datamodules.tasks.tokens import (  # noqa: F401 (re-exported: the token ids every task shares)
     IGNORE_INDEX,
@@ -180,10 +180,27 @@ def task_sizes(task: str, lengths: tuple[int, int], num_symbols: int, train_max_
 # ---------------------------------------------------------------------------------------------------------
 # DataModule
 
+TaskName = Literal[tuple(TASKS)]  # the registry's names: --help lists them, a wrong one is refused when parsed
 
+
+@data_options_help(
+    task="the synthetic task (datamodules/tasks)",
+    task_options="the task's own options, e.g. {modulus: 5} (its generator's keyword arguments; datamodules/tasks)",
+    causal="decoder-only formatting (true) or bidirectional encoder formatting with MASK slots (false); linked "
+    "from --model.causal",
+    min_len="shortest task length n trained on",
+    train_max_len="longest task length n trained on; longer ones are evaluated as beyond-length (val/acc_ood)",
+    eval_max_len="longest task length n evaluated; null: 4 * train_max_len",
+    eval_length_stride="evaluate every stride-th length from min_len (train_max_len and eval_max_len always)",
+    num_symbols="size of the task's alphabet of symbols",
+    train_size="training examples, their lengths drawn uniformly from [min_len, train_max_len]",
+    eval_per_length="validation (and test) examples per length beyond train_max_len",
+    eval_per_train_length="validation (and test) examples per length up to train_max_len; null: eval_per_length",
+)
 class SyntheticDataModule(TaskDataModule):
-    """Synthetic length-generalisation task: train on lengths [min_len, train_max_len], evaluate up to
-    eval_max_len.
+    """A synthetic length-generalisation task, trained on lengths up to train_max_len and evaluated beyond.
+
+    Training lengths n lie in [min_len, train_max_len]; validation and test lengths go up to eval_max_len.
 
     Splits are generated in `setup()` and fully determined by `seed` (by default the run's seed, see
     `data_seed`): train uses numpy default_rng([seed, 0]) with lengths uniform in [min_len, train_max_len];
@@ -206,17 +223,17 @@ class SyntheticDataModule(TaskDataModule):
 
     def __init__(
         self,
-        task: str = "copy",
-        task_options: dict | None = None,  # the task's own options, e.g. {modulus: 5}; see datamodules/tasks
-        causal: bool = True,  # decoder-only LM formatting; False = bidirectional encoder with MASK slots
+        task: TaskName = "copy",
+        task_options: dict | None = None,
+        causal: bool = True,
         min_len: PositiveInt = 1,
         train_max_len: PositiveInt = 16,
-        eval_max_len: PositiveInt | None = None,  # default 4 * train_max_len
+        eval_max_len: PositiveInt | None = None,
         eval_length_stride: PositiveInt = 1,
         num_symbols: PositiveInt = 10,
         train_size: PositiveInt = 20000,
         eval_per_length: PositiveInt = 64,
-        eval_per_train_length: PositiveInt | None = None,  # per length <= train_max_len; default eval_per_length
+        eval_per_train_length: PositiveInt | None = None,
         batch_size: BatchSize = 64,
         **kwargs,  # seed, num_workers (TaskDataModule)
     ):

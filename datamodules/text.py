@@ -24,13 +24,14 @@ import hashlib
 import os
 import re
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.base import FileDataModule, Limit, Tokenizer, hub_error
+from datamodules.base import FileDataModule, Limit, Tokenizer, data_options_help, hub_error
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.layout import TOKENIZER_CACHE_ENV as CACHE_ENV
 from pe_sweeps.layout import data_root
@@ -73,11 +74,6 @@ CORPORA = {
     "tinyshakespeare": ("tinyshakespeare", {"input": "input.txt"}, split_tinyshakespeare, "char"),
     "wikitext2": ("wikitext-2", {"valid": "valid.txt", "test": "test.txt"}, split_wikitext2, "word"),
 }
-
-
-def check_task(task: str) -> None:
-    if task not in CORPORA:
-        raise ConfigError(f"unknown text task {task!r}; choose one of: {', '.join(CORPORA)}")
 
 
 def check_tokenizer(tokenizer: str) -> None:
@@ -320,9 +316,26 @@ class SlidingWindows(Dataset):
 # DataModule
 
 
+Corpus = Literal[tuple(CORPORA)]  # the corpora's names: --help lists them, a wrong one is refused when parsed
+
+
+@data_options_help(
+    task="the text corpus (its files under data_dir, or hub_name)",
+    causal="linked from --model.causal; a causal LM needs causal attention (true)",
+    tokenizer="auto (char for tinyshakespeare, word for wikitext2), char, word or bpe (byte-level BPE), learned "
+    "on the training split",
+    block_size="training context in tokens (the inputs of one training block)",
+    eval_factors="evaluation contexts as multiples of block_size, one validation loader each; null: [1, 2, 4]",
+    max_eval_tokens="keep the first N tokens of each evaluation stream (at least one window of the longest "
+    "context + 1); null: all",
+    eval_stride="sliding-window evaluation stride S in [1, block_size], one more loader per context (logged as "
+    "val/ppl_ctx_<n>_stride_<S>); null: non-overlapping windows only",
+)
 class TextDataModule(FileDataModule):
-    """Causal LM on a text corpus: train on packed blocks of `block_size`, evaluate perplexity at
-    contexts block_size * f for every f in `eval_factors` (Press et al. 2022's extrapolation protocol).
+    """Causal language modelling on a text corpus, evaluated at contexts longer than the training blocks.
+
+    Training uses packed blocks of `block_size`; perplexity is evaluated at contexts block_size * f for every f
+    in `eval_factors` (Press et al. 2022's extrapolation protocol).
 
     Training blocks: the training token stream cut into non-overlapping windows of `block_size` inputs
     (targets = inputs shifted by one, so a window reads block_size + 1 tokens), shuffled per epoch with a
@@ -344,10 +357,8 @@ class TextDataModule(FileDataModule):
     """
 
     @staticmethod
-    def check_options(task: str = "tinyshakespeare", tokenizer: str = "auto", block_size: int = 128,
-                   eval_stride: int | None = None, **_) -> None:  # fmt: skip
+    def check_options(tokenizer: str = "auto", block_size: int = 128, eval_stride: int | None = None, **_) -> None:
         """Cheap check of names and the stride, run by cli.py before anything is instantiated."""
-        check_task(task)
         check_tokenizer(tokenizer)
         if eval_stride is not None and not 1 <= eval_stride <= block_size:
             raise ConfigError(f"eval_stride must be in [1, block_size={block_size}] (the training window; "
@@ -355,14 +366,14 @@ class TextDataModule(FileDataModule):
 
     def __init__(
         self,
-        task: str = "tinyshakespeare",
-        causal: bool = True,  # linked from the model; a causal LM needs causal attention
+        task: Corpus = "tinyshakespeare",
+        causal: bool = True,
         tokenizer: Tokenizer = "auto",
         block_size: PositiveInt = 128,
-        eval_factors: list[int] | None = None,  # default [1, 2, 4]
+        eval_factors: list[int] | None = None,
         max_train_blocks: Limit = None,
         max_eval_tokens: Limit = None,
-        eval_stride: int | None = None,  # sliding-window evaluation stride; None: non-overlapping only
+        eval_stride: int | None = None,
         **kwargs,  # data_dir, hub_name, vocab_size_limit (FileDataModule); batch_size, seed, num_workers
     ):
         super().__init__(**kwargs)

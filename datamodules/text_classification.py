@@ -27,10 +27,11 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from datamodules.base import FileDataModule, Limit, Tokenizer, hub_error
+from datamodules.base import FileDataModule, Limit, Tokenizer, data_options_help, hub_error
 from datamodules.glue import Examples, encode_examples_cached
 from datamodules.text import check_tokenizer, load_or_train_tokenizer, resolve_dir
 from pe_sweeps.errors import ConfigError
@@ -69,11 +70,6 @@ PRESETS = {
                   "SST (binary, sentence level) has no local copy: offline pass --data.train_file, "
                   "--data.val_file and --data.test_file (TSVs with columns sentence, label: train/dev/test)"),
 }  # fmt: skip
-
-
-def check_preset(preset: str | None) -> None:
-    if preset is not None and preset not in PRESETS:
-        raise ConfigError(f"unknown text-classification preset {preset!r}; choose one of: {', '.join(PRESETS)}")
 
 
 # ---- reading files --------------------------------------------------------------------------------
@@ -245,6 +241,30 @@ def kfold(labels: list[str], folds: int, fold: int, seed: int) -> tuple[np.ndarr
 Split = tuple[list[tuple[str, ...]], list[str]]  # texts (1- or 2-tuples), raw labels
 
 
+PresetName = Literal[tuple(PRESETS)]  # --help lists them, a wrong one is refused when parsed
+FileFormat = Literal["tsv", "csv", "jsonl"]
+
+
+@data_options_help(
+    preset="one of PE-Study's sets (its files, columns and split protocol); null: give train_file",
+    train_file="the training file (tsv, csv or jsonl); with a preset, null: the preset's",
+    val_file="the validation file; null: a stratified val_fraction of the training rows",
+    test_file="the test file; null: fold `fold` of `folds`, or a stratified test_fraction of the training rows",
+    format="the files' format; null: from the file suffix (.tsv, .csv, .jsonl, .json)",
+    header="the files' first row names the columns",
+    column_names='header-less files: the column names; null: "0", "1", ...',
+    encoding="the files' text encoding, e.g. latin-1 for TREC as distributed (a BOM is read as one)",
+    text_column='the column of the text; null: the preset\'s, else "sentence"',
+    text_pair_column="the column of a sentence pair's second text; null: single sentences",
+    label_column='the column of the label; null: the preset\'s, else "label"',
+    folds="K-fold protocol: the test set is fold `fold` of K stratified folds (presets MR, CR, SUBJ, MPQA: 10); "
+    "null: the preset's, else test_file or test_fraction",
+    fold="which of the `folds` folds is the test set (0 to folds - 1)",
+    val_fraction="stratified share of the training rows held out for validation when there is no val_file, in (0, 1)",
+    test_fraction="stratified share of the training rows held out for testing without test_file or folds, in (0, 1)",
+    split_seed="seed of the cut splits and folds; null: 1111 (SentEval's) for presets, else 0",
+    max_length="longest input in tokens, [CLS] and [SEP] included (texts truncated longest-first)",
+)
 class TextClassificationDataModule(FileDataModule):
     """Any text-classification set as batches `tokens` (B, L), `padding_mask` (B, L), `labels` (B,).
 
@@ -259,7 +279,6 @@ class TextClassificationDataModule(FileDataModule):
     def check_options(preset: str | None = None, tokenizer: str = "bpe", train_file: str | None = None,
                    folds: int | None = None, fold: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1,
                    **_) -> None:  # fmt: skip
-        check_preset(preset)
         check_tokenizer(tokenizer)
         if preset is None and train_file is None:
             raise ConfigError(f"give --data.train_file or a --data.preset ({', '.join(PRESETS)})")
@@ -271,22 +290,22 @@ class TextClassificationDataModule(FileDataModule):
 
     def __init__(
         self,
-        preset: str | None = None,  # mr | cr | subj | mpqa | trec | sst
+        preset: PresetName | None = None,
         train_file: str | None = None,
-        val_file: str | None = None,  # None: a stratified val_fraction of the training rows
-        test_file: str | None = None,  # None: fold `fold` of `folds`, or a stratified test_fraction
-        format: str | None = None,  # tsv | csv | jsonl; None: from the file suffix
+        val_file: str | None = None,
+        test_file: str | None = None,
+        format: FileFormat | None = None,
         header: bool = True,
-        column_names: list[str] | None = None,  # header-less files: the column names (default "0", "1", ...)
-        encoding: str = "utf-8",  # the files' text encoding (TREC as distributed: latin-1); a BOM is read as one
-        text_column: str | None = None,  # default: the preset's, else "sentence"
-        text_pair_column: str | None = None,  # second text of a sentence pair
-        label_column: str | None = None,  # default: the preset's, else "label"
-        folds: int | None = None,  # K-fold protocol (presets MR, CR, SUBJ, MPQA: 10)
+        column_names: list[str] | None = None,
+        encoding: str = "utf-8",
+        text_column: str | None = None,
+        text_pair_column: str | None = None,
+        label_column: str | None = None,
+        folds: int | None = None,
         fold: int = 0,
         val_fraction: float = 0.1,
         test_fraction: float = 0.1,
-        split_seed: int | None = None,  # default: 1111 (SentEval's) for presets, else 0
+        split_seed: int | None = None,
         tokenizer: Tokenizer = "bpe",
         max_length: PositiveInt = 128,
         max_train_examples: Limit = None,

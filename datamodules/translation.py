@@ -23,7 +23,7 @@ from annotated_types import Ge
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.base import BatchSize, FileDataModule, Limit, hub_error
+from datamodules.base import BatchSize, FileDataModule, Limit, data_options_help, hub_error
 from datamodules.text import SPECIAL_TOKENS, load_or_train_tokenizer, resolve_dir
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.vocab import BOS, EOS, IGNORE_INDEX, PAD  # [CLS] begins a target, [SEP] ends it; padding: no loss
@@ -127,6 +127,11 @@ def collate(items: list[tuple[list[int], list[int], str]]) -> dict:
 # DataModule
 
 
+@data_options_help(
+    max_length="longest source in tokens (longer ones truncated); a target keeps max_length - 1 tokens",
+    max_train_examples="keep the first N training pairs (tests, quick runs); null: all",
+    max_eval_examples="keep the first N validation and test pairs (tests, quick runs); null: all",
+)
 class TranslationDataModule(FileDataModule):
     """Multi30k En->De sentence pairs for an encoder-decoder Transformer (PE-Study, Wang & Chen 2020).
 
@@ -153,7 +158,7 @@ class TranslationDataModule(FileDataModule):
 
     def __init__(
         self,
-        max_length: Annotated[int, Ge(2)] = 64,  # a target keeps max_length - 1 tokens
+        max_length: Annotated[int, Ge(2)] = 64,
         batch_size: BatchSize = 64,
         max_train_examples: Limit = None,
         max_eval_examples: Limit = None,

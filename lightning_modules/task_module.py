@@ -11,6 +11,7 @@ from lightning_modules.optim import DivergenceWatch, adamw_with_schedule
 from lightning_modules.registry import ONE_ENCODING, dotted_get  # noqa: F401 (dotted_get re-exported)
 from lightning_modules.schedule_label import encoding_label
 from pe_sweeps import internals
+from pe_sweeps.help_text import document_options
 from pe_sweeps.ranges import check_ranges
 
 # What --help says of the options most task modules share (`options_help`); a module's own are added there.
@@ -28,17 +29,7 @@ COMMON_OPTIONS = {
 def options_help(**own: str):
     """Class decorator: an `Args:` section on `__init__` describing each of its options (COMMON_OPTIONS and
     `own`), which jsonargparse shows in `--help`; an option left undescribed is an error at import."""
-
-    def document(cls):
-        names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
-        missing = [n for n in names if n not in own and n not in COMMON_OPTIONS]
-        if missing:
-            raise TypeError(f"{cls.__name__}: no --help text for {', '.join(missing)}")
-        lines = [f"    {n}: {own.get(n) or COMMON_OPTIONS[n]}" for n in names]
-        cls.__init__.__doc__ = f"The options of {cls.__name__}.\n\nArgs:\n" + "\n".join(lines)
-        return cls
-
-    return document
+    return document_options(COMMON_OPTIONS, own)
 
 
 class TaskModule(pl.LightningModule):

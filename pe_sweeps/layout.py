@@ -7,6 +7,8 @@ Output layout under a run's `--run.out_dir` (default `out`):
                                              one of its checkpoints (`checkpoint_run_dir`)
     sweeps/<study>/optuna.db                 a local Optuna study (`cli.py sweep`), and its .lock
     sweeps/<study>/trial-<n>/                a trial's own out_dir (its runs/ below it)
+    sweeps/<study>/wandb/                    links to every trial's offline W&B run (`offline_runs_view`): one
+                                             folder `wandb leet` browses, made when the sweep ends
 
 A sweep passes a trial its places through the environment of the child it starts, never its own:
 `PE_OUT_DIR` (the trial's out_dir), `PE_OUT_ROOT` (the sweep's out_dir, searched by `init_from=run:NAME`)
@@ -56,6 +58,7 @@ SHIPPED = ("configs", "sweeps")  # folders of YAML files shipped with the projec
 DEFAULT_OUT_DIR = "out"
 MAX_NAME_BYTES = 200  # a run directory adds -<date>-<time>-<pid> (< 40 bytes); file systems allow 255
 RUNS, SWEEPS, STUDY_DB = "runs", "sweeps", "optuna.db"
+TRIAL_OFFLINE_RUNS = "trial-*/runs/*/wandb/offline-run-*"  # a study's trials' offline W&B run folders
 CHECKPOINTS, RECORD_FILE = "checkpoints", "record.json"  # in a run folder
 
 
@@ -117,6 +120,22 @@ def study_db(out_dir: str | Path, study: str) -> Path:
 
 def trial_dir(out_dir: str | Path, study: str, number: int) -> Path:
     return study_dir(Path(out_dir).resolve(), study) / f"trial-{number}"
+
+
+def offline_runs_view(study: Path) -> Path | None:
+    """`<study>/wandb/`, a folder with a link to each trial's offline W&B run folder (relative, so the study folder
+    can move), made or brought up to date; None when the study has no offline run. `wandb leet DIR` browses the
+    runs of one folder, and a sweep's lie in one folder per trial run."""
+    runs = sorted(Path(study).glob(TRIAL_OFFLINE_RUNS))
+    if not runs:
+        return None
+    view = Path(study) / "wandb"
+    view.mkdir(exist_ok=True)
+    for run in runs:
+        link = view / run.name  # offline-run-<time>-<id>: unique per start of a run
+        if not link.is_symlink():
+            link.symlink_to(os.path.relpath(run, view), target_is_directory=True)
+    return view
 
 
 def launcher_variable(name: str) -> bool:

@@ -27,12 +27,14 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from pydoc import locate
 
 import pytest
 import yaml
 from conftest import TINY
 from helpers import cli_in_process
 
+from datamodules.registry import DATA_MODULES
 from datamodules.synthetic import TASKS
 from lightning_modules.encodings import ENCODINGS
 from pe_sweeps.cli import cli_main
@@ -131,7 +133,7 @@ def test_wandb_mode_is_offline_without_a_key_and_an_explicit_one_is_respected(tm
     "args, expected",
     [
         (["--model.arch.encoding=nope"], "unknown encoding 'nope'; choose one of: none, learned"),
-        (["--data.task=nope"], "unknown task 'nope'; choose one of: copy, reverse"),
+        (["--data.task=nope"], "--data.task: expected 'copy', 'reverse', 'sort',"),
         (["--model.arch.encoding_options={bogus: 1}"], "encoding 'rope' has no option 'bogus'; its options: base"),
     ],
 )
@@ -293,6 +295,24 @@ def test_every_model_option_has_a_description_in_help(model, capsys):
         described = re.match(r"--model\.\S+ \S+ (.+?)\(type:", text)  # name, metavar, then a description
         assert described and described.group(1).strip(), entry
     assert "--model.lr_decay {constant,linear,cosine}" in out  # a choice is listed
+
+
+@pytest.mark.parametrize("data", sorted(DATA_MODULES))
+def test_every_data_option_has_a_description_in_help(data, capsys):
+    """Issue 29.5: `--data.help` listed types only; the class line was cut mid-sentence ("evaluate up to:")."""
+    with pytest.raises(SystemExit):
+        cli_main(["fit", "--data.help", data])
+    out = capsys.readouterr().out
+    title, options_text = out.split("\n\n", 2)[-1].split("\n", 1)
+    first_paragraph = " ".join(locate(DATA_MODULES[data]).__doc__.split("\n\n")[0].split())
+    assert title == first_paragraph.removesuffix(".") + ":"  # whole: jsonargparse shows only its first line
+    entries = re.split(r"\n  (?=--data\.)", "\n" + options_text)
+    options = [e for e in entries if e.startswith("--data.")]
+    assert {"--data.batch_size", "--data.seed", "--data.num_workers"} <= {e.split()[0] for e in options}, out
+    for entry in options:
+        text = " ".join(entry.split())
+        described = re.match(r"--data\.\S+ \S+ (.+?)\(type:", text)  # name, metavar, then a description
+        assert described and described.group(1).strip(), entry
 
 
 @pytest.mark.parametrize(

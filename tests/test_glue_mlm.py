@@ -239,7 +239,7 @@ def test_from_scratch_classifier_config_trains(task, tmp_path):
 def test_missing_glue_file_and_unknown_task_are_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match="data file not found: .*train.tsv; point --data.data_dir"):
         GLUEDataModule(task="sst2", data_dir=str(tmp_path))
-    with pytest.raises(ConfigError, match="unknown GLUE task 'qqp'; choose one of: sst2, cola, mrpc, rte, stsb"):
+    with pytest.raises(ConfigError, match="task must be one of 'sst2', 'cola', 'mrpc', 'rte', 'stsb', got 'qqp'"):
         GLUEDataModule(task="qqp")
 
 

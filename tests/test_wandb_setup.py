@@ -176,6 +176,7 @@ def test_readme_sync_hint_matches_where_sweep_trials_write(readme_line, tmp_path
     """The README's glob matches the folder a sweep trial's offline run is in, as the sweep prints it."""
     from pathlib import Path
 
+    from pe_sweeps import layout
     from pe_sweeps.tracking.sweep_display import where_lines
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -183,9 +184,9 @@ def test_readme_sync_hint_matches_where_sweep_trials_write(readme_line, tmp_path
     offline = tmp_path / "out" / "sweeps" / "st" / "trial-0" / "runs" / "r-1" / "wandb" / "offline-run-1"
     offline.mkdir(parents=True)
     assert sorted((tmp_path / "out").glob(readme_line.split(" ", 2)[2][len("out/") :])) == [offline]
-    assert where_lines("sqlite:///x.db", tmp_path / "out" / "sweeps" / "st")[-1].endswith(
-        "sweeps/st/trial-*/runs/*/wandb/offline-run-*"
-    )
+    sync, leet = where_lines("sqlite:///x.db", layout.offline_runs_view(tmp_path / "out" / "sweeps" / "st"))[-2:]
+    assert sync.endswith("sweeps/st/trial-*/runs/*/wandb/offline-run-*") and leet.endswith("sweeps/st/wandb")
+    assert "wandb leet out/sweeps/quickstart/wandb" in readme  # the README names the folder leet browses
 
 
 def test_progress_bar_shows_steps_not_epoch_of_minus_two():

@@ -41,8 +41,10 @@ def front_table(comps: list[Comparison], directions: list[str]) -> Table:
     goals = ", ".join(f"{c.metric} ({d[:3]})" for c, d in zip(comps, directions))
     title = f"Pareto front (non-dominated configurations): {goals}, {comps[0].aggregate} ± std over seeds"
     table = Table(title=title)
-    for column in ("column", "row", *(c.metric for c in comps), "n"):
+    for column in ("column", "row"):
         table.add_column(column, overflow="fold")
+    for column in (*(c.metric for c in comps), "n"):  # `center ± std` stays on one line
+        table.add_column(column, justify="right", no_wrap=True)
     for col, rows in comparison_front(comps, directions).items():
         for row in rows:
             cells = [comp.cells[row, col] for comp in comps]

@@ -169,8 +169,10 @@ def reseed_sweep(sweep: dict, choices: list[Choice], seeds: list[int], reseed_da
 
 def choice_table(choices: list[Choice], metric: str) -> Table:
     table = Table(title=f"stage 1: best configuration per group (mean validation {metric} over its seeds)")
-    for column in ("group", "task", "chosen", metric, "seeds", "trials"):
+    for column in ("group", "task", "chosen"):
         table.add_column(column, overflow="fold")
+    for column in (metric, "seeds", "trials"):  # numbers never split
+        table.add_column(column, justify="right", no_wrap=True)
     for c in choices:
         table.add_row(
             short_params(c.group), short_params(c.task) or "-", short_params(c.params) or "-", f"{c.value:.4f}",

@@ -16,8 +16,9 @@ def summary_table(record: RunRecord) -> Table:
     """One row per validation metric (per-length ones aside): final and best value."""
     final, best = record.final, record.best
     table = Table()
-    for column in ("metric", "final", "best"):
-        table.add_column(column, justify="left" if column == "metric" else "right")
+    table.add_column("metric", overflow="fold")  # a long name wraps; the numbers never split
+    for column in ("final", "best"):
+        table.add_column(column, justify="right", no_wrap=True)
     for key in sorted(k for k in final if k.startswith("val/") and not PER_LENGTH.search(k)):
         table.add_row(key, f"{final[key]:.4g}", "" if best.get(key) is None else f"{best[key]:.4g}")
     return table

@@ -93,7 +93,7 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
     from rich.console import Console
 
     from pe_sweeps.tracking.compare import print_comparison
-    from pe_sweeps.tracking.sweep_display import LiveStatus, trial_table, where_lines
+    from pe_sweeps.tracking.sweep_display import LiveStatus, print_lines, trial_table, where_lines
 
     runner = Sweep(sweep, opts)
     handlers = {sig: signal.signal(sig, runner.request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -114,8 +114,8 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
     console.print()
     console.print(trial_table(study, runner.search.metrics))
     print_comparison(opts.out_dir, study.study_name, runner.search.metrics, console=console)
-    for line in where_lines(runner.url, layout.study_dir(opts.out_dir, study.study_name)):
-        console.print(line, highlight=False, soft_wrap=True)
+    offline_view = layout.offline_runs_view(layout.study_dir(opts.out_dir, study.study_name))
+    print_lines(console, where_lines(runner.url, offline_view))
     for error in runner.errors:
         print(f"error: {error}", file=sys.stderr)
     with runner.lock:  # a failed trial that promised a retry it lacks is unfinished, not failed for good
