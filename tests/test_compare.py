@@ -810,3 +810,11 @@ def test_two_sweeps_compare_as_one(tmp_path, capsys):
         {"name": "val/ppl"}
     ]
     assert list(merged["parameters"]) == ["model.lr", "model.arch.encoding_options"] and merged["roles"] is None
+
+
+def test_a_cell_lists_its_seeds_in_order_however_its_runs_finished():
+    """Runs of parallel workers finish in any order: a cell's seeds (and the sum behind its mean) do not follow it
+    (test_reseed_protocol_end_to_end saw [2, 1] once under load)."""
+    runs = [replace(rec(seed=s, acc=0.1 * (s + 1)), updated_at=10.0 - s) for s in (2, 0, 1)]
+    cell = compare(runs, "val/acc").cells["rope", "copy"]
+    assert [r.seed for r in cell.records] == [0, 1, 2] and cell.values == [0.1, 0.2, 0.30000000000000004]

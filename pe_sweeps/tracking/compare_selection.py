@@ -103,11 +103,12 @@ def same_config(runs: list[RunRecord], keys: list[str]) -> tuple[list[RunRecord]
 
 
 def one_per_seed(runs: list[RunRecord]) -> tuple[list[RunRecord], list[tuple[RunRecord, str]]]:
-    """The newest run per seed; older repeats are dropped (a mean over seeds counts each seed once)."""
+    """The newest run per seed, in seed order (a cell reads the same however its runs finished); older repeats
+    are dropped (a mean over seeds counts each seed once)."""
     newest = {}
     for run in sorted(runs, key=lambda r: r.updated_at or 0):
         newest[run.seed if run.seed is not None else id(run)] = run
-    kept = list(newest.values())
+    kept = sorted(newest.values(), key=lambda r: (r.seed is None, r.seed if r.seed is not None else 0))
     dropped = [r for r in runs if not any(r is k for k in kept)]
     return kept, [(r, f"repeats seed {r.seed} (newer run kept)") for r in dropped]
 
