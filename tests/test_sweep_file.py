@@ -435,3 +435,17 @@ def test_random_and_grid_studies_record_no_sampler_settings():
         study = open_study(base(method, x=spec), SweepOptions(file="s.yaml"), optuna.storages.InMemoryStorage(),
                            "s", locked=True)  # fmt: skip
         assert "sampler" not in study.user_attrs
+
+
+@pytest.mark.parametrize("method", ["random", "bayes"])
+@pytest.mark.parametrize("key", sf.SEED_PARAMETERS)
+def test_a_search_never_searches_seeds(tmp_path, method, key):
+    """#29.8: TPE or random search over seeds would keep the luckiest seed as the best setting. Grid runs every
+    seed (allowed), one fixed seed is allowed; several values or a range is one line saying what to do."""
+    lr = {"model.lr": {"min": 0.0001, "max": 0.01}}
+    sf.load_sweep(write(tmp_path, base(method, **lr, **{key: {"value": 0}})))
+    sf.load_sweep(write(tmp_path, base(method, **lr, **{key: {"values": [3]}})))
+    sf.load_sweep(write(tmp_path, base("grid", **{key: {"values": [0, 1, 2]}})))
+    for spec in ({"values": [0, 1, 2]}, {"min": 0, "max": 9}):
+        with pytest.raises(ConfigError, match=f"method {method} would search {key} as a hyperparameter and keep"):
+            sf.load_sweep(write(tmp_path, base(method, **lr, **{key: spec})))

@@ -40,7 +40,7 @@ from pe_sweeps.tracking.sweep_display import LiveStatus, short_params, trial_tab
 from pe_sweeps.tracking.trial_child import latest_record
 
 SEED = "seed_everything"
-DATA_SEED_KEYS = ("data.seed", "data.init_args.seed")
+DATA_SEED_KEYS = sf.SEED_PARAMETERS[1:]  # data.seed, data.init_args.seed
 TASK_KEYS = ("data.task", "data.init_args.task")  # compared side by side, never tuned across
 
 

@@ -52,6 +52,7 @@ ARGS_MACROS = tuple(m for m in MACROS if m.startswith("args"))  # the macros tha
 MAX_FILE_BYTES = 1_000_000
 MAX_VALUES = 100_000  # values in the file once its YAML aliases are expanded
 MAX_GRID_POINTS = 100_000
+SEED_PARAMETERS = ("seed_everything", "data.seed", "data.init_args.seed")  # a run's training and data seeds
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -133,6 +134,7 @@ def load_sweep(path: str | Path) -> dict:
         distribution(name, spec, sweep["method"])
         if engine == "optuna" and "search_space" not in sweep["scheduler"]:
             wandb_distribution(name, spec)  # W&B's Optuna engine refuses what it cannot translate
+    check_seeds_not_searched(sweep, path)
     check_command(sweep, path)
     check_grid_size(sweep, path)
     cap = sweep.get("run_cap")
@@ -141,6 +143,21 @@ def load_sweep(path: str | Path) -> dict:
     pruner(sweep)
     check_wandb_schema(sweep, path)
     return sweep
+
+
+def check_seeds_not_searched(sweep: dict, path: Path) -> None:
+    """A seed is not a hyperparameter: a random, bayes or Optuna search over seeds would keep the luckiest one
+    as the best setting. Grid enumerates seeds (every one runs, none is chosen); the other methods take one."""
+    if sweep["method"] == "grid":
+        return
+    for key in SEED_PARAMETERS:
+        spec = (sweep.get("parameters") or {}).get(key)
+        if isinstance(spec, dict) and "value" not in spec and len({repr(v) for v in spec.get("values") or [0, 1]}) > 1:
+            raise ConfigError(
+                f"sweep file {path}: method {sweep['method']} would search {key} as a hyperparameter and keep the "
+                f"luckiest seed; give it one value (`{key}: {{value: 0}}`) and re-run the best setting with fresh "
+                "seeds (`cli.py sweep FILE --reseed N`), or use method grid to run every seed"
+            )
 
 
 def check_method(method: str, engine: str, path: Path) -> None:
