@@ -49,6 +49,18 @@ def test_live_view_names_the_database_and_the_dashboard_command(tmp_path):
     assert "optuna-dashboard sqlite:////o/sweeps/s/optuna.db" in text and "study database" in text
 
 
+def test_the_live_views_last_line_ends_in_a_file():
+    """Written to a file or pipe (a sweep's log), the final status line ran into the next print:
+    '... best 7.44 (trial 1: lr=0.003)stage 1, encoding=learned: ...'."""
+    import io
+
+    console = Console(file=io.StringIO(), width=80)
+    with sd.LiveStatus(console) as live:
+        live.tick(optuna.create_study(study_name="s"))
+    console.print("stage 1, encoding=learned")
+    assert "\nstage 1, encoding=learned\n" in console.file.getvalue()
+
+
 def test_fit_ends_with_final_and_best_metrics_the_record_and_the_sync_command():
     record = make_record(name="copy-rope-s0", status="finished", global_step=40,
                          final={"val/acc": 0.5, "val/acc_len_3": 1.0, "val/loss": 1.25, "train/loss": 2.0},

@@ -164,7 +164,10 @@ class LiveStatus:
         return self
 
     def __exit__(self, *exc):
-        return self.live.__exit__(*exc)
+        result = self.live.__exit__(*exc)
+        if not self.console.is_terminal:  # rich ends the final render in a file or pipe without a line break
+            self.console.line()
+        return result
 
     def tick(self, study: optuna.Study) -> None:
         self.live.update("\n".join([status_line(study), *running_lines(study)]))
