@@ -818,3 +818,19 @@ def test_a_cell_lists_its_seeds_in_order_however_its_runs_finished():
     runs = [replace(rec(seed=s, acc=0.1 * (s + 1)), updated_at=10.0 - s) for s in (2, 0, 1)]
     cell = compare(runs, "val/acc").cells["rope", "copy"]
     assert [r.seed for r in cell.records] == [0, 1, 2] and cell.values == [0.1, 0.2, 0.30000000000000004]
+
+
+def test_a_row_key_set_to_null_is_a_row_and_an_absent_one_is_left_out():
+    """ALiBi's reproduction beside its t5_bias `max_distance: 64` sweep: the other runs' `encoding_options: null`
+    (the encoding's defaults) is their row value, not a missing key; a key a run's config lacks still is."""
+
+    def with_options(seed, options):
+        r = rec("t5_bias", seed=seed)
+        arch = r.config["model"]["init_args"]["arch"]
+        return replace(r, config={**r.config, "model": {**r.config["model"], "init_args": {
+            **r.config["model"]["init_args"], "arch": {**arch, "encoding_options": options}}}})  # fmt: skip
+
+    runs = [with_options(s, None) for s in range(2)] + [with_options(s, {"max_distance": 64}) for s in range(2)]
+    comp = compare([*runs, rec("rope")], "val/acc", rows="encoding,model.arch.encoding_options")
+    assert sorted(row for row, _ in comp.cells) == ["t5_bias, None", "t5_bias, {'max_distance': 64}"]
+    assert [e.reason for e in comp.excluded] == ["no model.arch.encoding_options"]  # rec('rope') has no such key

@@ -11,7 +11,7 @@ from pathlib import Path
 from lightning_modules.metric_names import ACC, ACC_OOD, bounds, name
 from lightning_modules.registry import encoding_keys
 from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking.comparison import Cell, Excluded, lookup
+from pe_sweeps.tracking.comparison import Cell, Excluded, is_set, lookup
 from pe_sweeps.tracking.records import RECORD_FILE, RunRecord, load_records
 
 # What defines a result, declared once (config paths without `init_args`): runs are replicates of one setup
@@ -68,7 +68,7 @@ def unusable(record: RunRecord, metric: str, value: str, keys: list[str]) -> str
     """Why a run cannot be averaged in (None if it can)."""
     if record.status != "finished":
         return f"status {record.status}"
-    missing = [k for k in keys if lookup(record, k) is None]
+    missing = [k for k in keys if not is_set(record, k)]
     if missing:
         return f"no {missing[0]}"
     number = getattr(record, value).get(metric)  # value: final or best

@@ -184,6 +184,21 @@ def lookup(record: RunRecord, key: str):
     return config.get(key, config.get(parts[-1]) if len(parts) > 1 else None)
 
 
+def is_set(record: RunRecord, key: str) -> bool:
+    """Does the run's config hold `key`, null included (`encoding_options: null`, the encoding's defaults)? A
+    comparison of several sweeps shows such a run in its own row rather than leaving it out."""
+    if lookup(record, key) is not None:
+        return True
+    parts = key.split(".")
+    for path in (parts, parts[:1] + ["init_args"] + parts[1:]):
+        node = record.config
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and path[-1] in node:
+            return True
+    return False
+
+
 def fmt(x: float) -> str:
     return "nan" if math.isnan(x) else f"{x:.4g}"
 
