@@ -49,9 +49,13 @@ def submit(path: Path, out: Path, jobs: int) -> str:
 
 
 def queued(job: str) -> list[str]:
-    """`squeue` lines (`<id> <state>`) of a job array or one of its tasks; [] once it has ended."""
+    """`squeue` lines (`<id> <state>`) of a job array or one of its tasks; [] once it has ended. An squeue that
+    fails for another reason than an unknown (ended and purged) job, such as a slurmctld busy with a requeue,
+    says nothing about the job: it counts as still queued, so a wait does not end early."""
     done = subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%i %T"], capture_output=True, text=True)
-    return done.stdout.split("\n")[:-1] if done.returncode == 0 else []
+    if done.returncode == 0:
+        return done.stdout.split("\n")[:-1]
+    return [] if "Invalid job id" in done.stderr else [f"{job} UNKNOWN ({done.stderr.strip()})"]
 
 
 def wait_until(condition, timeout: float, what: str) -> None:
@@ -79,7 +83,10 @@ def log(out: Path, name: str, task: str) -> str:
 
 
 def requeue_now(task: str) -> None:
-    """SLURM holds a requeued job back for a while: start it as soon as a CPU is free."""
+    """SLURM holds a requeued job back for a while: start it as soon as a CPU is free, but not right after its
+    last run was killed: a relaunch 0.8 s after the kill (same second) was refused by slurmd ("Job 17 already
+    killed, do not launch batch job", a CI run) and the task failed without running."""
+    time.sleep(2)
     subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], check=True, capture_output=True)
 
 
