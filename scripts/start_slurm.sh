@@ -3,7 +3,7 @@
 # slurmd on this machine, the node named `localhost` (127.0.0.1, ports 6817/6818 bound to it only) with this
 # machine's CPUs and memory, state and logs in /tmp/pe-slurm, finished jobs listed by `sacct -c` (a job
 # completion file; no accounting database). Installs Debian's slurm-wlm and munge first when they are missing.
-# Idempotent: does nothing when the node already answers. Refuses to replace a slurm.conf it did not write.
+# Idempotent: does nothing when the node already answers (idle or running jobs). Refuses to replace a slurm.conf it did not write.
 # Waits until `sinfo` shows the node idle, then prints its partition name: debug
 set -euo pipefail
 DIR=${PE_SLURM_DIR:-/tmp/pe-slurm}
@@ -13,7 +13,9 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
 fi
 node_idle() { sinfo -h -n localhost -o %T 2>/dev/null | grep -qx idle; }
-if node_idle; then echo debug; exit 0; fi
+# already running (a second .ci/run on one machine: jobs of the first may still hold the node)
+node_up() { sinfo -h -n localhost -o %T 2>/dev/null | grep -qxE 'idle|mixed|allocated|completing'; }
+if node_up; then echo debug; exit 0; fi
 if [ -e "$CONF" ] && ! grep -qF "$MARK" "$CONF"; then
   echo "error: $CONF exists and was not written by this script; not replacing a real cluster's configuration" >&2
   exit 1
