@@ -38,6 +38,7 @@ from conftest import TINY
 from helpers import cli_in_process, fresh_postgres_database, kill_once_started
 from optuna.trial import TrialState
 
+from pe_sweeps.layout import FAULT_ENV
 from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.storage import grace_period
 from pe_sweeps.tracking.trial_child import build_command
@@ -105,6 +106,12 @@ def test_sweep_runs_and_resumes_without_repeating(tmp_path, start):
     assert len(trials(tmp_path)) == 2  # nothing new started
 
 
+def stopped(pid: int) -> bool:
+    """Whether process `pid` is frozen (state T in /proc/<pid>/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
 def trial_pid(run_dir: Path) -> int:
     """The pid of the `cli.py fit` that writes `run_dir` (<name>-<date>-<time>-<pid>), cold or forked warm."""
     return int(run_dir.name.rsplit("-", 1)[1])
@@ -112,16 +119,15 @@ def trial_pid(run_dir: Path) -> int:
 
 @pytest.mark.parametrize("start", ["cold", "warm"])
 def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path, start):
-    """The sweep is killed while trial 0's child is frozen (SIGSTOP) with a readable checkpoint, so the dead
-    trial can neither finish nor be adopted: the re-run must fail it, re-queue it and resume its run from
-    that checkpoint (the resumed run's first step is the checkpoint's step + 1)."""
+    """The sweep is killed while trial 0's child is frozen (SIGSTOP, at the failpoint after its first checkpoint,
+    mid-training) with a readable checkpoint, so the dead trial can neither finish nor be adopted: the re-run
+    must fail it, re-queue it and resume its run from that checkpoint (the resumed run's first step is the
+    checkpoint's step + 1)."""
     import torch
-
-    from pe_sweeps.tracking.trial_child import readable
 
     grid = {"model.arch.encoding": {"values": ["rope", "alibi", "none"]}}
     path = tiny_sweep(tmp_path, grid)
-    env = {**os.environ, "WANDB_MODE": "disabled"}
+    env = {**os.environ, "WANDB_MODE": "disabled", FAULT_ENV: "step:after_checkpoint@stop"}
     sweep = subprocess.Popen(sweep_cmd(path, tmp_path, *START[start]), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)  # fmt: skip
     checkpoint, deadline = None, time.time() + 180
@@ -129,12 +135,8 @@ def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path, 
         assert time.time() < deadline and sweep.poll() is None, "trial 0 never reached a checkpoint"
         found = list((tmp_path / "sweeps" / "s").glob("trial-0/runs/*/checkpoints/last.ckpt"))
         child = trial_pid(found[0].parents[1]) if found else None
-        if found:
-            os.kill(child, signal.SIGSTOP)
-            if readable(found[0]):
-                checkpoint = found[0]
-            else:  # frozen mid-write: let it finish the file and try again
-                os.kill(child, signal.SIGCONT)
+        if found and stopped(child):
+            checkpoint = found[0]
         time.sleep(0.05)
     sweep.send_signal(signal.SIGKILL)
     sweep.wait()

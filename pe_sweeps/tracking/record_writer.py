@@ -12,6 +12,7 @@ from pytorch_lightning.callbacks import Callback
 from lightning_modules.metric_names import goal
 from pe_sweeps.errors import DivergedError
 from pe_sweeps.layout import RECORD_FILE
+from pe_sweeps.tracking.failpoints import failpoint
 from pe_sweeps.tracking.length_tables import log_by_length
 from pe_sweeps.tracking.records import RunRecord, write_record
 from pe_sweeps.tracking.wandb_setup import describe_run
@@ -59,6 +60,7 @@ class RecordWriter(Callback):
         self.path = Path(run_dir) / RECORD_FILE
         self.record = RunRecord.from_dict({**identity, "status": "running", "config": config})
         self.resumed = previous is not None
+        self.checkpointed = False
         if self.resumed:
             record = self.record
             record.final, record.best, record.history = previous.final, previous.best, previous.history
@@ -89,6 +91,8 @@ class RecordWriter(Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
         record = self.record
+        if self.checkpointed:
+            failpoint("step:after_checkpoint")  # a run with a readable checkpoint, mid-training (tests)
         if record.first_step is None and trainer.is_global_zero:
             record.first_step = trainer.global_step + 1  # > 1 when resumed from a checkpoint
             record.first_step_at = time.time()  # the live view's ETA counts from here
@@ -110,6 +114,7 @@ class RecordWriter(Callback):
         """The run folder, in every checkpoint: a fit resumed from one outside it (Lightning's SLURM requeue
         checkpoint in --trainer.default_root_dir) continues this run."""
         checkpoint["pe_run_dir"] = str(self.path.parent.resolve())
+        self.checkpointed = True
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         """Progress for the sweep's live view: the step and max_steps, written every PROGRESS_EVERY_S."""
