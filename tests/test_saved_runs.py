@@ -5,9 +5,11 @@ README claims covered here ("Comparing runs"):
 - "`--save_runs FILE` writes every run the comparison considered, the left-out ones too, ... and what it read
   of the sweep ...; `--from FILE` reads them back instead of --out_dir and the sweep, and every other option works
   as usual": test_from_the_saved_file_prints_what_the_runs_printed, test_other_options_work_on_a_saved_file
-- "a run keeps its config, status and final and best summary metrics; its history and, of the per-length families,
-  the metrics not shown are dropped"; "with the commit and the command":
+- "a run keeps its config, status and final and best summary metrics; of its history and the per-length
+  families, the metrics not shown are dropped"; "with the commit and the command":
   test_the_file_is_small_and_says_where_it_came_from
+- "`--value step=N` compares the validation at global step N (a learning curve's point), from a saved file too":
+  test_a_learning_curve_point_is_compared_and_kept
 - "A missing or malformed file is one line naming it": test_bad_files_and_options_are_one_line
 """
 
@@ -84,7 +86,8 @@ def test_the_file_is_small_and_says_where_it_came_from(study, tmp_path):
     assert data["spec"]["metrics"] == [SWEEP["metric"]] and data["spec"]["roles"]["model.lr"] == "setting"
     assert len(data["records"]) == 18 and {r["sweep"] for r in data["records"]} == {"study"}
     record = data["records"][0]
-    assert "history" not in record and "wandb" not in record and record["config"]["model"]["init_args"]["lr"]
+    assert "wandb" not in record and record["config"]["model"]["init_args"]["lr"]
+    assert record["history"] == [{"step": 50, "val/loss": 2.5}, {"step": 100, "val/loss": 1.1}]  # no val/acc
     assert set(record["final"]) == {"val/acc", "val/loss", "val/acc_len_8"}  # acc_len_2, _4: not shown
     assert len(saved.read_bytes()) / len(data["records"]) < 2000
     args = shlex.split(data["command"])
@@ -92,6 +95,22 @@ def test_the_file_is_small_and_says_where_it_came_from(study, tmp_path):
     again = tmp_path / "again.json"
     printed([*args[3:-1], f"--save_runs={again}"])  # the command re-runs as written
     assert json.loads(again.read_text())["records"] == data["records"]
+
+
+def test_a_learning_curve_point_is_compared_and_kept(study, tmp_path):
+    """At step 50 every run's val/loss is 2.5 (rec's history): one tie per column, unlike the final values;
+    the saved file recomputes it; a step no run validated at is one line."""
+    saved = tmp_path / "curve.json"
+    at_50 = printed([f"--out_dir={study}", "--sweep=study", "--value=step=50", "--format=json", f"--save_runs={saved}"])
+    assert {c["mean"] for c in json.loads(at_50)["cells"]} == {2.5} and json.loads(at_50)["value"] == "step=50"
+    final = json.loads(printed([f"--out_dir={study}", "--sweep=study", "--format=json"]))["cells"]
+    assert len({c["mean"] for c in final}) > 1
+    markdown = ["--sweep=study", "--value=step=50", "--format=markdown"]
+    assert printed([f"--from={saved}", *markdown]) == printed([f"--out_dir={study}", *markdown])
+    with pytest.raises(ConfigError, match="^metric 'val/loss' was not logged at step 60 by any selected run"):
+        compare_main([f"--from={saved}", "--value=step=60"])
+    with pytest.raises(ConfigError, match="^--value 'step=x'; choose one of: final, best, step=N$"):
+        compare_main([f"--from={saved}", "--value=step=x"])
 
 
 def test_bad_files_and_options_are_one_line(study, tmp_path):

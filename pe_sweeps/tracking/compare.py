@@ -72,7 +72,8 @@ class CompareOptions:
     metric: str | None = None  # M[,M...]; default: the sweep's metric(s) with --sweep, else val/acc, each with
     # its in-distribution / beyond-length companion (val/acc_ood) as the sweep's ending shows; several
     # metrics: side by side, then their Pareto front (non-dominated rows)
-    value: str = "final"  # "final" (last validation) or "best" (best validation, by the metric's goal)
+    value: str = "final"  # "final" (last validation), "best" (best validation, by the metric's goal) or
+    # "step=N" (the validation at global step N: a learning curve's point)
     aggregate: str = "mean"  # over seeds: mean or median (TUPE's rule)
     best_over: str | None = None  # KEY (e.g. model.init_args.lr): per cell keep the KEY value aggregating best
     rows: str | None = None  # comma-separated record fields or dotted config paths; default: encoding, and

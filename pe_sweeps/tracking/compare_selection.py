@@ -60,6 +60,20 @@ def setup_of(record: RunRecord, keys: list[str] | tuple[str, ...] = ()) -> dict[
     }  # fmt: skip
 
 
+STEP_VALUE = re.compile(r"step=(\d+)$")  # --value step=600
+
+
+def values_at(record: RunRecord, value: str) -> dict:
+    """A run's metrics as `--value` names them: "final" (its last validation), "best" (each metric's best
+    validation) or "step=N" (its validation at global step N, e.g. TUPE's loss "throughout pre-training";
+    empty when it did not validate at N)."""
+    at = STEP_VALUE.match(value)
+    if at is None:
+        return getattr(record, value)
+    rows = [row for row in record.history if row.get("step") == int(at[1])]
+    return {k: v for k, v in rows[-1].items() if k not in ("step", "wandb_step")} if rows else {}
+
+
 def _under(key: str, prefix: str) -> bool:
     return key == prefix or key.startswith(prefix + ".")
 
@@ -71,7 +85,7 @@ def unusable(record: RunRecord, metric: str, value: str, keys: list[str]) -> str
     missing = [k for k in keys if not is_set(record, k)]
     if missing:
         return f"no {missing[0]}"
-    number = getattr(record, value).get(metric)  # value: final or best
+    number = values_at(record, value).get(metric)
     if number is None:
         return f"no {metric}"
     if not math.isfinite(number):
@@ -130,7 +144,7 @@ def group_cells(records, metric, value, row_keys, col_keys, aggregate="mean", ov
         kept, repeats = one_per_seed(kept)
         excluded += [Excluded(row, col, why, run_id(r)) for r, why in dropped + repeats]
         if kept:
-            values = [float(getattr(r, value)[metric]) for r in kept]
+            values = [float(values_at(r, value)[metric]) for r in kept]
             cells[row, col, choice] = Cell(kept, values, aggregate, choice, bounds(metric))
     return cells, excluded
 
@@ -187,10 +201,13 @@ def pick_best_over(cells: dict, comp_goal: str, chosen: dict | None = None) -> t
 
 
 def check_metric(records: list[RunRecord], metric: str, value: str) -> None:
-    logged = {m for r in records for m in getattr(r, value)}
+    logged = {m for r in records for m in values_at(r, value)}
     if metric not in logged:
         short = sorted({re.sub(r"_(\d+)$", "_<n>", m) for m in logged})
-        raise ConfigError(f"metric {metric!r} was not logged by any selected run; available: {', '.join(short)}")
+        at = f" at step {STEP_VALUE.match(value)[1]}" if STEP_VALUE.match(value) else ""
+        raise ConfigError(
+            f"metric {metric!r} was not logged{at} by any selected run; available: {', '.join(short) or 'none'}"
+        )
 
 
 def read_records(out_dir: str, sweep: str | None) -> list[RunRecord]:
@@ -229,5 +246,5 @@ def side_by_side(metric: str, records: list[RunRecord], value: str = "final") ->
     if short not in (ACC, ACC_OOD) or not stage:
         return [metric]
     other = name(stage, ACC_OOD if short == ACC else ACC)
-    logged = any(other in getattr(r, value) for r in records)
+    logged = any(other in values_at(r, value) for r in records)
     return [metric, other] if logged else [metric]

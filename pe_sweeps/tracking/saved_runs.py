@@ -9,9 +9,10 @@ file, so that its tables can be recomputed without the run folders or the sweep'
 `spec` is what compare read about the sweep (compare_spec.py: its metrics and goals, parameters and their
 roles, a reseed study's rows), so `--from FILE` shows the sweep's default metrics and rows. `records` are
 every run the comparison considered, the ones it left out included (their status and metrics say why):
-each a RunRecord less its history, W&B and timing fields (SAVED_FIELDS), its `run_dir` relative to the
---out_dir it was read from. `final` and `best` keep every summary metric but, of the per-length families
-(`val/acc_len_<n>`, `val/ppl_ctx_<n>`), only the metrics the comparison showed: a Ruoss run logs hundreds.
+each a RunRecord less its W&B and timing fields (SAVED_FIELDS) and with only the shown metrics of its
+history (for `--value step=N`), its `run_dir` relative to the --out_dir it was read from. `final` and `best`
+keep every summary metric but, of the per-length families (`val/acc_len_<n>`, `val/ppl_ctx_<n>`), only the
+metrics the comparison showed: a Ruoss run logs hundreds.
 `commit` is the source checkout's `git rev-parse --short HEAD` (null outside a git checkout), `dirty`
 whether it had uncommitted changes to tracked files.
 """
@@ -30,7 +31,8 @@ SCHEMA_VERSION = 1
 # the record fields compare reads (identity, status, setup, values) and `updated_at` (the newest run per seed wins)
 SAVED_FIELDS = ("name", "group", "task", "encoding", "distinct", "seed", "data_seed", "sweep", "subcommand", "status",
                 "config", "final", "best", "world_size", "num_devices", "num_nodes", "precision",
-                "global_batch_size", "matmul_precision", "updated_at", "run_dir", "schema_version")  # fmt: skip
+                "global_batch_size", "matmul_precision", "updated_at", "run_dir", "schema_version",
+                "history")  # fmt: skip
 # what compare_spec's objectives, default_rows and tuned_keys read of a sweep
 SPEC_KEYS = ("metric", "metrics", "parameters", "roles", "compare_rows")
 PER_LENGTH = re.compile(r"_\d+$")  # val/acc_len_8, val/ppl_ctx_64 (compare_selection.check_metric's `_<n>`)
@@ -68,11 +70,14 @@ def relative(run_dir: str | None, out_dir: str | None) -> str | None:
 
 
 def reduced(record: RunRecord, shown: list[str], out_dir: str | None) -> dict:
-    """The record as saved: SAVED_FIELDS only, per-length metrics only where shown."""
+    """The record as saved: SAVED_FIELDS only, per-length metrics only where shown, history rows with the
+    shown metrics only (and the validations that logged none of them left out)."""
     data = record.to_dict() | {"run_dir": relative(record.run_dir, out_dir)}
     kept = {key: data[key] for key in SAVED_FIELDS}
     for key in ("final", "best"):
         kept[key] = {m: v for m, v in data[key].items() if m in shown or not PER_LENGTH.search(m)}
+    rows = [{k: v for k, v in row.items() if k in shown or k == "step"} for row in data["history"]]
+    kept["history"] = [row for row in rows if len(row) > 1]
     return kept
 
 
