@@ -40,10 +40,14 @@ from lightning_modules.position_tables import check_finite_rows, hf_position_tab
 from lightning_modules.transformer import Transformer
 from pe_sweeps.cli_options import parse_options
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.layout import RECORD_FILE
+from pe_sweeps.tracking.records import read_record, write_record
 
 TABLE = "embedding table"
 HIDDEN = "first-layer hidden states of a constant input"
 ABS_MAE, REL_ERR = "probe/abs_mae", "probe/rel_err"  # W&B names; REL_ERR gets _mean/_std/_min/_max
+HIDDEN_ABS_MAE, HIDDEN_REL_ERROR = "probe/hidden_abs_mae", "probe/hidden_rel_error"
+REL_ERROR = "probe/rel_error"  # in a run record: the mean over probe seeds, a fraction (`error`: lower is better)
 MIN_LENGTH, MIN_PAIRS, FOLDS = 10, 20, 5
 IDENTICAL_RTOL = 1e-4  # rows closer than this (relative to max |E|) differ by float rounding only
 
@@ -68,6 +72,8 @@ class ProbeOptions:
     seed: int = 0  # shuffling, folds, pair sampling and the bare encoding's initialisation
     seeds: int = 5  # relative probe repeated with seed, seed+1, ...
     report: str | None = None  # directory for the PNG figures, index.html and probe.json
+    to_record: bool = True  # --ckpt of a finished run: add probe/abs_mae and probe/rel_error (the mean over
+    # --seeds) to its record.json's final metrics, so `cli.py compare --metric probe/abs_mae` tabulates them
 
 
 @dataclass
@@ -418,6 +424,24 @@ def write_index(result: ProbeResult, paths: list[Path], out_dir: Path) -> None:
     (out_dir / "probe.json").write_text(json.dumps(payload, indent=2))
 
 
+def add_to_record(ckpt: str, result: ProbeResult) -> str:
+    """The probe's numbers as final (and best) metrics of the run whose checkpoint was probed
+    (`<run>/checkpoints/*.ckpt` beside `<run>/record.json`), `probe/hidden_*` for hidden states; a note
+    saying what was done."""
+    path = Path(ckpt).resolve().parents[1] / RECORD_FILE
+    record = read_record(path) if path.is_file() else None
+    if record is None:
+        return f"not added to a run record: no readable {path}"
+    if record.status != "finished":
+        return f"not added to {path}: the run is {record.status}, not finished"
+    names = (ABS_MAE, REL_ERROR) if result.source == TABLE else (HIDDEN_ABS_MAE, HIDDEN_REL_ERROR)
+    numbers = dict(zip(names, (result.absolute_mae, result.relative["mean"])))
+    record.final.update(numbers)
+    record.best.update(numbers)
+    write_record(path, record)
+    return f"added {' and '.join(names)} to {path}"
+
+
 def log_to_wandb(result: ProbeResult, paths: list[Path]) -> None:
     """Log the numbers and figures to the active W&B run, if there is one."""
     import wandb
@@ -489,6 +513,8 @@ def run_probe(opts: ProbeOptions) -> ProbeResult:
         result.figures = [str(p) for p in paths]
         write_index(result, paths, Path(opts.report))
     log_to_wandb(result, paths)
+    if opts.ckpt is not None and opts.to_record:
+        result.notes.append(add_to_record(opts.ckpt, result))
     return result
 
 

@@ -5,6 +5,8 @@ README claims covered here:
 - "cli.py probe --encoding sinusoidal --max-length 512 --dim 768 # MAE 0.0, relative error ~5-6 %":
   test_sinusoid_scores_as_in_the_paper
 - "cli.py probe --ckpt out/runs/<run>/checkpoints/last.ckpt --report out/probe": test_trained_learned_checkpoint
+- "probing a finished run's checkpoint adds probe/abs_mae and probe/rel_error to its record (`compare --metric
+  probe/abs_mae` tabulates them)": test_trained_learned_checkpoint
 - "Absolute position regression (least squares, 5-fold CV, MAE of the rounded prediction) and relative position
   classification (logistic regression on concatenated pairs, 5-fold CV, error rate, mean and spread over seeds) on
   the embedding table": test_sinusoid_scores_as_in_the_paper, test_probe_functions_are_seeded,
@@ -22,6 +24,7 @@ README claims covered here:
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +34,13 @@ import torch
 from lightning_modules.encodings import ENCODINGS
 from pe_sweeps.cli import cli_main
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.layout import RECORD_FILE
 from pe_sweeps.probes import (
     ABS_MAE,
     HIDDEN,
+    HIDDEN_ABS_MAE,
     REL_ERR,
+    REL_ERROR,
     TABLE,
     ProbeOptions,
     absolute_position_mae,
@@ -45,7 +51,8 @@ from pe_sweeps.probes import (
     probe_main,
     relative_position_error,
 )
-from pe_sweeps.tracking.records import load_records
+from pe_sweeps.tracking.compare import compare_main
+from pe_sweeps.tracking.records import load_records, write_record
 
 SMALL = ["--max-length", "32", "--dim", "32", "--num-heads", "4", "--pairs", "64", "--seeds", "2"]
 
@@ -164,6 +171,19 @@ def test_trained_learned_checkpoint(tiny_fit_args, tmp_path, capsys):
     assert "trained positions: 0-7" in (report / "index.html").read_text()
     hidden = probe_main(["--ckpt", ckpt, "--hidden", "true", "--pairs", "64", "--seeds", "1"])
     assert hidden.source == HIDDEN and math.isfinite(hidden.absolute_mae)
+    (probed,) = load_records(tmp_path)  # both probes' numbers are final metrics of the run, side by side
+    assert probed.final[ABS_MAE] == result.absolute_mae and probed.final[REL_ERROR] == result.relative["mean"]
+    assert probed.final[HIDDEN_ABS_MAE] == hidden.absolute_mae and probed.final["val/acc"] == record.final["val/acc"]
+    assert f"added {ABS_MAE} and {REL_ERROR} to " in out
+    table = compare_main([f"--out_dir={tmp_path}", f"--metric={ABS_MAE},{REL_ERROR}", "--format=json"])
+    assert [comp.cells["learned", "copy"].values for comp in table] == [
+        [result.absolute_mae],
+        [result.relative["mean"]],
+    ]
+    unfinished = replace(probed, status="running")
+    write_record(Path(record.run_dir) / RECORD_FILE, unfinished)
+    again = probe_main(["--ckpt", ckpt, "--pairs", "64", "--seeds", "1"])
+    assert any("not added to" in note and "the run is running" in note for note in again.notes)
 
 
 def test_figures_and_numbers_go_to_an_active_wandb_run(tmp_path, monkeypatch):
