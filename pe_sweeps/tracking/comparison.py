@@ -168,35 +168,40 @@ class Comparison:
         return self.ranks.get((row, col)) == min(self.ranks[r, col] for r in self.rows if (r, col) in self.ranks)
 
 
+def config_entry(config: dict, key: str) -> tuple[bool, object]:
+    """(found, value) of a dotted config path, as written (`model.dim`) or under `init_args`
+    (`model.init_args.dim`); found with a null value when the key is there and null, and the first
+    non-null of the two paths otherwise."""
+    parts = key.split(".")
+    found = False
+    for path in (parts, parts[:1] + ["init_args"] + parts[1:]):
+        node = config
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and path[-1] in node:
+            if node[path[-1]] is not None:
+                return True, node[path[-1]]
+            found = True
+    return found, None
+
+
 def lookup(record: RunRecord, key: str):
     """A record field (`encoding`) or a dotted config path (`model.init_args.dim`, or `model.dim`);
     None when absent. Flat configs (W&B) are looked up by the whole key, then by its last part."""
     if key in IDENTITY or ("." not in key and record.value_of(key) is not None):
         return record.value_of(key)
     config = record.config
+    _, value = config_entry(config, key)
+    if value is not None:
+        return value
     parts = key.split(".")
-    for path in (parts, parts[:1] + ["init_args"] + parts[1:]):
-        node = config
-        for part in path:
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None:
-            return node
     return config.get(key, config.get(parts[-1]) if len(parts) > 1 else None)
 
 
 def is_set(record: RunRecord, key: str) -> bool:
     """Does the run's config hold `key`, null included (`encoding_options: null`, the encoding's defaults)? A
     comparison of several sweeps shows such a run in its own row rather than leaving it out."""
-    if lookup(record, key) is not None:
-        return True
-    parts = key.split(".")
-    for path in (parts, parts[:1] + ["init_args"] + parts[1:]):
-        node = record.config
-        for part in path[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and path[-1] in node:
-            return True
-    return False
+    return lookup(record, key) is not None or config_entry(record.config, key)[0]
 
 
 def fmt(x: float) -> str:
