@@ -154,3 +154,17 @@ def test_ngram_floors_are_exact_on_a_closed_form_text():
     # 50 'ab' scored (51/52 each: 50 seen + 1 over 50 'a' + 2 symbols) and 49 'ba' (50/51: 49 'b' continued)
     expected = math.exp(-(50 * math.log(51 / 52) + 49 * math.log(50 / 51)) / 99)
     assert module.ngram_perplexity(text, text, 2) == pytest.approx(expected)
+
+
+def test_masked_lm_floor_is_exact_on_a_closed_form_text():
+    """scripts/mlm_floor.py (the TUPE reproduction's context-free floor): two tokens equally frequent over a
+    vocabulary of 2 give ln 2 per token (add-one changes nothing), and the floor copies the kept 10 %."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mlm_floor", ROOT / "scripts" / "mlm_floor.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tokens = [0, 1] * 50
+    assert module.unigram_cross_entropy(tokens, tokens, 2) == pytest.approx(math.log(2))
+    assert module.unigram_cross_entropy(tokens, [0], 3) == pytest.approx(-math.log(51 / 103))
+    assert module.context_free_floor(1.0) == pytest.approx(0.9)
