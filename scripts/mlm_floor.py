@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MASK, RANDOM, KEEP = 0.8, 0.1, 0.1  # BERT's 80/10/10 (datamodules/masked_lm.py)
+KEEP = 0.1  # of the selected tokens, left as they are (BERT's 80/10/10, datamodules/masked_lm.py)
 
 
 def unigram_cross_entropy(train: list[int], text: list[int], vocab: int) -> float:
@@ -30,7 +30,7 @@ def unigram_cross_entropy(train: list[int], text: list[int], vocab: int) -> floa
 
 def context_free_floor(entropy: float) -> float:
     """The masked-LM loss of copying a kept token and predicting the unigram distribution elsewhere."""
-    return (MASK + RANDOM) * entropy
+    return (1 - KEEP) * entropy
 
 
 def main() -> None:
@@ -43,9 +43,13 @@ def main() -> None:
     args = parser.parse_args()
     from datamodules.masked_lm import MaskedLMDataModule
     from datamodules.text import encode_cached
+    from pe_sweeps.errors import ConfigError
 
-    dm = MaskedLMDataModule(task=args.task, tokenizer=args.tokenizer, vocab_size_limit=args.vocab,
-                            block_size=args.block, max_eval_blocks=args.max_eval_blocks)  # fmt: skip
+    try:
+        dm = MaskedLMDataModule(task=args.task, tokenizer=args.tokenizer, vocab_size_limit=args.vocab,
+                                block_size=args.block, max_eval_blocks=args.max_eval_blocks)  # fmt: skip
+    except ConfigError as error:
+        sys.exit(f"mlm_floor: {error}")
     train, validation = (encode_cached(dm.tokenizer, t, dm.tokenizer_file).tolist() for t in dm.texts[:2])
     text = validation[: args.max_eval_blocks * (args.block - 1)]
     entropy = unigram_cross_entropy(train, text, dm.vocab_size)

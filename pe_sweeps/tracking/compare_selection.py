@@ -63,6 +63,11 @@ def setup_of(record: RunRecord, keys: list[str] | tuple[str, ...] = ()) -> dict[
 STEP_VALUE = re.compile(r"step=(\d+)$")  # --value step=600
 
 
+def known_value(value: str) -> bool:
+    """`--value` is final, best or step=N."""
+    return value in ("final", "best") or STEP_VALUE.match(value) is not None
+
+
 def values_at(record: RunRecord, value: str) -> dict:
     """A run's metrics as `--value` names them: "final" (its last validation), "best" (each metric's best
     validation) or "step=N" (its validation at global step N, e.g. TUPE's loss "throughout pre-training";
@@ -204,7 +209,8 @@ def check_metric(records: list[RunRecord], metric: str, value: str) -> None:
     logged = {m for r in records for m in values_at(r, value)}
     if metric not in logged:
         short = sorted({re.sub(r"_(\d+)$", "_<n>", m) for m in logged})
-        at = f" at step {STEP_VALUE.match(value)[1]}" if STEP_VALUE.match(value) else ""
+        step = STEP_VALUE.match(value)
+        at = f" at step {step[1]}" if step else ""
         raise ConfigError(
             f"metric {metric!r} was not logged{at} by any selected run; available: {', '.join(short) or 'none'}"
         )

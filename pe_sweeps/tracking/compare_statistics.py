@@ -14,12 +14,12 @@ from lightning_modules.metric_names import goal
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking.across_tasks import iqm_interval
 from pe_sweeps.tracking.compare_selection import (
-    STEP_VALUE,
     check_best_over,
     check_columns,
     check_metric,
     group_cells,
     keys_of,
+    known_value,
     pick_best_over,
 )
 from pe_sweeps.tracking.comparison import Cell, Comparison, cell_number, lookup
@@ -138,7 +138,7 @@ def compare(
     `chosen` ({(row, col): value}) fixes the --best-over choice (made on another metric); `direction`
     (maximize/minimize, the sweep file's goal) overrides the goal read from the metric's name; `tuned`: keys
     the rows of a column may differ in besides the row keys (the parameters a sweep tunes)."""
-    if value not in ("final", "best") and not STEP_VALUE.match(value):
+    if not known_value(value):
         raise ConfigError(f"--value {value!r}; choose one of: {', '.join(VALUES)}")
     if aggregate not in AGGREGATES:
         raise ConfigError(f"--aggregate {aggregate!r}; choose one of: {', '.join(AGGREGATES)}")

@@ -91,7 +91,8 @@ class RecordWriter(Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
         record = self.record
-        if self.checkpointed:
+        if self.checkpointed:  # once per checkpoint, not every step
+            self.checkpointed = False
             failpoint("step:after_checkpoint")  # a run with a readable checkpoint, mid-training (tests)
         if record.first_step is None and trainer.is_global_zero:
             record.first_step = trainer.global_step + 1  # > 1 when resumed from a checkpoint
