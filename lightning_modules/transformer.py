@@ -181,15 +181,16 @@ def decoding_bias(encoding: PositionalEncoding, positions: Tensor, new: int, x: 
     return None if bias is None else bias[..., -new:, :].to(compute_dtype(x))
 
 
-def sample_positions(batch: int, length: int, max_position: int, device=None, lengths: Tensor | None = None) -> Tensor:
+def sample_positions(batch: int, length: int, max_position: int, device=None, lengths: Tensor | None = None,
+                     generator: torch.Generator | None = None) -> Tensor:  # fmt: skip
     """(B, L) randomized positions, drawn per example (Ruoss et al. 2023): row b holds a sorted uniform sample
     without replacement of `lengths[b]` positions from [0, max_position) in its first `lengths[b]` slots (all
     L slots without `lengths`), padded slots 0. An example's draw thus depends on its own length only, never on
-    the padded length of its batch."""
+    the padded length of its batch. `generator`: drawn from it instead of the global RNG."""
     if length > max_position:
         raise ConfigError(f"randomize_positions={max_position} cannot hold {length} distinct positions; raise it")
     # the indices of the L largest of N uniform scores, largest first: every prefix is a uniform random subset
-    order = torch.rand(batch, max_position, device=device).topk(length, dim=-1).indices  # (B, L)
+    order = torch.rand(batch, max_position, device=device, generator=generator).topk(length, dim=-1).indices  # (B, L)
     if lengths is None:
         return order.sort(dim=-1).values
     real = torch.arange(length, device=device) < lengths[:, None]  # (B, L), right padding
@@ -434,10 +435,12 @@ def default_positions(encoding: PositionalEncoding, training: bool, batch: int, 
     """(L,) 0..L-1, or (B, L) randomized positions drawn for each example's own length (`lengths` (B,), the
     real tokens of each right-padded row; None: all L) at training time when the encoding asks for them, and at
     evaluation too with `randomize_positions_eval` (both within the encoding's position tables, grown for a
-    longer input)."""
+    longer input); evaluation's draws come from the encoding's own generator (`eval_generator`)."""
     max_position = encoding.randomize_positions
-    if max_position is not None and (training or encoding.randomize_positions_eval):
+    if max_position is not None and training:
         return sample_positions(batch, length, max_position, device, lengths)
+    if max_position is not None and encoding.randomize_positions_eval:
+        return sample_positions(batch, length, max_position, device, lengths, encoding.eval_generator(device))
     encoding.reserve(length)
     return torch.arange(length, device=device)
 

@@ -17,7 +17,8 @@ README claims covered here:
   test_randomized_training_positions_reach_the_encoding
 - "randomize_positions: N (... drawn per example for its own length ...)": test_each_example_draws_for_its_own_length,
   test_a_length_1_example_is_uniform_over_the_range, test_a_full_example_is_a_sorted_uniform_subset,
-  test_randomize_positions_eval_samples_at_evaluation
+  test_randomize_positions_eval_samples_at_evaluation; its draws repeat at every evaluation and leave training's
+  RNG alone: test_evaluation_draws_repeat_at_each_eval_and_leave_the_global_rng_alone
 """
 
 import pytest
@@ -206,3 +207,22 @@ def test_randomize_positions_eval_samples_at_evaluation():
     assert drawn.max() >= 10  # beyond 0..L-1
     with pytest.raises(ConfigError, match="randomize_positions_eval needs randomize_positions"):
         build_encoding("rope", dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=True, randomize_positions_eval=True)
+
+
+def test_evaluation_draws_repeat_at_each_eval_and_leave_the_global_rng_alone():
+    """`randomize_positions_eval` draws from the encoding's generator, restarted by `eval()`: the same positions at
+    every evaluation, and training's global RNG is not advanced (its draws do not depend on when it validated)."""
+    options = {"randomize_positions": N, "randomize_positions_eval": True}
+    model = Transformer(ArchConfig("rope", encoding_options=options, dim=DIM, depth=1, num_heads=HEADS,
+                                   vocab_size=VOCAB, max_length=MAX_LEN)).eval()  # fmt: skip
+    lengths = torch.tensor([10, 3, 7, 10])
+    state = torch.get_rng_state()
+    first = [model.default_positions(4, 10, "cpu", lengths) for _ in range(3)]
+    assert torch.equal(torch.get_rng_state(), state)
+    assert not torch.equal(first[0], first[1])  # successive batches draw afresh
+    model.train()
+    trained = model.default_positions(4, 10, "cpu", lengths)  # training draws from the global RNG
+    assert not torch.equal(torch.get_rng_state(), state) and trained.shape == (4, 10)
+    model.eval()
+    again = [model.default_positions(4, 10, "cpu", lengths) for _ in range(3)]
+    assert all(torch.equal(a, b) for a, b in zip(first, again))

@@ -16,6 +16,7 @@ from pe_sweeps.errors import ConfigError
 from pe_sweeps.ranges import PositiveInt
 
 SSMAX_INIT = 0.43  # SSMax's s at initialisation (Nakanishi 2025, the value of its Figure 1)
+EVAL_POSITIONS_SEED = 0  # seed of the positions `randomize_positions_eval` draws at each evaluation
 LLAMA4_FLOOR_SCALE, LLAMA4_ATTN_SCALE = 8192, 0.1  # Llama 4's attention temperature (transformers' Llama4 config)
 
 # a FlexAttention score_mod: (score, b, h, i, j) -> score plus the logit term at batch b, head h, query slot i,
@@ -119,6 +120,7 @@ class PositionalEncoding(nn.Module):
         self.cls_first = cls_first  # position 0 holds [CLS] (set by the model, never by the user)
         self.head_dim = dim // num_heads
         self.randomize_positions, self.randomize_positions_eval = randomize_positions, randomize_positions_eval
+        self.eval_generators: dict[str, torch.Generator] = {}  # device -> `randomize_positions_eval`'s draws
         self.num_positions = max(max_length, randomize_positions or 0)  # rows a position table needs
         self.table_length = self.num_positions  # rows of the position tables (grown by `reserve`)
         self.position_tables: dict[str, str] = {}  # buffer name -> the method that builds it
@@ -191,6 +193,21 @@ class PositionalEncoding(nn.Module):
         """Whether the encoding adds a bias or a content term to the logits (FlexAttention only helps then)."""
         base = PositionalEncoding
         return type(self).bias is not base.bias or type(self).content_bias is not base.content_bias
+
+    def train(self, mode: bool = True):
+        """Entering evaluation restarts the generator of `randomize_positions_eval`'s draws (`eval_generator`)."""
+        if not mode:
+            self.eval_generators = {}
+        return super().train(mode)
+
+    def eval_generator(self, device) -> torch.Generator:
+        """The generator that `randomize_positions_eval` draws from, seeded EVAL_POSITIONS_SEED at each `eval()`:
+        an evaluation draws the same positions whenever it runs, and never advances the global RNG that training
+        draws from (so a run's training does not depend on when it was validated)."""
+        device = torch.device(device)
+        if str(device) not in self.eval_generators:
+            self.eval_generators[str(device)] = torch.Generator(device=device).manual_seed(EVAL_POSITIONS_SEED)
+        return self.eval_generators[str(device)]
 
     @property
     def cacheable(self) -> bool:
