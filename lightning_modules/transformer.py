@@ -437,10 +437,9 @@ def default_positions(encoding: PositionalEncoding, training: bool, batch: int, 
     evaluation too with `randomize_positions_eval` (both within the encoding's position tables, grown for a
     longer input); evaluation's draws come from the encoding's own generator (`eval_generator`)."""
     max_position = encoding.randomize_positions
-    if max_position is not None and training:
-        return sample_positions(batch, length, max_position, device, lengths)
-    if max_position is not None and encoding.randomize_positions_eval:
-        return sample_positions(batch, length, max_position, device, lengths, encoding.eval_generator(device))
+    if max_position is not None and (training or encoding.randomize_positions_eval):
+        generator = None if training else encoding.eval_generator(device)
+        return sample_positions(batch, length, max_position, device, lengths, generator)
     encoding.reserve(length)
     return torch.arange(length, device=device)
 

@@ -204,10 +204,10 @@ class PositionalEncoding(nn.Module):
         """The generator that `randomize_positions_eval` draws from, seeded EVAL_POSITIONS_SEED at each `eval()`:
         an evaluation draws the same positions whenever it runs, and never advances the global RNG that training
         draws from (so a run's training does not depend on when it was validated)."""
-        device = torch.device(device)
-        if str(device) not in self.eval_generators:
-            self.eval_generators[str(device)] = torch.Generator(device=device).manual_seed(EVAL_POSITIONS_SEED)
-        return self.eval_generators[str(device)]
+        key = str(torch.device(device))
+        if key not in self.eval_generators:
+            self.eval_generators[key] = torch.Generator(device=device).manual_seed(EVAL_POSITIONS_SEED)
+        return self.eval_generators[key]
 
     @property
     def cacheable(self) -> bool:
