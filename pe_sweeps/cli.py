@@ -18,7 +18,6 @@ import time
 
 PROCESS_START = time.time()  # before the heavy imports: start-up cost is recorded with each run
 
-import errno  # noqa: E402
 import inspect  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -45,8 +44,9 @@ from lightning_modules.schedule import check_scheduled_encoding  # noqa: E402
 from lightning_modules.task_module import TaskModule, dotted_get  # noqa: E402
 from pe_sweeps import internals  # noqa: E402
 from pe_sweeps.cli_errors import OneLineErrors  # noqa: E402
-from pe_sweeps.cli_options import dashes_to_underscores, parse_options  # noqa: E402
-from pe_sweeps.errors import ConfigError, DivergedError  # noqa: E402
+from pe_sweeps.cli_options import dashes_to_underscores  # noqa: E402
+from pe_sweeps.errors import ConfigError  # noqa: E402
+from pe_sweeps.exits import exit_in_one_line  # noqa: E402
 from pe_sweeps.layout import (  # noqa: E402
     DEFAULT_OUT_DIR,
     OUT_DIR_ENV,
@@ -60,6 +60,7 @@ from pe_sweeps.layout import (  # noqa: E402
     parent_run_dir,
     shipped_path,
 )
+from pe_sweeps.sweep_command import sweep_main  # noqa: E402
 from pe_sweeps.tracking.callbacks import LogLearningRate, ModelSummaryWithFlops, StepProgressBar  # noqa: E402
 from pe_sweeps.tracking.children import check_given_gpus, start_watchdog  # noqa: E402
 from pe_sweeps.tracking.console import quiet_lightning_tips  # noqa: E402
@@ -387,22 +388,6 @@ def restore_option_nulls(config, model_class: type[TaskModule]) -> None:
             config[key] = {k: None if v == "None" else v for k, v in options.items()}
 
 
-def sweep_main(args: list[str]):
-    """`cli.py sweep FILE [--workers N] [--storage URL] [--study-name NAME] [--reseed N --per KEY] ...`"""
-    from pe_sweeps.tracking.slurm import check_launcher_options, launch
-    from pe_sweeps.tracking.sweep import SweepOptions, run_sweep
-
-    opts = parse_options(SweepOptions, args)
-    if opts.launcher == "slurm":  # the tasks of a SLURM job array run this sweep
-        return launch(opts)
-    check_launcher_options(opts)  # --jobs, --dry_run or --slurm.* without --launcher slurm: one line
-    if opts.reseed or opts.per:  # the tune-then-reseed protocol drives the same sweep runner twice
-        from pe_sweeps.tracking.reseed import run_reseed
-
-        return run_reseed(opts)
-    return run_sweep(opts)
-
-
 def probe_main(args: list[str]):
     """`cli.py probe --encoding NAME --max-length N --dim D | --ckpt PATH | --hf-model NAME_OR_DIR | --table FILE`"""
     from pe_sweeps.probes import probe_main as main
@@ -508,43 +493,8 @@ def cli_main(args: list[str] | None = None):
             sys.argv[1:] = expand_class_names(argv)
         return make_cli(None if args is None else expand_class_names(args))
     except Exception as error:
-        full = disk_full(error)
-        if full is not None:  # the run record (if it could be written) says `failed` with this reason
-            print(f"error: disk full: {full}", file=sys.stderr)
-            raise SystemExit(1) from None
-        service = wandb_error(error)
-        if service is not None:  # e.g. a rejected WANDB_API_KEY, or no network while online
-            reason = (str(service).strip().splitlines() or [""])[0][:200]
-            print(f"error: W&B could not start the run ({type(service).__name__}: {reason}); check WANDB_API_KEY "
-                  "and the network, or set WANDB_MODE=offline", file=sys.stderr)  # fmt: skip
-            raise SystemExit(2) from None
-        cause = user_error(error)
-        if cause is None:
-            raise
-        print(f"error: {cause}", file=sys.stderr)
-        raise SystemExit(2 if isinstance(cause, ConfigError) else 3) from None
-
-
-def wandb_error(error: BaseException | None) -> BaseException | None:
-    """The W&B error (wandb.errors.Error: authentication, communication, usage) behind an exception."""
-    while error is not None and not type(error).__module__.startswith("wandb.errors"):
-        error = error.__cause__ or error.__context__
-    return error
-
-
-def disk_full(error: BaseException | None) -> OSError | None:
-    """The ENOSPC error behind an exception, if any."""
-    while error is not None and not (isinstance(error, OSError) and error.errno == errno.ENOSPC):
-        error = error.__cause__ or error.__context__
-    return error
-
-
-def user_error(error: BaseException | None) -> ConfigError | DivergedError | None:
-    """The ConfigError or DivergedError behind an exception (jsonargparse wraps the ones raised while
-    instantiating); None for anything else, which keeps its traceback."""
-    while error is not None and not isinstance(error, (ConfigError, DivergedError)):
-        error = error.__cause__ or error.__context__
-    return error
+        exit_in_one_line(error)
+        raise
 
 
 def main() -> None:

@@ -1,25 +1,36 @@
-"""The command line's front door (`pe-sweeps`, `python -m pe_sweeps`, `python cli.py`): `compare` reads JSON
-records and starts without importing torch or Lightning; every other command goes to pe_sweeps/cli.py."""
+"""The command line's front door (`pe-sweeps`, `python -m pe_sweeps`, `python cli.py`): `compare` and `sweep`
+start without importing torch or Lightning (a sweep process only schedules trials; each trial imports them);
+every other command goes to pe_sweeps/cli.py."""
 
 import sys
 
 
-def compare_command(argv: list[str]) -> None:
-    """`compare ...` with the light imports only; a ConfigError is one line and exit 2, as every command."""
-    from pe_sweeps.cli_options import dashes_to_underscores
-    from pe_sweeps.errors import ConfigError
-    from pe_sweeps.tracking.compare import compare_main
+def light_command(name: str, argv: list[str]) -> None:
+    """`compare ...` / `sweep ...` with the light imports only; errors end as every command's do
+    (pe_sweeps/exits.py: one line and exit 2 for a bad option or file)."""
+    from pe_sweeps.exits import exit_in_one_line
+    from pe_sweeps.layout import shipped_path
 
     try:
-        compare_main([dashes_to_underscores(a) for a in argv])
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        if name == "compare":
+            from pe_sweeps.cli_options import dashes_to_underscores
+            from pe_sweeps.tracking.compare import compare_main
+
+            return compare_main([dashes_to_underscores(a) for a in argv])
+        from pe_sweeps.sweep_command import sweep_main
+
+        return sweep_main([shipped_path(argv[0]), *argv[1:]] if argv else argv)  # sweeps/x.yaml from any folder
+    except Exception as error:
+        exit_in_one_line(error)
+        raise
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["compare"]:
-        return compare_command(sys.argv[2:])
-    from pe_sweeps.cli import main as cli_main
+    from pe_sweeps.tracking.children import start_watchdog
+
+    start_watchdog()  # a sweep's trial (or a sweep a trial started) exits with its sweep: tracking/children.py
+    if sys.argv[1:2] in (["compare"], ["sweep"]):
+        return light_command(sys.argv[1], sys.argv[2:])
+    from pe_sweeps.cli import cli_main
 
     return cli_main()

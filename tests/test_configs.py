@@ -17,6 +17,8 @@ from helpers import cli_in_process
 from pytorch_lightning.accelerators import CUDAAccelerator
 from pytorch_lightning.trainer.connectors.accelerator_connector import _AcceleratorConnector
 
+from pe_sweeps.tracking import trial_devices
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
@@ -67,6 +69,7 @@ def test_devices_per_trial_and_one_agent_per_gpu_resolve(monkeypatch):
     from pe_sweeps.tracking.trial_child import child_env
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # the sweep sees 4 GPUs
+    monkeypatch.setattr(trial_devices, "gpu_driver_loaded", lambda: True)  # as on a GPU machine
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
     trainer = yaml.safe_load((ROOT / "configs" / "synthetic.yaml").read_text())["trainer"]

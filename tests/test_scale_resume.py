@@ -34,6 +34,7 @@ from conftest import TINY
 from helpers import record as make_record
 
 from pe_sweeps import layout
+from pe_sweeps.tracking import trial_devices
 from pe_sweeps.tracking import wandb_setup as ws
 from pe_sweeps.tracking.record_writer import RecordWriter, run_scale, scale_line
 from pe_sweeps.tracking.records import RECORD_FILE
@@ -166,6 +167,7 @@ def test_offline_sync_of_a_resumed_run_uploads_into_its_one_id():
 def gpus(monkeypatch, count: int) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(trial_devices, "gpu_driver_loaded", lambda: True)  # as on a GPU machine
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 

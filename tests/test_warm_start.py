@@ -15,6 +15,7 @@ from conftest import TINY
 
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.layout import PROGRAMS
+from pe_sweeps.tracking import trial_devices
 from pe_sweeps.tracking.children import stop_child
 from pe_sweeps.tracking.sweep import SweepOptions, check_options
 from pe_sweeps.tracking.warm_start import TrialStarter, WarmChild, warm_program
@@ -93,6 +94,7 @@ def gpus(monkeypatch, count: int, mask: str | None = None, cores: int = 8) -> No
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(trial_devices, "gpu_driver_loaded", lambda: True)  # as on a GPU machine
     if mask is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:

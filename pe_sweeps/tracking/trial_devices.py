@@ -27,10 +27,21 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+GPU_DRIVER_FILES = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/kfd")  # NVIDIA's driver, ROCm's
+
+
+def gpu_driver_loaded() -> bool:
+    """Whether this machine has a GPU driver torch.cuda could use (NVIDIA's, or AMD's ROCm, which torch.cuda
+    also drives); without one a sweep never imports torch (pe_sweeps/entry.py)."""
+    return any(os.path.exists(path) for path in GPU_DRIVER_FILES)
+
+
 def visible_gpus() -> list[str]:
     """The GPUs this sweep may hand its trials, named as its own CUDA_VISIBLE_DEVICES names them (indices or
     UUIDs, passed on verbatim; CUDA ignores the entries after the first it cannot use, hence only the first
     `device_count()`), else 0 .. N-1. Counted in this process only: the fork server never counts them."""
+    if not gpu_driver_loaded():
+        return []  # torch would count 0, after seconds of importing it at every sweep's start
     import torch
 
     count = torch.cuda.device_count()
