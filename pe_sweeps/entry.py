@@ -7,7 +7,8 @@ import sys
 
 def light_command(name: str, argv: list[str]) -> None:
     """`compare ...` / `sweep ...` with the light imports only; errors end as every command's do
-    (pe_sweeps/exits.py: one line and exit 2 for a bad option or file)."""
+    (pe_sweeps/exits.py: one line and exit 2 for a bad option or file). Returns None: the `pe-sweeps` script
+    passes main()'s value to sys.exit, which would print a returned study and exit 1."""
     from pe_sweeps.exits import exit_in_one_line
     from pe_sweeps.layout import shipped_path
 
@@ -16,10 +17,11 @@ def light_command(name: str, argv: list[str]) -> None:
             from pe_sweeps.cli_options import dashes_to_underscores
             from pe_sweeps.tracking.compare import compare_main
 
-            return compare_main([dashes_to_underscores(a) for a in argv])
+            compare_main([dashes_to_underscores(a) for a in argv])
+            return
         from pe_sweeps.sweep_command import sweep_main
 
-        return sweep_main([shipped_path(argv[0]), *argv[1:]] if argv else argv)  # sweeps/x.yaml from any folder
+        sweep_main([shipped_path(argv[0]), *argv[1:]] if argv else argv)  # sweeps/x.yaml from any folder
     except Exception as error:
         exit_in_one_line(error)
         raise
@@ -33,4 +35,4 @@ def main() -> None:
         return light_command(sys.argv[1], sys.argv[2:])
     from pe_sweeps.cli import cli_main
 
-    return cli_main()
+    cli_main()

@@ -117,7 +117,7 @@ for seed, acc in enumerate([0.9, 0.7, 0.8]):
     write_record(root / "runs" / f"r{seed}" / "record.json", record)
 sys.argv = ["cli.py", "compare", "--out_dir", str(root), "--metric", "val/acc,val/acc_ood"]
 from pe_sweeps.entry import main
-main()
+assert main() is None  # `pe-sweeps` hands it to sys.exit: a value would be printed, exit 1
 heavy = sorted(m for m in ("torch", "pytorch_lightning", "lightning_fabric", "transformers", "torchmetrics", "wandb")
                if m in sys.modules)
 print("HEAVY", heavy)
@@ -145,7 +145,7 @@ sweep = {"program": fake, "method": "grid", "metric": {"name": "val/acc", "goal"
 (root / "s.yaml").write_text(yaml.safe_dump(sweep))
 sys.argv = ["cli.py", "sweep", str(root / "s.yaml"), "--out_dir", str(root), "--cold_start"]
 from pe_sweeps.entry import main
-main()
+assert main() is None  # `pe-sweeps` hands it to sys.exit: a value would be printed, exit 1
 heavy = sorted(m for m in ("torch", "pytorch_lightning", "lightning_fabric", "transformers", "torchmetrics")
                if m in sys.modules)
 print("HEAVY", heavy)
