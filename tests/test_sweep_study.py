@@ -3,6 +3,7 @@ Optuna's API on in-memory or temporary SQLite studies: no trial process (the end
 
 import json
 import types
+from pathlib import Path
 
 import optuna
 import pytest
@@ -91,3 +92,37 @@ def test_the_varied_parameters_reach_the_trial_as_json():
     assert json.loads(json.dumps(sf.varied(sweep, {"model.arch.encoding": "rope", "model.lr": 0.01}))) == {
         "model.lr": 0.01
     }
+
+
+SHIPPED_SWEEPS = sorted((Path(__file__).resolve().parents[1] / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED_SWEEPS, ids=lambda p: p.name)
+def test_every_shipped_sweep_names_registered_encodings(path):
+    study_protocol.apply_overrides(sf.load_sweep(path), [])  # raises a ConfigError for an unknown name
+
+
+ENCODING_SWEEP = {
+    "method": "grid", "metric": {"name": "val/acc"}, "program": "cli.py",
+    "parameters": {"model.arch.encoding": {"values": ["rope", "alibi"]}, "seed_everything": {"value": 1}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change, overrides, unknown",
+    [
+        ({}, ["model.arch.encoding=nope"], "nope"),  # --set: before, every trial failed alike (10 of them)
+        ({"model.arch.encoding": {"values": ["rope", "alibbi"]}}, [], "alibbi"),
+        ({"model.arch.encoding": {"value": "rope3.nnone"}}, [], "nnone"),  # a schedule label
+        ({"model.arch.encoding": {"values": [["rope", "rope", "rope", "nope"]]}}, [], "nope"),  # a per-layer list
+        ({"model.init_args.arch.encoding": {"value": "ropee"}}, [], "ropee"),
+    ],
+)
+def test_an_unknown_encoding_stops_the_sweep_before_any_trial(change, overrides, unknown):
+    sweep = json.loads(json.dumps(ENCODING_SWEEP))
+    sweep["parameters"] |= change
+    with pytest.raises(ConfigError, match=f"unknown encoding '{unknown}'.*choose one of: none, learned"):
+        study_protocol.apply_overrides(sweep, overrides)
+    ok = json.loads(json.dumps(ENCODING_SWEEP))
+    ok["parameters"]["model.arch.encoding"] = {"values": ["rope", "rope3.none", ["rope", "none"], "tupe_a_tied"]}
+    study_protocol.apply_overrides(ok, ["seed_everything=2"])

@@ -12,6 +12,8 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from lightning_modules.registry import encoding_parameters
+from lightning_modules.schedule_label import is_label, label_pattern
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.manifest import fingerprint
@@ -40,7 +42,28 @@ def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE with KEY one of the sweep's parameters: {known}")
         sweep["parameters"][key] = {"value": yaml.safe_load(value)}
         suffix.append(short_value(value))  # as a run name shows it: `--set KEY={a: 1}` still names one folder
+    check_encoding_names(sweep)
     return sweep, "-".join(suffix)
+
+
+def check_encoding_names(sweep: dict) -> None:
+    """Every encoding a parameter names (`value` / `values` of model.arch.encoding and its kin, a per-layer list or
+    a schedule label such as rope3.none) is a registered one: one line naming the valid choices before any trial
+    starts, instead of every trial failing alike. Imports the encoding registry (torch) only for such a sweep."""
+    named = []
+    for key, spec in (sweep.get("parameters") or {}).items():
+        if key in encoding_parameters() and isinstance(spec, dict):
+            named += [(key, v) for v in ([spec["value"]] if "value" in spec else spec.get("values") or [])]
+    if not named:
+        return
+    from lightning_modules.encodings import ENCODINGS
+
+    for key, value in named:
+        names = label_pattern(value) if is_label(value) else value if isinstance(value, list) else [value]
+        unknown = [n for n in names if isinstance(n, str) and n not in ENCODINGS]
+        if unknown:
+            where = "" if names == [value] else f" (in {value!r})"
+            raise ConfigError(f"{key}: unknown encoding {unknown[0]!r}{where}; choose one of: {', '.join(ENCODINGS)}")
 
 
 def base_name(opts: SweepOptions, sweep: dict) -> str:
