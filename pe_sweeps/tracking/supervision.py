@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 import time
+from contextlib import nullcontext
 
 import optuna
 import sqlalchemy
@@ -18,6 +19,7 @@ from optuna.trial import TrialState
 from pe_sweeps import internals, layout
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking import storage
+from pe_sweeps.tracking.core_claims import CoreClaim
 from pe_sweeps.tracking.failpoints import failpoint
 from pe_sweeps.tracking.manifest import write_manifest
 from pe_sweeps.tracking.recovery import HOST_ID, TOKEN, recover_dead_trials, requeue, retries_left
@@ -27,6 +29,7 @@ from pe_sweeps.tracking.storage_url import storage_url
 from pe_sweeps.tracking.study_lock import StudyLock
 from pe_sweeps.tracking.study_protocol import QUEUED, base_name, budget_left, open_study
 from pe_sweeps.tracking.sweep_options import SweepOptions
+from pe_sweeps.tracking.trial_devices import trial_threads
 from pe_sweeps.tracking.trial_run import TrialRun
 from pe_sweeps.tracking.warm_start import TrialStarter
 
@@ -221,15 +224,18 @@ class Sweep:
 
     def run(self, on_tick=None) -> None:
         threads = [threading.Thread(target=self.worker, args=(slot,), daemon=True) for slot in range(self.opts.workers)]
+        cpu = not self.opts.devices_per_trial  # GPU trials' threads feed their GPU: no claim on the cores
+        claim = CoreClaim(self.opts.workers * trial_threads(self.opts), self.study_name) if cpu else nullcontext()
         self.heartbeats.start()
         try:
-            for thread in threads:
-                thread.start()
-                time.sleep(0.2)  # stagger the first asks
-            while any(thread.is_alive() for thread in threads):
-                if on_tick:
-                    self.quietly(on_tick, self.study)
-                time.sleep(0.5)
+            with claim:
+                for thread in threads:
+                    thread.start()
+                    time.sleep(0.2)  # stagger the first asks
+                while any(thread.is_alive() for thread in threads):
+                    if on_tick:
+                        self.quietly(on_tick, self.study)
+                    time.sleep(0.5)
         finally:
             self.heartbeats.close()
             self.starter.close()
