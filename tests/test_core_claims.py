@@ -67,3 +67,13 @@ def test_a_sweep_on_other_cores_does_not_count(tmp_path, other_process, capsys):
     assert "4 threads on 2 cores" in oversubscribed(
         [{"pid": 1, "cores": [0, 1], "threads": 2, "sweep": "a"}], 2, {0, 1}
     )
+
+
+def test_a_folder_others_may_write_to_is_not_used(tmp_path, other_process, capsys):
+    """In a shared /tmp another user could make the folder first (with a link in it to a file of ours)."""
+    folder = tmp_path / "claims"
+    claim_of(folder, other_process, mine(), 64)
+    folder.chmod(0o777)
+    with CoreClaim(2, "second", folder=folder) as claim:
+        assert not claim.path.exists()
+    assert capsys.readouterr().err == ""

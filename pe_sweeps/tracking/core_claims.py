@@ -9,6 +9,7 @@ trials claim nothing: their threads feed a GPU."""
 
 import json
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +19,13 @@ from pe_sweeps.tracking.trial_devices import cpu_cores
 
 def claims_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"pe-sweeps-{os.getuid()}"
+
+
+def private(folder: Path) -> bool:
+    """Whether `folder` is a directory of this user's that no one else may write to (not a link): in a shared /tmp
+    another user could make the folder first, with a link in it to a file of ours to overwrite."""
+    info = os.lstat(folder)
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def my_cores() -> set[int]:
@@ -61,14 +69,18 @@ class CoreClaim:
         self.threads, self.label = threads, label
         self.folder = folder or claims_dir()
         self.path = self.folder / f"cores-{os.getpid()}.json"
+        self.written = False
 
     def __enter__(self) -> "CoreClaim":
         cores = my_cores()
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not private(self.folder):
+                return self  # not ours alone: no claim, no warning (the sweep itself is unaffected)
             others = other_claims(self.folder, cores)
             self.path.write_text(json.dumps({"pid": os.getpid(), "cores": sorted(cores), "threads": self.threads,
                                              "sweep": self.label}))  # fmt: skip
+            self.written = True
         except OSError:  # no writable temp folder: the sweep runs, unannounced
             return self
         warning = oversubscribed(others, self.threads, cores)
@@ -77,7 +89,8 @@ class CoreClaim:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.path.unlink(missing_ok=True)
+        if self.written:
+            self.path.unlink(missing_ok=True)
 
 
 def oversubscribed(others: list[dict], threads: int, cores: set[int]) -> str | None:
