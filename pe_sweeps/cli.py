@@ -44,7 +44,6 @@ from lightning_modules.schedule import check_scheduled_encoding  # noqa: E402
 from lightning_modules.task_module import TaskModule, dotted_get  # noqa: E402
 from pe_sweeps import internals  # noqa: E402
 from pe_sweeps.cli_errors import OneLineErrors  # noqa: E402
-from pe_sweeps.cli_options import dashes_to_underscores  # noqa: E402
 from pe_sweeps.errors import ConfigError  # noqa: E402
 from pe_sweeps.exits import exit_in_one_line  # noqa: E402
 from pe_sweeps.layout import (  # noqa: E402
@@ -58,9 +57,9 @@ from pe_sweeps.layout import (  # noqa: E402
     make_dir,
     new_run_dir,
     parent_run_dir,
-    shipped_path,
+    shipped_files,
 )
-from pe_sweeps.sweep_command import sweep_main  # noqa: E402
+from pe_sweeps.light_commands import compare_main, sweep_main  # noqa: E402
 from pe_sweeps.tracking.callbacks import LogLearningRate, ModelSummaryWithFlops, StepProgressBar  # noqa: E402
 from pe_sweeps.tracking.children import check_given_gpus, start_watchdog  # noqa: E402
 from pe_sweeps.tracking.console import quiet_lightning_tips  # noqa: E402
@@ -395,13 +394,6 @@ def probe_main(args: list[str]):
     return main(args)
 
 
-def compare_main(args: list[str]):
-    """`cli.py compare [--sweep NAME] [--metric M] [--format csv|json|markdown] [--report DIR]`"""
-    from pe_sweeps.tracking.compare import compare_main as main
-
-    return main([dashes_to_underscores(a) for a in args])
-
-
 EXTRA_COMMANDS = {"sweep": sweep_main, "compare": compare_main, "probe": probe_main}
 
 
@@ -426,18 +418,6 @@ def expand_class_names(argv: list[str]) -> list[str]:
                     out[i] = f"{option}={names[arg.split('=', 1)[1]]}"
                 elif arg == option and i + 1 < len(out) and out[i + 1] in names:
                     out[i + 1] = names[out[i + 1]]
-    return out
-
-
-def shipped_files(argv: list[str]) -> list[str]:
-    """`--config configs/x.yaml` and `sweep sweeps/x.yaml` find the project's own files from any folder
-    (layout.shipped_path); any other argument, and a file that exists where it is given, are left alone."""
-    out = list(argv)
-    for i, arg in enumerate(out):
-        if arg.startswith("--config="):
-            out[i] = "--config=" + shipped_path(arg.split("=", 1)[1])
-        elif i and out[i - 1] == "--config" or i == 1 and out[0] == "sweep":
-            out[i] = shipped_path(arg)
     return out
 
 

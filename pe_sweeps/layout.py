@@ -178,6 +178,18 @@ def shipped_path(path: str) -> str:
     return str(found[0]) if found else path
 
 
+def shipped_files(argv: list[str]) -> list[str]:
+    """`--config configs/x.yaml` and `sweep sweeps/x.yaml` find the project's own files from any folder
+    (`shipped_path`); any other argument, and a file that exists where it is given, are left alone."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg.startswith("--config="):
+            out[i] = "--config=" + shipped_path(arg.split("=", 1)[1])
+        elif i and out[i - 1] == "--config" or i == 1 and out[0] == "sweep":
+            out[i] = shipped_path(arg)
+    return out
+
+
 def data_root() -> Path:
     """Where data modules look for their files unless given --data.data_dir: $PE_DATA_ROOT, else the
     `shared/data` folder beside a source checkout (the layout CI uses); one line naming both when neither is set."""

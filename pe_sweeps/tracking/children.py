@@ -50,6 +50,17 @@ def _watch(parent: int, interval: float) -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
+def pid_alive(pid) -> bool:
+    """Whether a process of that pid exists on this host (another user's counts: it exists)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, ValueError, TypeError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def start_watchdog(interval: float = 1.0) -> None:
     """In a sweep's child (PE_PARENT_PID set, and the leader of the session `launch_child` made): exit with
     the sweep, even if it is already gone. A no-op elsewhere, DDP ranks started by the child included."""

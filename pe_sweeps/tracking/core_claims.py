@@ -14,7 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pe_sweeps.tracking.trial_devices import cpu_cores
+from pe_sweeps.tracking.children import pid_alive
+from pe_sweeps.tracking.trial_devices import cpu_set
 
 
 def claims_dir() -> Path:
@@ -28,21 +29,6 @@ def private(folder: Path) -> bool:
     return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
-def my_cores() -> set[int]:
-    """The cores this process may run on (its affinity mask), else all."""
-    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(range(cpu_cores()))
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process of that pid: alive, not ours
-        return True
-    return True
-
-
 def other_claims(folder: Path, cores: set[int]) -> list[dict]:
     """The live claims of other processes on any of `cores`; stale ones (their process gone) are removed."""
     found = []
@@ -54,7 +40,7 @@ def other_claims(folder: Path, cores: set[int]) -> list[dict]:
             continue  # being written, or not ours to read
         if pid == os.getpid():
             continue
-        if not alive(pid):
+        if not pid_alive(pid):
             path.unlink(missing_ok=True)
         elif theirs & cores:
             found.append(claim)
@@ -72,7 +58,7 @@ class CoreClaim:
         self.written = False
 
     def __enter__(self) -> "CoreClaim":
-        cores = my_cores()
+        cores = cpu_set()
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             if not private(self.folder):

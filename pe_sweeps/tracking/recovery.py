@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from pe_sweeps import internals
 from pe_sweeps.tracking import storage
+from pe_sweeps.tracking.children import pid_alive
 from pe_sweeps.tracking.failpoints import failpoint
 from pe_sweeps.tracking.storage import grace_period
 
@@ -81,7 +82,7 @@ def recover_dead_trials(
         attrs, trial_id = trial.user_attrs, internals.trial_id(trial)
         same_host = attrs.get("host_id") == HOST_ID and attrs.get("token") != TOKEN
         where = f"host {attrs.get('host', '?')}, pid {attrs.get('pid', '?')}"
-        if same_host and (attrs.get("pid") == os.getpid() or not _alive(attrs.get("pid", -1))):
+        if same_host and (attrs.get("pid") == os.getpid() or not pid_alive(attrs.get("pid", -1))):
             why = f"sweep process died ({where})"
         elif trial_id in stale:
             why = f"no heartbeat for {grace} s from its sweep process ({where})"
@@ -121,13 +122,3 @@ def repair_promised_retries(study: optuna.Study, trials: list[FrozenTrial], max_
             if trial.number not in retried:
                 queued += requeue(study, trial, f"{reason.removesuffix('; re-queued')} (retry restored)", max_retries)
     return queued
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, ValueError, TypeError, OverflowError):
-        return False
-    except PermissionError:
-        return True
-    return True

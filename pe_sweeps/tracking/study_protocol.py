@@ -50,20 +50,21 @@ def check_encoding_names(sweep: dict) -> None:
     """Every encoding a parameter names (`value` / `values` of model.arch.encoding and its kin, a per-layer list or
     a schedule label such as rope3.none) is a registered one: one line naming the valid choices before any trial
     starts, instead of every trial failing alike. Imports the encoding registry (torch) only for such a sweep."""
-    named = []
+    named, keys = [], encoding_parameters()
     for key, spec in (sweep.get("parameters") or {}).items():
-        if key in encoding_parameters() and isinstance(spec, dict):
+        if key in keys and isinstance(spec, dict):
             named += [(key, v) for v in ([spec["value"]] if "value" in spec else spec.get("values") or [])]
     if not named:
         return
-    from lightning_modules.encodings import ENCODINGS
+    from lightning_modules.encodings import check_encoding_name
 
     for key, value in named:
         names = label_pattern(value) if is_label(value) else value if isinstance(value, list) else [value]
-        unknown = [n for n in names if isinstance(n, str) and n not in ENCODINGS]
-        if unknown:
-            where = "" if names == [value] else f" (in {value!r})"
-            raise ConfigError(f"{key}: unknown encoding {unknown[0]!r}{where}; choose one of: {', '.join(ENCODINGS)}")
+        try:
+            for name in (n for n in names if isinstance(n, str)):
+                check_encoding_name(name)
+        except ConfigError as error:
+            raise ConfigError(f"{key}={value!r}: {error}") from None
 
 
 def base_name(opts: SweepOptions, sweep: dict) -> str:

@@ -22,9 +22,13 @@ def check_devices(opts: SweepOptions, sweep: dict | None) -> None:
         check_gpu_slots(opts)
 
 
+def cpu_set() -> set[int]:
+    """The cores this process may run on (its affinity mask, e.g. a container's or taskset's), else all."""
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
 def cpu_cores() -> int:
-    """Cores this process may run on (its affinity mask, e.g. a container's or taskset's), else all."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return len(cpu_set())
 
 
 GPU_DRIVER_FILES = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/kfd")  # NVIDIA's driver, ROCm's

@@ -1,8 +1,8 @@
-"""`cli.py sweep ...`: parses the sweep's options and hands them to the runner (tracking/sweep.py), the SLURM
-launcher (tracking/slurm.py) or the tune-then-reseed protocol (tracking/reseed.py). Imports neither torch nor
-Lightning: a sweep process only schedules trials, each trial (or the warm-start server) imports them itself."""
+"""The commands that import neither torch nor Lightning: `cli.py sweep ...` (a sweep process only schedules
+trials; each trial, or the warm-start server, imports them itself) and `cli.py compare ...` (it reads JSON
+records). pe_sweeps/entry.py runs them without loading pe_sweeps/cli.py; cli.py dispatches to the same functions."""
 
-from pe_sweeps.cli_options import parse_options
+from pe_sweeps.cli_options import dashes_to_underscores, parse_options
 
 
 def sweep_main(args: list[str]):
@@ -19,3 +19,13 @@ def sweep_main(args: list[str]):
 
         return run_reseed(opts)
     return run_sweep(opts)
+
+
+def compare_main(args: list[str]):
+    """`cli.py compare [--sweep NAME] [--metric M] [--format csv|json|markdown] [--report DIR]`"""
+    from pe_sweeps.tracking.compare import compare_main as main
+
+    return main([dashes_to_underscores(a) for a in args])
+
+
+LIGHT_COMMANDS = {"sweep": sweep_main, "compare": compare_main}
