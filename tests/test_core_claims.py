@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pe_sweeps.tracking.core_claims import CoreClaim, oversubscribed
+from pe_sweeps.tracking.core_claims import CoreClaim, oversubscribed, started
 
 
 @pytest.fixture
@@ -20,10 +20,10 @@ def other_process():
     process.wait()
 
 
-def claim_of(folder, pid, cores, threads, sweep="first"):
+def claim_of(folder, pid, cores, threads, sweep="first", **extra):
     folder.mkdir(exist_ok=True)
     (folder / f"cores-{pid}.json").write_text(
-        json.dumps({"pid": pid, "cores": cores, "threads": threads, "sweep": sweep})
+        json.dumps({"pid": pid, "cores": cores, "threads": threads, "sweep": sweep, **extra})
     )
 
 
@@ -56,6 +56,22 @@ def test_a_dead_sweeps_claim_is_removed_and_ignored(tmp_path, capsys):
         pass
     assert capsys.readouterr().err == ""
     assert not (tmp_path / f"cores-{dead}.json").exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="process start times are read from /proc")
+def test_a_claim_whose_pid_was_reused_is_stale(tmp_path, other_process, capsys):
+    """The sweep that wrote the claim is gone and an unrelated process now has its pid (before: a spurious warning
+    naming that process as a sweep). The claim's start time tells them apart; the owner's own claim still counts."""
+    assert started(other_process) is not None
+    claim_of(tmp_path, other_process, mine(), 64, started=started(other_process) - 1)
+    with CoreClaim(len(mine()), "second", folder=tmp_path):
+        pass
+    assert capsys.readouterr().err == ""
+    assert not (tmp_path / f"cores-{other_process}.json").exists()
+    claim_of(tmp_path, other_process, mine(), 64, started=started(other_process))
+    with CoreClaim(len(mine()), "third", folder=tmp_path) as claim:
+        assert json.loads(claim.path.read_text())["started"] == started(os.getpid())
+    assert capsys.readouterr().err.startswith("warning: 1 other sweep(s)"), "the live owner's claim was dropped"
 
 
 def test_a_sweep_on_other_cores_does_not_count(tmp_path, other_process, capsys):

@@ -4,8 +4,9 @@ all its cores, split among its own workers), so two sweeps on one machine run tw
 such trial ran at about an eighth of its speed alone).
 
 A sweep that trains on the CPU writes a claim, `<tmp>/pe-sweeps-<uid>/cores-<pid>.json` (its pid, its cores and
-the threads its workers run), for as long as it runs; a claim whose process is gone is stale and removed. GPU
-trials claim nothing: their threads feed a GPU."""
+the threads its workers run, and on Linux the process's start time), for as long as it runs; a claim whose process
+is gone, or whose pid now belongs to a process started later, is stale and removed. GPU trials claim nothing: their
+threads feed a GPU."""
 
 import json
 import os
@@ -29,6 +30,25 @@ def private(folder: Path) -> bool:
     return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
+def started(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (`/proc/<pid>/stat` field 22), or None where that
+    cannot be read (no /proc, the process gone): with the pid, it names one process even after the pid is reused."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        return int(text[text.rindex(")") + 2 :].split()[19])  # fields after "(comm)" begin at field 3
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def stale(claim: dict) -> bool:
+    """Whether a claim's sweep is gone: its pid dead, or reused by a process that started at another time."""
+    pid = int(claim["pid"])
+    if not pid_alive(pid):
+        return True
+    recorded, now = claim.get("started"), started(pid)
+    return recorded is not None and now is not None and recorded != now
+
+
 def other_claims(folder: Path, cores: set[int]) -> list[dict]:
     """The live claims of other processes on any of `cores`; stale ones (their process gone) are removed."""
     found = []
@@ -40,7 +60,7 @@ def other_claims(folder: Path, cores: set[int]) -> list[dict]:
             continue  # being written, or not ours to read
         if pid == os.getpid():
             continue
-        if not pid_alive(pid):
+        if stale(claim):
             path.unlink(missing_ok=True)
         elif theirs & cores:
             found.append(claim)
@@ -64,7 +84,8 @@ class CoreClaim:
             if not private(self.folder):
                 return self  # not ours alone: no claim, no warning (the sweep itself is unaffected)
             others = other_claims(self.folder, cores)
-            self.path.write_text(json.dumps({"pid": os.getpid(), "cores": sorted(cores), "threads": self.threads,
+            self.path.write_text(json.dumps({"pid": os.getpid(), "started": started(os.getpid()),
+                                             "cores": sorted(cores), "threads": self.threads,
                                              "sweep": self.label}))  # fmt: skip
             self.written = True
         except OSError:  # no writable temp folder: the sweep runs, unannounced
