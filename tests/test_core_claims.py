@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from pe_sweeps.tracking.core_claims import CoreClaim, oversubscribed, started
+from pe_sweeps.tracking.children import process_started as started
+from pe_sweeps.tracking.core_claims import CoreClaim, oversubscribed
 
 
 @pytest.fixture

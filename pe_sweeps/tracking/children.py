@@ -14,6 +14,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.layout import PARENT_ENV, TRIAL_GPUS_ENV
@@ -50,15 +51,27 @@ def _watch(parent: int, interval: float) -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
-def pid_alive(pid) -> bool:
-    """Whether a process of that pid exists on this host (another user's counts: it exists)."""
+def process_started(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (`/proc/<pid>/stat` field 22), or None where that
+    cannot be read (no /proc, the process gone): with the pid, it names one process even after the pid is reused."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        return int(text[text.rindex(")") + 2 :].split()[19])  # fields after "(comm)" begin at field 3
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid, started: int | None = None) -> bool:
+    """Whether a process of that pid exists on this host (another user's counts: it exists); given `started`
+    (`process_started` when the pid was recorded), also that it is the same process, not a later one of that pid."""
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, ValueError, TypeError, OverflowError):
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    now = process_started(pid) if started is not None else None
+    return now is None or now == started
 
 
 def start_watchdog(interval: float = 1.0) -> None:

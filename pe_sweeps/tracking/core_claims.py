@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pe_sweeps.tracking.children import pid_alive
+from pe_sweeps.tracking.children import pid_alive, process_started
 from pe_sweeps.tracking.trial_devices import cpu_set
 
 
@@ -30,23 +30,9 @@ def private(folder: Path) -> bool:
     return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
-def started(pid: int) -> int | None:
-    """When process `pid` started, in clock ticks since boot (`/proc/<pid>/stat` field 22), or None where that
-    cannot be read (no /proc, the process gone): with the pid, it names one process even after the pid is reused."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        return int(text[text.rindex(")") + 2 :].split()[19])  # fields after "(comm)" begin at field 3
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def stale(claim: dict) -> bool:
     """Whether a claim's sweep is gone: its pid dead, or reused by a process that started at another time."""
-    pid = int(claim["pid"])
-    if not pid_alive(pid):
-        return True
-    recorded, now = claim.get("started"), started(pid)
-    return recorded is not None and now is not None and recorded != now
+    return not pid_alive(int(claim["pid"]), claim.get("started"))
 
 
 def other_claims(folder: Path, cores: set[int]) -> list[dict]:
@@ -84,7 +70,7 @@ class CoreClaim:
             if not private(self.folder):
                 return self  # not ours alone: no claim, no warning (the sweep itself is unaffected)
             others = other_claims(self.folder, cores)
-            self.path.write_text(json.dumps({"pid": os.getpid(), "started": started(os.getpid()),
+            self.path.write_text(json.dumps({"pid": os.getpid(), "started": process_started(os.getpid()),
                                              "cores": sorted(cores), "threads": self.threads,
                                              "sweep": self.label}))  # fmt: skip
             self.written = True

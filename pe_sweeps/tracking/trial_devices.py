@@ -28,6 +28,7 @@ def cpu_set() -> set[int]:
 
 
 def cpu_cores() -> int:
+    """How many cores this process may run on (`cpu_set`)."""
     return len(cpu_set())
 
 
