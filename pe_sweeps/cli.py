@@ -446,12 +446,13 @@ def prepare_fork_server() -> None:
     """Build the fit/validate/test/predict parser once, in a sweep's fork server, for every trial it forks
     (each child takes its own copy of the server's memory: a parser is never shared between trials)."""
     PECLI.prebuilding = True
+    argv, sys.argv = sys.argv, ["cli.py"]  # the parsers' prog, which a parse error names (the server's is -c)
     try:
         make_cli([])
     except ParserBuilt:
         pass
     finally:
-        PECLI.prebuilding = False
+        PECLI.prebuilding, sys.argv = False, argv
 
 
 def cli_main(args: list[str] | None = None):

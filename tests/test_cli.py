@@ -39,6 +39,7 @@ from datamodules.synthetic import TASKS
 from lightning_modules.encodings import ENCODINGS
 from pe_sweeps.cli import cli_main
 from pe_sweeps.tracking.records import RunRecord, load_records
+from pe_sweeps.tracking.trial_child import rejected_option
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,6 +167,9 @@ def test_parse_errors_are_one_line_naming_the_key(args, expected, capsys, monkey
     code, _, err = cli_in_process(args, capsys, monkeypatch, ROOT)
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and err.startswith("error: ") and expected in err, err
+    if args[0] == "fit":  # a sweep reads the rejected option from a failed trial's line (FailureStreak)
+        option = rejected_option(f"exit code 2: {err.strip()}")
+        assert option and any(a.startswith(f"--{option}=") for a in args[1:]), (option, err)
 
 
 def test_learned_table_too_short_is_clear(tiny_fit_args):

@@ -190,6 +190,41 @@ def test_failure_streak_stops_on_the_same_reason_only():
     assert streak.stopped() is None and FailureStreak(0).stopped() is None
 
 
+BAD_PRESET = "exit code 2: error: --data.preset: expected 'mr', 'cr', got 'subjj' (options: cli.py fit --help)"
+
+
+@pytest.mark.parametrize(
+    "parameters, reason, at_once",
+    [
+        ({"data.preset": {"value": "subjj"}, "seed_everything": {"values": [1, 2]}}, BAD_PRESET, True),
+        ({"data.preset": {"values": ["mr", "subjj"]}}, BAD_PRESET, False),  # the next trial may get mr
+        ({"data.preset": {"values": ["subjj"]}}, BAD_PRESET, True),  # a one-value list is a constant
+        ({"data": {"values": [{"preset": "mr"}, {"preset": "subjj"}]}}, BAD_PRESET, False),  # varied around it
+        ({"data.preset": {"value": "mr"}, "data.vocab": {"values": [1, 2]}},
+         "exit code 2: error: --data: Option 'presett' is not accepted (options: cli.py fit --help)", True),
+        ({"data.presett": {"values": [1, 2]}},
+         "exit code 2: error: --data: Option 'presett' is not accepted (options: cli.py fit --help)", False),
+        ({"x": {"values": [1, 2]}}, "exit code 2: error: unrecognized arguments: --model.arch.bogus=1", True),
+        ({"model.arch.dim": {"values": [30, 32]}}, "exit code 2: error: dim=30 is not divisible by num_heads=4",
+         False),  # not a parse error: a check across options, one of which varies
+        ({"data.preset": {"value": "subjj"}}, "exit code 1: error: --data.preset: expected 'mr'", False),
+    ],
+)  # fmt: skip
+def test_a_rejected_option_no_trial_varies_stops_the_sweep_at_once(parameters, reason, at_once):
+    """`--set data.preset=subjj` failed 10 trials alike before the streak stopped the sweep; an option the fit
+    parser rejects and every trial is given alike stops it at the first (the rest would fail the same way)."""
+    streak = FailureStreak(10, {"method": "grid", "parameters": parameters})
+    streak.add(TrialState.FAIL, reason)
+    assert (streak.stopped() or "").startswith("stopped at the first failed trial") is at_once
+    never = FailureStreak(0, {"method": "grid", "parameters": parameters})
+    never.add(TrialState.FAIL, reason)
+    assert never.stopped() is None  # --max_failures_in_a_row 0: never stop
+    searched = {"method": "custom", "scheduler": {"search_space": "f.py:space"}, "parameters": parameters}
+    unknown = FailureStreak(10, searched)  # a search_space function defines the space: the file cannot say
+    unknown.add(TrialState.FAIL, reason)
+    assert unknown.stopped() is None
+
+
 def test_a_host_whose_clock_is_off_the_studys_is_refused(tmp_path, monkeypatch):
     """SQLite stamps heartbeats with each writer's clock: a 2-minute skew made points run three times."""
     url = f"sqlite:///{tmp_path / 'optuna.db'}"

@@ -197,6 +197,20 @@ def test_failing_and_diverging_trials_are_recorded_and_the_sweep_goes_on(tmp_pat
     assert diverged.state == TrialState.FAIL and diverged.user_attrs["reason"].startswith("diverged: ")
 
 
+@pytest.mark.parametrize("start", ["cold", "warm"])
+def test_a_set_value_the_fit_parser_rejects_stops_the_sweep_at_the_first_trial(tmp_path, start):
+    """Issue 30's SUBJ run, misspelt: `--set data.preset=subjj` failed 11 trials alike (each naming `-c fit
+    --help` when warm) before the failure streak stopped the sweep; now the first failure stops it, exit 2."""
+    path = tiny_sweep(tmp_path, {"data.task": {"values": ["copy"]}, "seed_everything": {"values": [1, 2, 3]}})
+    result = run_sweep(path, tmp_path, "--set=data.task=copyy", *START[start], check=False)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(errors) == 1 and errors[0].startswith("error: stopped at the first failed trial"), errors
+    assert "the same --data.task=copyy (a --set value" in errors[0] and "rejects it: --data.task: expected" in errors[0]
+    states = [t.state for t in trials(tmp_path, "s-copyy")]
+    assert states.count(TrialState.FAIL) == 1 and states.count(TrialState.WAITING) == 2  # the rest stay queued
+
+
 def test_two_workers_never_repeat_a_grid_point(tmp_path):
     grid = {"model.arch.encoding": {"values": ["rope", "alibi", "none", "learned"]}}
     path = tiny_sweep(tmp_path, grid)

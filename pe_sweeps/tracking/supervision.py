@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 from pe_sweeps import internals, layout
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking import storage
+from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.core_claims import CoreClaim
 from pe_sweeps.tracking.failpoints import failpoint
 from pe_sweeps.tracking.manifest import write_manifest
@@ -29,6 +30,7 @@ from pe_sweeps.tracking.storage_url import storage_url
 from pe_sweeps.tracking.study_lock import StudyLock
 from pe_sweeps.tracking.study_protocol import QUEUED, base_name, budget_left, open_study
 from pe_sweeps.tracking.sweep_options import SweepOptions
+from pe_sweeps.tracking.trial_child import rejected_option
 from pe_sweeps.tracking.trial_devices import trial_threads
 from pe_sweeps.tracking.trial_run import TrialRun
 from pe_sweeps.tracking.warm_start import TrialStarter
@@ -72,10 +74,13 @@ class Heartbeats:
 
 class FailureStreak:
     """Trials told failed in a row with the same reason (numbers and paths aside); `stopped()` says why the
-    sweep should stop once there are `limit` of them (0: never), e.g. a parameter every trial rejects."""
+    sweep should stop once there are `limit` of them (0: never), e.g. a parameter every trial rejects. It
+    stops at the first when the trial's command rejected an option that no trial varies (a `--set` value, a
+    constant parameter or the sweep's command, `sweep_file.same_for_every_trial`): the rest would fail alike."""
 
-    def __init__(self, limit: int):
-        self.limit, self.key, self.count, self.reason = limit, None, 0, ""
+    def __init__(self, limit: int, sweep: dict | None = None):
+        self.limit, self.sweep, self.key, self.count, self.reason = limit, sweep, None, 0, ""
+        self.rejected: str | None = None  # the option every trial is given alike and the command rejects
 
     def add(self, state: TrialState, reason: str | None) -> None:
         if state != TrialState.FAIL:
@@ -84,8 +89,18 @@ class FailureStreak:
         key = re.sub(r"\d+|/\S+", "#", reason or "")[:120]
         self.count = self.count + 1 if key == self.key else 1
         self.key, self.reason = key, reason or "no reason"
+        option = rejected_option(self.reason)
+        if self.sweep is not None and option and sf.same_for_every_trial(self.sweep, option):
+            self.rejected = option
 
     def stopped(self) -> str | None:
+        if self.limit and self.rejected:
+            spec = (self.sweep.get("parameters") or {}).get(self.rejected) or {}
+            values = [spec["value"]] if "value" in spec else spec.get("values") or []
+            given = f"--{self.rejected}" + (f"={values[0]}" if values else "")
+            why = self.reason.removeprefix("exit code 2: error: ")
+            return (f"stopped at the first failed trial: every trial is given the same {given} (a --set value, a "
+                    f"constant parameter or the sweep's command) and the command rejects it: {why[:240]}")  # fmt: skip
         if self.limit and self.count >= self.limit:
             return (f"stopped after {self.count} trials in a row failed with the same reason "
                     f"(--max_failures_in_a_row {self.limit}): {self.reason[:200]}")  # fmt: skip
@@ -118,7 +133,7 @@ class Sweep:
         self.errors: list[str] = []
         self.first_seen: dict[int, float] = {}  # trials seen RUNNING without a sweep's name (recover_dead_trials)
         self.heartbeats = Heartbeats(self.storage, opts.heartbeat, self.quietly)
-        self.streak = FailureStreak(opts.max_failures_in_a_row)
+        self.streak = FailureStreak(opts.max_failures_in_a_row, sweep)
         self.starter = TrialStarter(layout.study_dir(opts.out_dir, self.study_name), opts.cold_start, opts.warm_any)
         self.stop = threading.Event()
         self.stop_signal: int | None = None

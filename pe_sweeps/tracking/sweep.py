@@ -83,7 +83,8 @@ def check_options(opts: SweepOptions, sweep: dict | None = None) -> None:
 
 def run_sweep(opts: SweepOptions) -> optuna.Study:
     """Run (or resume) the sweep with a live status line, then print the trial table. Exits 130 / 143 on
-    SIGINT / SIGTERM (trials re-queued), 1 if grid points are left unfinished or a worker stopped."""
+    SIGINT / SIGTERM (trials re-queued), 2 if the trials' command rejects an option every trial is given,
+    1 if grid points are left unfinished or a worker stopped."""
     check_options(opts)
     sweep, suffix = apply_overrides(sf.load_sweep(opts.file), opts.set.split(",") if opts.set else [])
     if opts.devices_per_trial is None:  # GPUs per trial by default: one, unless the sweep file asks for more
@@ -120,6 +121,8 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
         print(f"error: {error}", file=sys.stderr)
     with runner.lock:  # a failed trial that promised a retry it lacks is unfinished, not failed for good
         retrying(lambda: repair_promised_retries(study, study.get_trials(deepcopy=False), opts.max_retries))
+    if runner.streak.rejected and runner.streak.stopped():  # a bad option, not unfinished work: say only that
+        raise SystemExit(2)
     left = unfinished_points(study, sweep) if sweep["method"] == "grid" else []
     if left:
         shown = "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in left[:10])

@@ -473,14 +473,31 @@ def pruner(sweep: dict) -> optuna.pruners.BasePruner:
     )  # fmt: skip
 
 
+def fixed_keys(sweep: dict) -> set[str] | None:
+    """The parameters every trial gets the same value of (a constant, `--set` included, or a one-value list);
+    None when a `scheduler.search_space` function defines the space (the file cannot say)."""
+    if "search_space" in (sweep.get("scheduler") or {}):
+        return None
+    specs = sweep.get("parameters") or {}
+    return {k for k, s in specs.items() if "value" in s or len(s.get("values") or [None, None]) < 2}
+
+
+def same_for_every_trial(sweep: dict, option: str) -> bool:
+    """Every trial's command gives `option` (`data.preset`) the same value: no parameter the sweep varies is
+    the option, inside it or around it (`data` as a whole, or `model.arch.encoding_options` for
+    `model.arch.encoding_options.base`)."""
+    fixed = fixed_keys(sweep)
+    if fixed is None:
+        return False
+    moving = set(sweep.get("parameters") or {}) - fixed
+    return not any(p == option or p.startswith(f"{option}.") or option.startswith(f"{p}.") for p in moving)
+
+
 def varied(sweep: dict, params: dict) -> dict:
     """The drawn `params` that the sweep varies (a constant or a one-value list does not), in file order;
     every drawn parameter when a `scheduler.search_space` function defines the space."""
-    specs = sweep.get("parameters") or {}
-    if "search_space" in (sweep.get("scheduler") or {}):
-        return dict(params)
-    fixed = {k for k, s in specs.items() if "value" in s or len(s.get("values") or [None, None]) < 2}
-    return {k: v for k, v in params.items() if k not in fixed}
+    fixed = fixed_keys(sweep)
+    return {k: v for k, v in params.items() if fixed is None or k not in fixed}
 
 
 class ValidationHyperbandPruner(optuna.pruners.HyperbandPruner):

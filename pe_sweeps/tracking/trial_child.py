@@ -137,6 +137,21 @@ def last_error_line(log: Path) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
+# the fit CLI's one-line parse errors (cli_errors.py), as failure_reason reports an exit-2 child:
+# `--KEY: expected ...`, `--KEY: Option 'NAME' is not accepted`, `unrecognized arguments: --KEY=VALUE`
+REJECTED = re.compile(r"^exit code 2: error: (?:--([\w.]+):(?: Option '(\w+)' is not accepted)?|"
+                      r"unrecognized arguments: --([\w.]+)=)")  # fmt: skip
+
+
+def rejected_option(reason: str) -> str | None:
+    """The option (`data.preset`) a trial's command refused to parse, from its failure reason; else None."""
+    match = REJECTED.match(reason)
+    if not match:
+        return None
+    key, inner, unrecognized = match.groups()
+    return unrecognized or (f"{key}.{inner}" if inner else key)
+
+
 def failure_reason(returncode: int, record: RunRecord | None, metric: str, trial_dir: Path) -> str:
     """One line: why a trial failed (killed, diverged, raised, or never logged the sweep metric)."""
     if record and record.error:
