@@ -53,7 +53,7 @@ def check_encoding_names(sweep: dict) -> None:
     named, keys = [], encoding_parameters()
     for key, spec in (sweep.get("parameters") or {}).items():
         if key in keys and isinstance(spec, dict):
-            named += [(key, v) for v in ([spec["value"]] if "value" in spec else spec.get("values") or [])]
+            named += [(key, v) for v in sf.spec_values(spec)]
     if not named:
         return
     from lightning_modules.encodings import check_encoding_name

@@ -95,8 +95,7 @@ class FailureStreak:
 
     def stopped(self) -> str | None:
         if self.limit and self.rejected:
-            spec = (self.sweep.get("parameters") or {}).get(self.rejected) or {}
-            values = [spec["value"]] if "value" in spec else spec.get("values") or []
+            values = sf.spec_values((self.sweep.get("parameters") or {}).get(self.rejected) or {})
             given = f"--{self.rejected}" + (f"={values[0]}" if values else "")
             why = self.reason.removeprefix("exit code 2: error: ")
             return (f"stopped at the first failed trial: every trial is given the same {given} (a --set value, a "

@@ -482,6 +482,11 @@ def fixed_keys(sweep: dict) -> set[str] | None:
     return {k for k, s in specs.items() if "value" in s or len(s.get("values") or [None, None]) < 2}
 
 
+def spec_values(spec: dict) -> list:
+    """The values a parameter's spec lists: its one `value`, else its `values` (none for a distribution)."""
+    return [spec["value"]] if "value" in spec else spec.get("values") or []
+
+
 def same_for_every_trial(sweep: dict, option: str) -> bool:
     """Every trial's command gives `option` (`data.preset`) the same value: no parameter the sweep varies is
     the option, inside it or around it (`data` as a whole, or `model.arch.encoding_options` for
