@@ -3,10 +3,14 @@ registry, a new task one new module (generator and reference) plus one line in t
 registry-parametrised tests pick both up with no other edit: no per-entry table in a test file, no paper sweep
 file to extend.
 
-The test copies the tracked tree into tmp_path (a git repository of its own), adds a toy encoding (the scaled
-sinusoid with its scale starting at 1, its own `init_reference`) and a toy task (answer: the first symbol),
-asserts that git sees exactly the two registry files modified and the two new files, and runs the tests of the
-copy restricted to the toy entries (`-k toy`): they must be collected from the copy and pass.
+The test copies the tracked tree into tmp_path (a git repository of its own), adds two toy encodings and a toy
+task (answer: the first symbol), asserts that git sees exactly the two registry files modified and the three new
+files, and runs the tests of the copy restricted to the toy entries (`-k toy`): they must be collected from the
+copy and pass. The two encodings are the two kinds a newcomer writes: a stateful one (the scaled sinusoid with
+its scale starting at 1, its own `init_reference`) and a stateless bias (a fixed distance penalty with no
+parameter, no buffer and no FlexAttention score_mod), which once met two traps: a hard-coded set of encodings
+without a FlexAttention path (tests/test_flex.py) and `positional_logits` building its positions on the CPU for
+a module with no tensors.
 
 README claims covered here:
 - "A new encoding is one file ... plus one line in ENCODINGS; the registry-parametrised tests ... pick it up
@@ -27,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENCODING_REGISTRY = "lightning_modules/encodings/__init__.py"
 TASK_REGISTRY = "datamodules/tasks/__init__.py"
 TOY_ENCODING = "lightning_modules/encodings/toy_sinusoidal.py"
+TOY_BIAS = "lightning_modules/encodings/toy_distance_bias.py"
 TOY_TASK = "datamodules/tasks/toy.py"
 
 # the registry-parametrised test files (every one runs over ENCODINGS or TASKS), and the sweep and preset tests
@@ -71,6 +76,26 @@ class ToySinusoidal(ScaledSinusoidal):
         nn.init.ones_(self.scale)
 '''
 
+TOY_BIAS_SOURCE = '''"""A toy encoding (tests/test_extension.py): a fixed distance penalty, stateless, no score_mod."""
+
+from torch import Tensor
+
+from lightning_modules.encodings.base import PositionalEncoding
+from lightning_modules.encodings.t5_bias import relative_distance
+
+
+class ToyDistanceBias(PositionalEncoding):
+    """Logit bias -0.1 |i - j| on every head: no parameter, no buffer, no FlexAttention score_mod."""
+
+    name = "toy_distance_bias"
+    init_reference = {}
+    shift_invariant = True
+
+    def bias(self, positions: Tensor) -> Tensor:
+        distance = relative_distance(positions).abs().float().unsqueeze(-3)  # (..., 1, L, L)
+        return -0.1 * distance.repeat_interleave(self.num_heads, dim=-3)  # (..., H, L, L)
+'''
+
 TOY_TASK_SOURCE = '''"""A toy task (tests/test_extension.py): the answer is the prompt's first symbol."""
 
 from datamodules.tasks.tokens import SYMBOL0
@@ -113,16 +138,18 @@ def insert_after_last(text: str, pattern: str, line: str) -> str:
 def register_toys(repo: Path) -> None:
     """What a user writes: two new files and, in each registry, its import and its one entry."""
     (repo / TOY_ENCODING).write_text(TOY_ENCODING_SOURCE)
+    (repo / TOY_BIAS).write_text(TOY_BIAS_SOURCE)
     (repo / TOY_TASK).write_text(TOY_TASK_SOURCE)
 
     path = repo / ENCODING_REGISTRY
     text = insert_after_last(
         path.read_text(), r"^from lightning_modules\.encodings\.\w+ import .*$",
-        "from lightning_modules.encodings.toy_sinusoidal import ToySinusoidal",
+        "from lightning_modules.encodings.toy_sinusoidal import ToySinusoidal\n"
+        "from lightning_modules.encodings.toy_distance_bias import ToyDistanceBias",
     )  # fmt: skip
     entries = re.compile(r"(ENCODINGS: dict\[.*?\n(?:    .*\n)*?)(\})")  # the registry's tuples of classes
     assert entries.search(text), f"{ENCODING_REGISTRY}: the ENCODINGS block changed shape; update this test"
-    text = entries.sub(lambda m: m[1] + "    + (ToySinusoidal,)\n" + m[2], text, count=1)
+    text = entries.sub(lambda m: m[1] + "    + (ToySinusoidal, ToyDistanceBias)\n" + m[2], text, count=1)
     path.write_text(text)
 
     path = repo / TASK_REGISTRY
@@ -143,15 +170,17 @@ def test_a_toy_encoding_and_task_touch_two_files_and_pass_the_registry_tests(tmp
     register_toys(repo)
 
     status = sorted(git(repo, "status", "--porcelain", "--untracked-files=all").splitlines())
-    assert status == sorted([f" M {ENCODING_REGISTRY}", f" M {TASK_REGISTRY}", f"?? {TOY_ENCODING}", f"?? {TOY_TASK}"])
-    for line in git(repo, "diff", "--numstat").splitlines():  # an import and an entry, nothing removed
+    new = [f"?? {TOY_ENCODING}", f"?? {TOY_BIAS}", f"?? {TOY_TASK}"]
+    assert status == sorted([f" M {ENCODING_REGISTRY}", f" M {TASK_REGISTRY}", *new])
+    added_lines = {ENCODING_REGISTRY: 3, TASK_REGISTRY: 2}  # an import per new module and one entry line
+    for line in git(repo, "diff", "--numstat").splitlines():  # nothing removed
         added, removed, name = line.split("\t")
-        assert (int(added), int(removed)) == (2, 0), line
+        assert (int(added), int(removed)) == (added_lines[name], 0), line
 
     # the copy's modules are the ones imported (cwd first on sys.path; pytest's pythonpath = ["."])
     found = subprocess.run(
         [sys.executable, "-c", "import lightning_modules.encodings as e, datamodules.tasks as t; "
-         "print(e.__file__, 'toy_sinusoidal' in e.ENCODINGS, 'toy_first' in t.TASKS)"],
+         "print(e.__file__, {'toy_sinusoidal', 'toy_distance_bias'} <= set(e.ENCODINGS), 'toy_first' in t.TASKS)"],
         cwd=repo, check=True, capture_output=True, text=True,
     ).stdout.split()  # fmt: skip
     assert found == [str(repo / ENCODING_REGISTRY), "True", "True"]
@@ -164,9 +193,14 @@ def test_a_toy_encoding_and_task_touch_two_files_and_pass_the_registry_tests(tmp
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     outcomes = [line.split() for line in result.stdout.splitlines() if "::" in line and line.startswith("tests/")]
     passed = [test for test, outcome, *_ in outcomes if outcome == "PASSED"]
-    toys = [test for test in passed if "toy_sinusoidal" in test or "toy_first" in test]
-    assert len(toys) >= 20, result.stdout[-2000:]  # the toys reached the registry-parametrised tests
+    for toy in ("toy_sinusoidal", "toy_distance_bias", "toy_first"):  # each reached the registry-parametrised tests
+        assert sum(toy in test for test in passed) >= 10, (toy, result.stdout[-2000:])
     assert {test.split("::")[1].split("[")[0] for test in passed} >= set(REGISTRY_WIDE)
     assert "tests/test_encodings_contract.py::test_initialisation_matches_the_reference[toy_sinusoidal]" in passed
+    for trap in (  # the two places a stateless bias encoding without a score_mod once failed
+        "tests/test_encodings_contract.py::test_positional_logits_follow_the_module_device[toy_distance_bias]",
+        "tests/test_flex.py::test_forced_flex_refuses_what_it_cannot_serve[toy_distance_bias]",
+    ):
+        assert trap in passed, trap
     assert any(test.startswith("tests/test_tasks.py::test_answer_matches_the_reference") and "toy_first" in test
                for test in passed)  # fmt: skip

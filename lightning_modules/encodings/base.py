@@ -2,9 +2,31 @@
 
 Shape legend: B batch, H heads, L length, D head dim, C model width.
 Positions are an explicit LongTensor of shape (L,) shared by the batch, or (B, L).
+
+A new encoding is one file holding a subclass of `PositionalEncoding` plus one line in `ENCODINGS`
+(lightning_modules/encodings/__init__.py); the registry-parametrised tests then pick it up with no edit
+(tests/test_extension.py checks this for a stateful and a stateless encoding). The subclass:
+- overrides only the hooks it needs: `embed`, `bias`, `rotate`, `content_bias`, `attention_scale`, `attend`
+  (and, for FlexAttention, `score_mod` / `content_score_mod`); the rest are the identity;
+- sets `name` (its registry name) and declares its capabilities, the class attributes the model and the
+  tests read instead of a per-encoding table:
+
+  | attribute           | default | set it when                                                            |
+  |---------------------|---------|------------------------------------------------------------------------|
+  | `init_reference`    | None    | always: {state_dict key: spec} of every trainable tensor ({} for none) |
+  | `causal_only`       | False   | the method is undefined without a causal mask (xPos)                   |
+  | `shift_invariant`   | False   | the logits do not change when every position moves by a constant      |
+  | `max_positions`     | None    | it serves positions below a bound only (a learned table)               |
+  | `length_dependent`  | False   | the hooks read each example's length (RoPE's dynamic NTK)              |
+  | `kv_cache`          | True    | cached keys would go stale when later tokens come (xPos)               |
+  | `flex`              | False   | it writes `score_mod` / `content_score_mod` for every logit term       |
+  | `softmax_attention` | True    | its `attend` replaces the softmax (stick-breaking)                     |
+
+An encoding with no parameter and no buffer is fine: `device_anchor` moves with `.to()` for it. An encoding
+that adds a logit term without a score_mod is simply not `flex_capable`; FlexAttention then refuses it in
+one line and SDPA serves it.
 """
 
-import itertools
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
@@ -125,6 +147,9 @@ class PositionalEncoding(nn.Module):
         self.table_length = self.num_positions  # rows of the position tables (grown by `reserve`)
         self.position_tables: dict[str, str] = {}  # buffer name -> the method that builds it
         self.length_scale = length_scale
+        # an empty buffer that moves with `.to()`: a stateless encoding (no parameter, no table) still knows its
+        # device, so `positional_logits` builds its positions there
+        self.register_buffer("device_anchor", torch.empty(0), persistent=False)
         if length_scale == "ssmax":
             self.ssmax_scale = nn.Parameter(torch.full((num_heads,), SSMAX_INIT))  # (H,): s per head
 
@@ -254,6 +279,5 @@ class PositionalEncoding(nn.Module):
     def positional_logits(self, length: int) -> Tensor | None:
         """Exactly the content-independent term added to the logits at positions 0..length-1."""
         self.reserve(length)
-        device = next(itertools.chain(self.parameters(), self.buffers()), torch.empty(0)).device
-        bias = self.bias(torch.arange(length, device=device))
+        bias = self.bias(torch.arange(length, device=self.device_anchor.device))
         return None if bias is None else bias.expand(self.num_heads, length, length)
