@@ -834,3 +834,47 @@ def test_a_row_key_set_to_null_is_a_row_and_an_absent_one_is_left_out():
     comp = compare([*runs, rec("rope")], "val/acc", rows="encoding,model.arch.encoding_options")
     assert sorted(row for row, _ in comp.cells) == ["t5_bias, None", "t5_bias, {'max_distance': 64}"]
     assert [e.reason for e in comp.excluded] == ["no model.arch.encoding_options"]  # rec('rope') has no such key
+
+
+TABLE_SHAPES = {
+    "one row": [rec("rope", task, seed, 0.5 + seed / 10) for task in ("copy", "reverse") for seed in range(2)],
+    "one column": [rec(encoding, "copy", seed, 0.5 + seed / 10) for encoding in ("rope", "alibi") for seed in range(2)],
+    "one cell": [rec("rope", "copy", 0, 0.5)],
+    "no cells (every run excluded)": [rec("rope", None, seed) for seed in range(2)],  # columns with no cell
+    "an empty row name": [rec("", "copy", seed, 0.5) for seed in range(2)],  # a column whose one cell is ""
+}
+
+
+@pytest.mark.parametrize("width", [250, 60])
+@pytest.mark.parametrize("shape", TABLE_SHAPES)
+def test_every_table_shape_renders(shape, width):
+    """Issue 42.6: a sweep whose runs were all excluded (no task) ended on `max() arg is an empty sequence`
+    in table_for; one-row, one-column, no-cell and empty-cell tables all render, within the width."""
+    comp = compare(TABLE_SHAPES[shape], "val/acc")
+    console = Console(file=io.StringIO(), width=width, record=True)
+    console.print(render_table(comp))
+    text = console.export_text()
+    assert "mean rank" in " ".join(text.split()) and max(map(len, text.splitlines())) <= width
+    for cell in comp.cells.values():
+        assert cell_number(cell.center, cell) in text
+    if not comp.cells:
+        assert "no task" in text  # the exclusions are the caption
+
+
+def test_a_failing_comparison_is_one_warning_line_never_an_exception(tmp_path, monkeypatch, capsys):
+    """Issue 42.6: the end-of-sweep comparison must never change the sweep's exit status: whatever fails in
+    it is one warning line naming the compare command."""
+    import pe_sweeps.tracking.compare as compare_module
+
+    write_records(tmp_path, grid())
+
+    def broken(*args, **kwargs):
+        raise ValueError("max() arg is an empty sequence")
+
+    monkeypatch.setattr(compare_module, "render_table", broken)
+    print_comparison(str(tmp_path), None, "val/acc", console=Console(file=io.StringIO()))
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "warning: the comparison could not be printed (ValueError: max() arg is an empty sequence); the runs "
+        f"are saved, compare them with: python cli.py compare --out_dir={tmp_path}"
+    ], err

@@ -287,3 +287,39 @@ def test_two_objective_sweep(tmp_path, capsys):
     cli_main(["compare", f"--out_dir={tmp_path}", "--sweep=s", "--rows=x"])
     shown = capsys.readouterr().out
     assert "val/score" in shown and "val/cost" in shown and "Pareto front" in shown
+
+
+ONE_ENCODING = """import json, os, sys
+from pathlib import Path
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
+x = float(args["x"])
+run = Path(os.environ["PE_OUT_DIR"]) / "runs" / f"p-{os.getpid()}"
+run.mkdir(parents=True)
+final = {"val/score": -x * x, "val/cost": x}
+record = {"encoding": "rope", "status": "finished", "final": final, "history": [{"step": 1, **final}],
+          "config": args, "sweep": os.environ.get("PE_SWEEP")}
+(run / "record.json").write_text(json.dumps(record))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objectives", ["metric", "metrics"])
+def test_a_comparison_with_no_cell_never_fails_the_sweep(tmp_path, objectives):
+    """Issue 42.6: a W&B-dialect sweep (engine optuna, method custom) and a two-objective `metrics:` sweep of a
+    program whose records name one encoding and no task ran every trial, then exited 1 on the comparison
+    (`max() arg is an empty sequence`: every run excluded, no cell). Now they exit 0, the comparison naming
+    why each run was left out."""
+    program = tmp_path / "one_encoding.py"
+    program.write_text(ONE_ENCODING)
+    command = ["${env}", "${interpreter}", "${program}", "${args}"]
+    both = {
+        "metric": None,
+        "metrics": [{"name": "val/score", "goal": "maximize"}, {"name": "val/cost", "goal": "minimize"}],
+    }
+    sweep = sweep_dict(
+        None, program=str(program), run_cap=4, command=command, **(both if objectives == "metrics" else {})
+    )
+    result = run_sweep(write(tmp_path, sweep), tmp_path)
+    assert "Traceback" not in result.stderr and "warning: the comparison" not in result.stderr, result.stderr[-3000:]
+    assert [t.state for t in study(tmp_path).trials] == [TrialState.COMPLETE] * 4
+    assert "excluded 4 run(s)" in result.stdout and "no task" in result.stdout, result.stdout[-3000:]

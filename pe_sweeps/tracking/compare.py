@@ -179,8 +179,22 @@ def print_comparison(
     """Print the comparison table of a sweep's runs (called at the end of `cli.py sweep`): for one
     objective on the synthetic tasks, in-distribution and beyond-length accuracy side by side; for several
     objectives, each of them and their Pareto front. A problem such as no finished run yet is one line,
-    never an exception."""
+    never an exception: whatever fails here is one warning line, so the comparison never changes the exit
+    status of the sweep that printed it."""
     console = console or Console()
+    try:
+        comparison_of(out_dir, sweep, metric, console, rows)
+    except Exception as error:  # a bug in the comparison must not fail a sweep whose trials all ran
+        command = shlex.join(
+            ["python", "cli.py", "compare", f"--out_dir={out_dir}", *([f"--sweep={sweep}"] if sweep else [])]
+        )
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        print(f"warning: the comparison could not be printed ({type(error).__name__}: {reason}); the runs are "
+              f"saved, compare them with: {command}", file=sys.stderr)  # fmt: skip
+
+
+def comparison_of(out_dir: str, sweep: str | None, metric, console: Console, rows: str | None) -> None:
+    """`print_comparison`'s work, which may raise."""
     try:
         records = read_records(out_dir, sweep)
         spec = sweep_spec(out_dir, sweep)

@@ -95,8 +95,9 @@ def table_for(comps, per_seed: bool, width: int) -> Table:
     caption = [escape(line) for line in footer(comps, per_seed=per_seed, compact=compact)]  # "[...]": text
     table = Table(title=title, caption="\n".join(caption), caption_justify="left", min_width=min(width, 160))
     for name_, column in zip(header, columns_of(header, rows)):
-        # the longest word of a column is its minimum width: rich wraps at spaces, never inside a number
-        longest = max(len(word) for text in column[1:] for word in text.split())
+        # the longest word of a column is its minimum width: rich wraps at spaces, never inside a number (a
+        # column with no cells, or only empty ones, e.g. every run excluded or a row value "", has none)
+        longest = max((len(word) for text in column[1:] for word in text.split()), default=1)
         table.add_column(name_, overflow="fold", min_width=longest,
                          justify="right" if "rank" in name_ or "MRR" in name_ else "left")  # fmt: skip
     for row, texts, ranks in rows:
