@@ -38,7 +38,13 @@ from lightning_modules.arg_checks import (  # noqa: E402
     check_trainer_args,
     given_arch_keys,
 )
-from lightning_modules.checkpoint_io import check_given_arch, load_checkpoint  # noqa: E402
+from lightning_modules.checkpoint_io import (  # noqa: E402
+    HINT,
+    check_given_arch,
+    load_checkpoint,
+    read_checkpoint,
+    use_safe_checkpoint_io,
+)
 from lightning_modules.registry import TASK_MODULE_PATHS  # noqa: E402
 from lightning_modules.schedule import check_scheduled_encoding  # noqa: E402
 from lightning_modules.task_module import TaskModule, dotted_get  # noqa: E402
@@ -234,13 +240,15 @@ class PECLI(LightningCLI):
         if self.subcommand != "fit":  # validate / test / predict: a run of their own, the fit's record untouched
             return None
         checkpoint, root = config.get("ckpt_path"), config.trainer.get("default_root_dir")
+        option, hint = "--ckpt_path", HINT
         if checkpoint is None and root:
             from lightning_fabric.plugins.environments import SLURMEnvironment
 
             checkpoint = hpc_checkpoint(root) if SLURMEnvironment.detect() else None
+            option, hint = "SLURM requeue checkpoint", "move it out of --trainer.default_root_dir to start afresh"
         if not checkpoint or checkpoint in ("last", "best", "hpc", "registry") or not Path(checkpoint).is_file():
             return None
-        run_dir = checkpoint_run_dir(checkpoint) or stored_run_dir(checkpoint)
+        run_dir = checkpoint_run_dir(checkpoint) or stored_run_dir(checkpoint, option, hint)
         previous = read_record(run_dir / RECORD_FILE, warn=False) if run_dir else None
         return (run_dir, previous) if previous else None
 
@@ -317,7 +325,9 @@ class PECLI(LightningCLI):
         quiet_lightning_tips()
         if not config.trainer.get("default_root_dir"):  # a user's is Lightning's (its SLURM requeue checkpoints)
             kwargs["default_root_dir"] = str(run_dir)
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        use_safe_checkpoint_io(trainer)  # Lightning's own restore (--ckpt_path, SLURM requeue) reads plain data only
+        return trainer
 
     def after_fit(self) -> None:
         """A short table of the final and best validation metrics, the record and how to sync W&B."""
@@ -336,16 +346,13 @@ def hpc_checkpoint(folder: str) -> str | None:
     return str(max(found)[1]) if found else None
 
 
-def stored_run_dir(checkpoint: str) -> Path | None:
+def stored_run_dir(checkpoint: str, option: str = "--ckpt_path", hint: str = HINT) -> Path | None:
     """The run folder a checkpoint names (`pe_run_dir`, written by RecordWriter) when it still holds a record;
-    None for a checkpoint without one, or one that cannot be read."""
-    import torch
-
-    try:
-        stored = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False).get("pe_run_dir")
-    except Exception:  # not a readable checkpoint: Lightning reports it when it loads it
-        return None
-    return Path(stored) if stored and (Path(stored) / RECORD_FILE).is_file() else None
+    None for a checkpoint without one. Read as plain data only (`read_checkpoint`): an unreadable or crafted
+    file is a one-line ConfigError naming `option`, before any run folder is made."""
+    stored = read_checkpoint(checkpoint, option, hint)
+    stored = stored.get("pe_run_dir") if isinstance(stored, dict) else None
+    return Path(stored) if isinstance(stored, str) and stored and (Path(stored) / RECORD_FILE).is_file() else None
 
 
 def trains_on_cuda_with_bf16(accelerator) -> bool:

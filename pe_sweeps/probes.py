@@ -223,9 +223,12 @@ def load_checkpoint(path: str) -> tuple[Transformer, int | None]:
         checkpoint = read_checkpoint(path, "--ckpt")
     except ConfigError as error:
         raise ConfigError(f"cannot load: {error}") from None
-    module = CLASS_PATHS.get((checkpoint.get("hyper_parameters") or {}).get("_class_path"), SyntheticTaskModel)
-    try:
-        model = module.load_from_checkpoint(path, map_location="cpu")
+    hparams = checkpoint.get("hyper_parameters") or {}
+    module = CLASS_PATHS.get(hparams.get("_class_path"), SyntheticTaskModel)
+    try:  # built from what was read (plain data), not `load_from_checkpoint`, which would read the file again
+        model = module(**{k: v for k, v in hparams.items() if not k.startswith("_")})
+        model.on_load_checkpoint(checkpoint)
+        model.load_state_dict(checkpoint["state_dict"])
     except Exception as error:  # a checkpoint of another model or version
         reason = type(error).__name__ + ": " + (str(error).strip().splitlines() or [""])[0]
         raise ConfigError(f"cannot load {path!r} as a {module.__name__} checkpoint: {reason}") from error

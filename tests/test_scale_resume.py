@@ -34,6 +34,7 @@ from conftest import TINY
 from helpers import record as make_record
 
 from pe_sweeps import layout
+from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking import trial_devices
 from pe_sweeps.tracking import wandb_setup as ws
 from pe_sweeps.tracking.record_writer import RecordWriter, run_scale, scale_line
@@ -130,7 +131,8 @@ def test_a_checkpoint_names_its_run(tmp_path):
     assert stored_run_dir(hpc_checkpoint(str(tmp_path))) == run  # written by RecordWriter.on_save_checkpoint
     assert hpc_checkpoint(str(tmp_path / "runs")) is None
     (tmp_path / "bad.ckpt").write_bytes(b"not a checkpoint")
-    assert stored_run_dir(str(tmp_path / "bad.ckpt")) is None
+    with pytest.raises(ConfigError, match="--ckpt_path: .* is not a readable checkpoint"):  # before any run folder
+        stored_run_dir(str(tmp_path / "bad.ckpt"))
 
 
 def test_a_resumed_record_continues_its_history(tmp_path):

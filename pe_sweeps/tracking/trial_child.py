@@ -102,13 +102,15 @@ def resume_checkpoint(dead: list[FrozenTrial]) -> tuple[Path, FrozenTrial] | Non
 
 
 def readable(checkpoint: Path) -> bool:
-    """False for a checkpoint cut short by the kill (the retry then starts from scratch)."""
-    import torch
+    """False for a checkpoint cut short by the kill, or one that is not plain data (the retry then starts from
+    scratch); read as every checkpoint is (`read_checkpoint`: weights_only, never code)."""
+    from lightning_modules.checkpoint_io import read_checkpoint
+    from pe_sweeps.errors import ConfigError
 
     try:
-        torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=True)
+        read_checkpoint(checkpoint, "resume")
         return True
-    except Exception:  # truncated zip, partial write: any failure to open means "do not resume"
+    except ConfigError:  # truncated zip, partial write, crafted: any failure to open means "do not resume"
         return False
 
 
