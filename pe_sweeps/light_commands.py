@@ -18,7 +18,7 @@ def sweep_main(args: list[str]):
         from pe_sweeps.tracking.reseed import run_reseed
 
         return run_reseed(opts)
-    return run_sweep(opts)
+    return run_sweep(opts, args)
 
 
 def compare_main(args: list[str]):

@@ -3,6 +3,7 @@ failed for good is left alone, and a sweep killed between queueing a retry and t
 nothing. The study lock is checked on both storages (PostgreSQL: PE_TEST_POSTGRES)."""
 
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -267,3 +268,40 @@ def test_a_full_disk_is_named_not_optunas_max_length_guess():
     assert line.startswith("disk full: ") and "max length" not in line
     assert error_line(OSError(28, "No space left on device")).startswith("disk full")
     assert error_line(RuntimeError("boom")) == "RuntimeError: boom"
+
+
+def grid_file(tmp_path: Path, points: int) -> Path:
+    """A grid of `points` fake trials (tests/fake_fit.py, val/acc = x)."""
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({
+        "program": str(FAKE), "method": "grid", "metric": {"name": "val/acc", "goal": "maximize"},
+        "parameters": {"x": {"values": list(range(1, points + 1))}},
+        "command": ["${env}", "${interpreter}", "${program}", "${args}"],
+    }))  # fmt: skip
+    return path
+
+
+@pytest.mark.slow
+def test_a_point_given_up_exits_1_naming_it_and_the_command_that_retries_it(tmp_path, max_retries=1):
+    """Issue 42.4: a grid point whose child crashes every time is failed for good after --max_retries; the
+    sweep printed its table and exited 0 as if the grid were done. Now it exits 1 with one line naming the
+    point and the command that retries it; that command (the crash fixed) finishes the point, exit 0."""
+    args = ["sweep", str(grid_file(tmp_path, 2)), f"--out_dir={tmp_path}", "--cold_start", "--heartbeat=1",
+            f"--max_retries={max_retries}"]  # fmt: skip
+    environ = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "FAKE_SLEEP": "0.05"}
+    crashing = subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], capture_output=True, text=True,
+                              timeout=300, cwd=ROOT, env={**environ, "FAKE_CRASH_X": "2"})  # fmt: skip
+    errors = [line for line in crashing.stderr.splitlines() if line.startswith("error:")]
+    assert crashing.returncode == 1 and "Traceback" not in crashing.stderr, crashing.stderr[-3000:]
+    retry = shlex.join(["python", "cli.py", *args, "--retry_failed"])
+    assert errors == [
+        f"error: sweep g: 1 grid point(s) failed for good (x=2), the last failure: exit code 1: RuntimeError: "
+        f"boom; not re-queued: --max_retries {max_retries} reached; retry them with: {retry}"
+    ], crashing.stderr[-3000:]
+    study = optuna.load_study(study_name="g", storage=f"sqlite:///{tmp_path / 'sweeps' / 'g' / 'optuna.db'}")
+    assert [t.params["x"] for t in study.trials if t.state == TrialState.FAIL] == [2] * (max_retries + 1)
+    fixed = subprocess.run([sys.executable, str(ROOT / "cli.py"), *args, "--retry_failed"], capture_output=True,
+                           text=True, timeout=300, cwd=ROOT, env=environ)  # fmt: skip
+    assert fixed.returncode == 0 and "error:" not in fixed.stderr, fixed.stderr[-3000:]
+    complete = [t.params["x"] for t in study.get_trials(states=(TrialState.COMPLETE,))]
+    assert sorted(complete) == [1, 2]

@@ -122,3 +122,21 @@ def repair_promised_retries(study: optuna.Study, trials: list[FrozenTrial], max_
             if trial.number not in retried:
                 queued += requeue(study, trial, f"{reason.removesuffix('; re-queued')} (retry restored)", max_retries)
     return queued
+
+
+def retry_given_up(study: optuna.Study, given_up: list[FrozenTrial]) -> int:
+    """`--retry_failed`: queue a retry of each of these grid points' latest trials, failed for good, with a fresh
+    --max_retries (it resumes from their last checkpoint, as any retry does). A point whose retry another
+    process queued meanwhile is skipped. Returns how many were queued."""
+    retried = {n for t in study.get_trials(deepcopy=False) for n in t.system_attrs.get("retry_history", [])}
+    queued = 0
+    for trial in (t for t in given_up if t.number not in retried):
+        attrs = {**trial.system_attrs, CRASHES: 0, "failed_trial": trial.system_attrs.get("failed_trial", trial.number)}
+        attrs["retry_history"] = [*trial.system_attrs.get("retry_history", []), trial.number]
+        study.add_trial(optuna.create_trial(
+            state=TrialState.WAITING, params=trial.params, distributions=trial.distributions, system_attrs=attrs,
+            user_attrs={"reason": f"retry of trial {trial.number} (--retry_failed), failed for good: "
+                                  f"{trial.user_attrs.get('reason', 'no reason')}"[:300]},
+        ))  # fmt: skip
+        queued += 1
+    return queued

@@ -159,17 +159,28 @@ def budget_left(study: optuna.Study, sweep: dict) -> bool:
     return sweep["method"] != "grid" or any(t.state == TrialState.WAITING for t in trials)
 
 
-def unfinished_points(study: optuna.Study, sweep: dict) -> list[dict]:
-    """Grid points whose latest trial is neither finished nor failed for good (still queued or running).
-    Points never started because run_cap was reached are not unfinished: the cap chose to leave them."""
-    capped = sf.trial_budget(sweep) is not None and not budget_left(study, sweep)
+def latest_grid_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The latest trial of each grid point (its last retry), in grid order."""
     latest: dict[int, FrozenTrial] = {}
-    for t in study.get_trials(deepcopy=False):
+    for t in trials:
         if QUEUED in t.system_attrs:
             grid_id = t.system_attrs["grid_id"]
             if grid_id not in latest or t.number > latest[grid_id].number:
                 latest[grid_id] = t
-    left = [t for _, t in sorted(latest.items()) if t.state in (TrialState.WAITING, TrialState.RUNNING)]
+    return [t for _, t in sorted(latest.items())]
+
+
+def given_up_points(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The latest trials of grid points failed for good: neither complete (or pruned) nor queued or running."""
+    return [t for t in latest_grid_trials(trials) if t.state == TrialState.FAIL]
+
+
+def unfinished_points(study: optuna.Study, sweep: dict) -> list[dict]:
+    """Grid points whose latest trial is neither finished nor failed for good (still queued or running).
+    Points never started because run_cap was reached are not unfinished: the cap chose to leave them."""
+    capped = sf.trial_budget(sweep) is not None and not budget_left(study, sweep)
+    latest = latest_grid_trials(study.get_trials(deepcopy=False))
+    left = [t for t in latest if t.state in (TrialState.WAITING, TrialState.RUNNING)]
     return [
         t.params
         for t in left

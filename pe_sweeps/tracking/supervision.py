@@ -23,12 +23,12 @@ from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.core_claims import CoreClaim
 from pe_sweeps.tracking.failpoints import failpoint
 from pe_sweeps.tracking.manifest import write_manifest
-from pe_sweeps.tracking.recovery import HOST_ID, TOKEN, recover_dead_trials, requeue, retries_left
+from pe_sweeps.tracking.recovery import HOST_ID, TOKEN, recover_dead_trials, requeue, retries_left, retry_given_up
 from pe_sweeps.tracking.search import build_search
 from pe_sweeps.tracking.storage import open_storage, retrying, storage_error
 from pe_sweeps.tracking.storage_url import storage_url
 from pe_sweeps.tracking.study_lock import StudyLock
-from pe_sweeps.tracking.study_protocol import QUEUED, base_name, budget_left, open_study
+from pe_sweeps.tracking.study_protocol import QUEUED, base_name, budget_left, given_up_points, open_study
 from pe_sweeps.tracking.sweep_options import SweepOptions
 from pe_sweeps.tracking.trial_child import rejected_option
 from pe_sweeps.tracking.trial_devices import trial_threads
@@ -124,6 +124,10 @@ class Sweep:
                 self.storage = open_storage(url, opts.heartbeat)
                 locked = self.lock.process is not None
                 self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
+                if opts.retry_failed:
+                    given_up = given_up_points(retrying(self.study.get_trials, False))
+                    queued = retrying(retry_given_up, self.study, given_up)
+                    print(f"--retry_failed: {queued} grid point(s) failed for good queued again")
                 write_manifest(opts.out_dir, self.study_name, sweep, opts.file, url)  # what compare reads
         except ConfigError:  # already one line (a storage that cannot be opened, a study of another sweep file)
             raise

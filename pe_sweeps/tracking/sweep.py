@@ -36,6 +36,7 @@ every private Optuna, CPython or W&B call is in internals.py.
 """
 
 import os
+import shlex
 import signal
 import sys
 
@@ -48,8 +49,14 @@ from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.records import check_name
 from pe_sweeps.tracking.recovery import TOKEN, repair_promised_retries
 from pe_sweeps.tracking.storage import retrying
-from pe_sweeps.tracking.storage_url import url_password
-from pe_sweeps.tracking.study_protocol import apply_overrides, name_study, nothing_succeeded, unfinished_points
+from pe_sweeps.tracking.storage_url import hide_secrets, url_password
+from pe_sweeps.tracking.study_protocol import (
+    apply_overrides,
+    given_up_points,
+    name_study,
+    nothing_succeeded,
+    unfinished_points,
+)
 from pe_sweeps.tracking.supervision import Sweep
 from pe_sweeps.tracking.sweep_options import SweepOptions
 from pe_sweeps.tracking.trial_devices import check_devices
@@ -81,12 +88,16 @@ def check_options(opts: SweepOptions, sweep: dict | None = None) -> None:
         check_devices(opts, sweep)
 
 
-def run_sweep(opts: SweepOptions) -> optuna.Study:
+def run_sweep(opts: SweepOptions, argv: list[str] | None = None) -> optuna.Study:
     """Run (or resume) the sweep with a live status line, then print the trial table. Exits 130 / 143 on
     SIGINT / SIGTERM (trials re-queued), 2 if the trials' command rejects an option every trial is given,
-    1 if grid points are left unfinished or a worker stopped."""
+    1 if grid points are left unfinished or failed for good, or a worker stopped. `argv`: the command's
+    arguments after `sweep`, to print the command that retries the points failed for good."""
     check_options(opts)
     sweep, suffix = apply_overrides(sf.load_sweep(opts.file), opts.set.split(",") if opts.set else [])
+    if opts.retry_failed and sweep["method"] != "grid":
+        raise ConfigError(f"--retry_failed queues a grid's points failed for good again; this sweep's method is "
+                          f"{sweep['method']!r} (a failed trial of it counts as run): drop --retry_failed")  # fmt: skip
     if opts.devices_per_trial is None:  # GPUs per trial by default: one, unless the sweep file asks for more
         check_devices(opts, sweep)
     name_study(opts, sweep, suffix)
@@ -128,8 +139,31 @@ def run_sweep(opts: SweepOptions) -> optuna.Study:
         shown = "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in left[:10])
         print(f"error: sweep {study.study_name}: {len(left)} grid point(s) neither finished nor failed for good "
               f"({shown}); run the same command again to finish them", file=sys.stderr)  # fmt: skip
-    if nothing_succeeded(study):
+    given_up = given_up_points(retrying(study.get_trials, False)) if sweep["method"] == "grid" else []
+    if given_up:
+        print(given_up_line(study.study_name, given_up, retry_command(opts, argv)), file=sys.stderr)
+    elif nothing_succeeded(study):  # for a grid, the line above names the points and the first reason
         print(nothing_succeeded(study), file=sys.stderr)
-    if left or runner.errors or nothing_succeeded(study):
+    if left or given_up or runner.errors or nothing_succeeded(study):
         raise SystemExit(1)
     return study
+
+
+def given_up_line(study_name: str, given_up: list, command: str) -> str:
+    """The one error line of grid points failed for good: which (the first ten), the last failure's reason, and
+    the command that queues them again."""
+    shown = "; ".join(", ".join(f"{k}={v}" for k, v in t.params.items()) for t in given_up[:10])
+    more = f" and {len(given_up) - 10} more" if len(given_up) > 10 else ""
+    last = max(given_up, key=lambda t: t.number).user_attrs.get("reason", "no reason")
+    return (f"error: sweep {study_name}: {len(given_up)} grid point(s) failed for good ({shown}{more}), the last "
+            f"failure: {last[:300]}; retry them with: {command}")  # fmt: skip
+
+
+def retry_command(opts: SweepOptions, argv: list[str] | None) -> str:
+    """This sweep's command with --retry_failed (its storage URL's password hidden); without `argv` (a caller
+    other than `cli.py sweep`), the words for it."""
+    if argv is None:
+        return "the same command with --retry_failed"
+    given = [a for a in argv if not a.replace("-", "_").startswith("__retry_failed")]
+    command = shlex.join(["python", "cli.py", "sweep", *given, "--retry_failed"])
+    return hide_secrets(command, opts.storage) if opts.storage else command
