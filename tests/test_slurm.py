@@ -17,6 +17,7 @@ README claims covered here:
 """
 
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -24,26 +25,29 @@ from pathlib import Path
 
 import optuna
 import pytest
-from helpers import cli_in_process, slurm_cluster
+from helpers import cli_in_process, fresh_postgres_database, slurm_cluster
 from optuna.trial import TrialState
 from test_faults import counts, fake_sweep
 
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking.slurm import time_minutes
+from pe_sweeps.tracking.storage_url import url_password
 
 ROOT = Path(__file__).resolve().parents[1]
 POINTS = 12
 ONCE = {"points": POINTS, "duplicates": 0, "lost": 0}
 
 
-def submit(path: Path, out: Path, jobs: int) -> str:
+def submit(path: Path, out: Path, jobs: int, extra: tuple[str, ...] = ()) -> str:
     """Submit the sweep as `jobs` SLURM tasks (fake trials of about a second); returns the array's job id."""
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "FAKE_SLEEP": "0.5"}
     cmd = [sys.executable, str(ROOT / "cli.py"), "sweep", str(path), f"--out_dir={out}", "--heartbeat=1",
            "--cold_start", "--launcher=slurm", f"--jobs={jobs}", "--slurm.time=20",
-           "--slurm.cpus_per_job=1"]  # fmt: skip
+           "--slurm.cpus_per_job=1", *extra]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
+    for secret in filter(None, map(url_password, extra)):
+        assert secret not in done.stdout + done.stderr
     assert done.stdout.startswith("submitted job array "), done.stdout
     return done.stdout.split()[3]
 
@@ -133,6 +137,50 @@ def test_a_task_told_to_stop_requeues_itself_and_the_grid_finishes_once(tmp_path
     assert stopped or "Job completed successfully" in log(tmp_path, "usr2", f"{array}_0")
 
 
+def test_a_task_without_its_storage_variable_stops_before_its_sweep(monkeypatch, tmp_path):
+    """Submitted with the environment withheld (--export=NONE), a task whose storage URL travels in
+    $PE_SWEEP_STORAGE stops before its sweep, which would otherwise run the study in the default SQLite file."""
+    from pe_sweeps.tracking.slurm_task import SweepTask
+
+    marker = tmp_path / "ran"
+    monkeypatch.delenv("PE_SWEEP_STORAGE", raising=False)
+    with pytest.raises(RuntimeError, match=r"\$PE_SWEEP_STORAGE \(the sweep's storage URL\) is not in this task's"):
+        SweepTask(["touch", str(marker)], storage_from_env=True)()
+    assert not marker.exists()
+    monkeypatch.setenv("PE_SWEEP_STORAGE", "postgresql://u:pw@127.0.0.1/db")
+    task_umask = os.umask(0o077)  # what a task gets (SLURM_UMASK) from `cli.py sweep --launcher slurm`
+    try:
+        assert SweepTask(["touch", str(marker)], umask=0o022, storage_from_env=True)() == 0
+    finally:
+        os.umask(task_umask)
+    assert stat.S_IMODE(marker.stat().st_mode) == 0o644  # the submitting shell's umask, not the task's 077
+
+
+@pytest.fixture
+def postgres_url():
+    yield from fresh_postgres_database("pe_slurm")
+
+
+@pytest.mark.slow
+def test_the_storage_password_reaches_the_tasks_but_no_file_others_can_read(tmp_path, postgres_url):
+    """A --storage URL with a password: the tasks get it in their environment, the job folder (submitit's
+    pickles, the sbatch script, the tasks' logs) is this user's only (0700, files 0600) and holds it nowhere."""
+    slurm_cluster()
+    password = url_password(postgres_url)
+    assert password, "scripts/start_postgres.sh gives the server a password"
+    name = "secret"
+    array = submit(fake_sweep(tmp_path, POINTS, name), tmp_path, jobs=2, extra=[f"--storage={postgres_url}"])
+    wait_until(lambda: not queued(array), 600, "the job array did not finish")
+    assert counts(optuna.load_study(study_name=name, storage=postgres_url), POINTS) == ONCE
+    folder = tmp_path / "sweeps" / name / "slurm"
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".pkl" for p in files) and any(p.name.endswith("_log.out") for p in files)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {p.name: "0o600" for p in files}
+    assert [p.name for p in files if password.encode() in p.read_bytes()] == []
+    assert "Job completed successfully" in log(tmp_path, name, f"{array}_0")
+
+
 def test_dry_run_prints_the_sbatch_script(tmp_path, capsys, monkeypatch):
     path = fake_sweep(tmp_path, POINTS, "dry")
     out = tmp_path / "out"
@@ -154,6 +202,32 @@ def test_dry_run_prints_the_sbatch_script(tmp_path, capsys, monkeypatch):
         assert option in command.split()
     assert "--launcher" not in command and "--jobs" not in command and "--slurm" not in command
     assert not out.exists()  # a dry run writes nothing
+
+
+PASSWORD = "s3cretPW42"
+SECRET_URLS = [
+    f"postgresql://user:{PASSWORD}@127.0.0.1:54329/db",
+    f"redis://:{PASSWORD}@127.0.0.1:63790/3",
+    f"postgresql://user@127.0.0.1:54329/db?password={PASSWORD}",
+]
+
+
+@pytest.mark.parametrize("url", SECRET_URLS, ids=["postgresql", "redis", "query"])
+def test_dry_run_keeps_the_storage_password_out_of_the_script(tmp_path, capsys, monkeypatch, url):
+    """The tasks read a URL with a password from $PE_SWEEP_STORAGE: the printed script never holds it, and
+    stops at once (one line naming the variable) when submitted without it."""
+    monkeypatch.delenv("PE_SWEEP_STORAGE", raising=False)
+    path = fake_sweep(tmp_path, POINTS, "secret")
+    args = ["sweep", str(path), f"--out_dir={tmp_path / 'out'}", "--launcher=slurm", "--dry_run", f"--storage={url}"]
+    code, script, err = cli_in_process(args, capsys, monkeypatch, ROOT)
+    assert code == 0, err
+    assert PASSWORD not in script and PASSWORD not in err
+    assert "--storage" not in script.splitlines()[-1]
+    (guard,) = [line for line in script.splitlines() if line.startswith(": ")]
+    assert "${PE_SWEEP_STORAGE:?" in guard
+    run = subprocess.run(["bash", "-c", guard], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert run.returncode != 0 and "PE_SWEEP_STORAGE" in run.stderr
+    assert subprocess.run(["bash", "-c", guard], env={"PE_SWEEP_STORAGE": url}).returncode == 0
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,10 @@ recover. `--dry_run` prints the equivalent sbatch script instead of submitting.
 The tasks must share the study: the default SQLite database under --out_dir works when every node mounts that
 folder (one node, or a shared filesystem), a journal file on a shared filesystem or a PostgreSQL / Redis
 server otherwise. The trials of a task never see its SLURM_* variables (layout.trial_base_env).
+
+A storage URL with a password reaches the tasks in $PE_SWEEP_STORAGE (sbatch passes the environment on), never
+on their command line, and the job folder (submitit's pickles, the tasks' logs) is the user's only: 0700, files
+0600 (the submitting process's umask, which sbatch hands to the tasks as SLURM_UMASK, is 077 meanwhile).
 """
 
 import copy
@@ -28,6 +32,7 @@ from pe_sweeps import layout
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking import storage
 from pe_sweeps.tracking.slurm_options import SlurmOptions
+from pe_sweeps.tracking.storage_url import redact_url, url_password
 
 LAUNCHER_FIELDS = ("launcher", "jobs", "dry_run", "slurm")  # SweepOptions fields a task's own sweep never gets
 TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")  # sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
@@ -105,13 +110,15 @@ def check_shared_storage(url: str, heartbeat: int, connect: bool = True) -> None
 def task_command(opts) -> list[str]:
     """The sweep command each task runs: this interpreter, this cli.py, the same file and options less the
     launcher's; paths absolute (a task may start in another folder), only options that differ from their
-    defaults. A storage URL taken from $PE_SWEEP_STORAGE stays there (sbatch passes the environment on)."""
+    defaults. A storage URL with a password, or taken from $PE_SWEEP_STORAGE, is not on it (`storage_env`)."""
     from pe_sweeps.tracking.sweep import SweepOptions
 
     command = [sys.executable, "-m", "pe_sweeps", "sweep", str(Path(opts.file).resolve())]
     for f in dataclasses.fields(SweepOptions):
         value = getattr(opts, f.name)
         if f.name in ("file", *LAUNCHER_FIELDS) or (f.default is not dataclasses.MISSING and value == f.default):
+            continue
+        if f.name == "storage" and url_password(value):
             continue
         if f.name == "out_dir":
             value = Path(value).resolve()
@@ -121,6 +128,37 @@ def task_command(opts) -> list[str]:
     if opts.out_dir == "out":  # the default, relative to where the command was typed
         command.append(f"--out_dir={Path(opts.out_dir).resolve()}")
     return command
+
+
+def storage_env(opts) -> dict[str, str]:
+    """The variables the tasks need besides their command: $PE_SWEEP_STORAGE (the default of their --storage) for
+    a --storage URL with a password, which argv (`ps`, submitit's pickled command) would show."""
+    return {layout.STORAGE_ENV: opts.storage} if opts.storage is not None and url_password(opts.storage) else {}
+
+
+def storage_from_env(opts) -> bool:
+    """Whether the tasks take their storage URL from $PE_SWEEP_STORAGE (one with a password, or one given there)."""
+    return bool(storage_env(opts)) or (opts.storage is None and bool(os.environ.get(layout.STORAGE_ENV)))
+
+
+def env_guard(storage: str) -> list[str]:
+    """The script's lines that stop a task at once, in one line, when $PE_SWEEP_STORAGE is not set (a script
+    submitted by hand without it would run the study in the default SQLite file instead)."""
+    return [
+        f"# the storage {redact_url(storage)} reaches the sweep in ${layout.STORAGE_ENV}, not on its command line "
+        "(a password there is visible in `ps`): export it before sbatch",
+        f': "${{{layout.STORAGE_ENV}:?must hold the --storage URL: export it before sbatch}}"',
+    ]
+
+
+def private_folder(folder: Path) -> None:
+    """The job folder, this user's only (0700; files already there from an earlier submission 0600)."""
+    layout.make_dir(folder.parent, "--out_dir")
+    folder.mkdir(mode=0o700, exist_ok=True)
+    folder.chmod(0o700)
+    for path in folder.iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o600)
 
 
 def sbatch_parameters(opts, study: str) -> dict:
@@ -138,12 +176,15 @@ def sbatch_parameters(opts, study: str) -> dict:
     return params
 
 
-def job_script(command: list[str], folder: Path, jobs: int, params: dict) -> str:
+def job_script(command: list[str], folder: Path, jobs: int, params: dict, guard: list[str] | None = None) -> str:
     """The sbatch script equivalent to the submitted array: submitit's header (its `_make_sbatch_string`, or
-    the same lines without submitit), the sweep command in place of submitit's runner. Submitted by hand, a
-    task near its time limit gets SIGTERM (its sweep re-queues its trials and exits), and `--requeue` lets
-    SLURM requeue a pre-empted task; `sbatch` it again to resume after the time limit."""
+    the same lines without submitit), `guard` (`env_guard`) and the setup lines, the sweep command in place
+    of submitit's runner. Submitted by hand, a task near its time limit gets SIGTERM (its sweep re-queues its
+    trials and exits), and `--requeue` lets SLURM requeue a pre-empted task; `sbatch` it again to resume after
+    the time limit."""
     params = copy.deepcopy(params)
+    if guard:
+        params["setup"] = [*guard, *(params.get("setup") or [])]
     delay = params.pop("signal_delay_s")
     params["additional_parameters"]["signal"] = f"TERM@{delay}"
     sweep = shlex.join(command)
@@ -171,8 +212,10 @@ def job_script(command: list[str], folder: Path, jobs: int, params: dict) -> str
     return "\n".join([*lines, "", "# command", f"srun --unbuffered --output {out} --error {err} {sweep}", ""])
 
 
-def submit(command: list[str], folder: Path, jobs: int, params: dict) -> str:
-    """Submit the array; returns its job id."""
+def submit(command: list[str], folder: Path, jobs: int, params: dict, env: dict[str, str], from_env: bool) -> str:
+    """Submit the array, with `env` added to the environment sbatch passes on to the tasks (`from_env`: they
+    must find their storage there) and the job folder private (`private_folder`, umask 077: submitit's files
+    and, through SLURM_UMASK, the tasks' logs and results); returns its job id."""
     try:
         import submitit
 
@@ -184,10 +227,15 @@ def submit(command: list[str], folder: Path, jobs: int, params: dict) -> str:
     if shutil.which("sbatch") is None or shutil.which("srun") is None:
         raise ConfigError("--launcher slurm: no sbatch / srun here; run it on the cluster's login node, or pass "
                           "--dry_run to print the sbatch script")  # fmt: skip
-    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=1000)  # a sweep is requeued until it is done
-    executor.update_parameters(**params)
-    with executor.batch():
-        tasks = [executor.submit(SweepTask(command)) for _ in range(jobs)]
+    private_folder(folder)
+    umask = os.umask(0o077)
+    try:
+        executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=1000)  # requeued until the sweep is done
+        executor.update_parameters(**params)
+        with submitit.helpers.environment_variables(**env), executor.batch():  # sbatch runs as the batch ends
+            tasks = [executor.submit(SweepTask(command, umask, from_env)) for _ in range(jobs)]
+    finally:
+        os.umask(umask)
     return tasks[0].job_id.split("_")[0]  # the array's id ("123" of task "123_0")
 
 
@@ -211,9 +259,10 @@ def launch(opts) -> None:
     folder = layout.study_dir(Path(opts.out_dir).resolve(), task.study_name) / "slurm"
     params = sbatch_parameters(opts, task.study_name)
     check_shared_storage(task.storage, opts.heartbeat, connect=not opts.dry_run)
+    from_env = storage_from_env(opts)
     if opts.dry_run:
-        print(job_script(command, folder, opts.jobs, params), end="")
+        print(job_script(command, folder, opts.jobs, params, env_guard(task.storage) if from_env else []), end="")
         return
-    job_id = submit(command, folder, opts.jobs, params)
+    job_id = submit(command, folder, opts.jobs, params, storage_env(opts), from_env)
     print(f"submitted job array {job_id} ({opts.jobs} task(s)) of study {task.study_name}; follow it with "
           f"`squeue -j {job_id}`, logs in {folder}; run the same command again to add tasks or resume")  # fmt: skip
