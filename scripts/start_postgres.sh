@@ -1,17 +1,62 @@
 #!/usr/bin/env bash
-# Start a throw-away PostgreSQL server on 127.0.0.1:54329 for the multi-host sweep test (trust auth
-# on loopback only, data in /tmp). Installs Debian's postgresql first when it is missing.
-# Prints the storage URL to use: postgresql://postgres@127.0.0.1:54329/postgres
+# Start a throw-away PostgreSQL server on 127.0.0.1:54329 for the multi-host sweep test (loopback only, data in
+# /tmp, scram-sha-256 password auth). Installs Debian's postgresql first when it is missing.
+# The password is generated once into $PE_PG_DATA.password (0600; /tmp/pe-postgres.password: initdb wants an
+# empty data folder) and reused; a server already on the port that lets a client in without it (an older
+# trust-auth instance) is stopped and made again with it.
+# Prints the storage URL to use: postgresql://postgres:<password>@127.0.0.1:54329/postgres
 set -euo pipefail
 PORT=${PE_PG_PORT:-54329}
 DATA=${PE_PG_DATA:-/tmp/pe-postgres}
+PASSWORD_FILE=${PE_PG_PASSWORD_FILE:-$DATA.password}
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
 fi
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
-if ! "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PORT"; then
-  rm -rf "$DATA" && mkdir -p "$DATA" && chown postgres "$DATA"
-  su postgres -c "$PGBIN/initdb -D $DATA -A trust -U postgres" >/dev/null
-  su postgres -c "$PGBIN/pg_ctl -D $DATA -l $DATA/server.log -w -o '-p $PORT -k /tmp -c listen_addresses=127.0.0.1' start" >/dev/null
+
+# The password in $1, made once (0600, this user's); refuses a file someone else could read or swap.
+kept_password() {
+  local file=$1 made
+  if [ ! -e "$file" ]; then
+    made=$(mktemp "$file.XXXXXX")  # 0600
+    head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$made"
+    mv -n "$made" "$file" || true  # -n: a file made meanwhile by another run wins
+    rm -f "$made"
+  fi
+  if [ -L "$file" ] || [ ! -f "$file" ] || [ "$(stat -c %u:%a "$file")" != "$(id -u):600" ]; then
+    echo "error: $file must be a plain file of user $(id -un) with mode 600 (it holds the server's password)" >&2
+    exit 1
+  fi
+  cat "$file"
+}
+
+# psql `select 1` on the port, with the password ($1) or none (''); ~/.pgpass and $PGPASSWORD ignored.
+answers() {
+  if [ -n "$1" ]; then
+    PGPASSWORD=$1 PGPASSFILE=/dev/null "$PGBIN/psql" -w -qAt -h 127.0.0.1 -p "$PORT" -U postgres -d postgres \
+      -c 'select 1' >/dev/null 2>&1
+  else
+    env -u PGPASSWORD PGPASSFILE=/dev/null "$PGBIN/psql" -w -qAt -h 127.0.0.1 -p "$PORT" -U postgres -d postgres \
+      -c 'select 1' >/dev/null 2>&1
+  fi
+}
+
+PASSWORD=$(kept_password "$PASSWORD_FILE")
+if "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PORT"; then
+  if answers "$PASSWORD" && ! answers ""; then
+    echo "postgresql://postgres:$PASSWORD@127.0.0.1:$PORT/postgres"
+    exit 0
+  fi
+  # an older instance (trust auth, or made with another password): stop it and make it again
+  if ! su postgres -c "$PGBIN/pg_ctl -D $DATA -m fast -w stop" >/dev/null 2>&1; then
+    echo "error: a PostgreSQL server on 127.0.0.1:$PORT lets a client in without the password in" \
+      "$PASSWORD_FILE and its data is not in $DATA; stop it (pg_ctl -D <its data> stop)" >&2
+    exit 1
+  fi
 fi
-echo "postgresql://postgres@127.0.0.1:$PORT/postgres"
+rm -rf "$DATA" && mkdir -p "$DATA" && chown postgres "$DATA"
+PWFILE=$(mktemp) && cp "$PASSWORD_FILE" "$PWFILE" && chown postgres "$PWFILE"  # initdb runs as postgres
+su postgres -c "$PGBIN/initdb -D $DATA -A scram-sha-256 -U postgres --pwfile=$PWFILE" >/dev/null
+rm -f "$PWFILE"
+su postgres -c "$PGBIN/pg_ctl -D $DATA -l $DATA/server.log -w -o '-p $PORT -k /tmp -c listen_addresses=127.0.0.1' start" >/dev/null
+echo "postgresql://postgres:$PASSWORD@127.0.0.1:$PORT/postgres"

@@ -1,15 +1,59 @@
 #!/usr/bin/env bash
 # Start a throw-away Redis server on 127.0.0.1:63790 for the journal-storage sweep tests (no persistence,
-# loopback only, 4096 databases so parallel tests each take an empty one). Installs Debian's redis-server
-# first when it is missing. Prints the URL to use: redis://127.0.0.1:63790
+# loopback only, 4096 databases so parallel tests each take an empty one, a password). Installs Debian's
+# redis-server first when it is missing. The password is generated once into /tmp/pe-redis.password (0600)
+# and reused; a server already on the port without it (an older instance) is shut down and started again with it.
+# Prints the URL to use: redis://:<password>@127.0.0.1:63790
 set -euo pipefail
 PORT=${PE_REDIS_PORT:-63790}
+PASSWORD_FILE=${PE_REDIS_PASSWORD_FILE:-/tmp/pe-redis.password}
 if ! command -v redis-server >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 fi
-if ! redis-cli -h 127.0.0.1 -p "$PORT" ping >/dev/null 2>&1; then
-  redis-server --port "$PORT" --bind 127.0.0.1 --protected-mode yes --save '' --appendonly no \
-    --databases 4096 --daemonize yes --logfile /tmp/pe-redis.log >/dev/null
-  for _ in $(seq 50); do redis-cli -h 127.0.0.1 -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+# The password in $1, made once (0600, this user's); refuses a file someone else could read or swap.
+kept_password() {
+  local file=$1 made
+  if [ ! -e "$file" ]; then
+    made=$(mktemp "$file.XXXXXX")  # 0600
+    head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$made"
+    mv -n "$made" "$file" || true  # -n: a file made meanwhile by another run wins
+    rm -f "$made"
+  fi
+  if [ -L "$file" ] || [ ! -f "$file" ] || [ "$(stat -c %u:%a "$file")" != "$(id -u):600" ]; then
+    echo "error: $file must be a plain file of user $(id -un) with mode 600 (it holds the server's password)" >&2
+    exit 1
+  fi
+  cat "$file"
+}
+
+# redis-cli on the port with the password $1 ('' for none; in the environment, not in `ps`), then the command
+cli() {
+  local password=$1
+  shift
+  if [ -n "$password" ]; then
+    REDISCLI_AUTH=$password redis-cli -h 127.0.0.1 -p "$PORT" "$@" 2>/dev/null
+  else
+    env -u REDISCLI_AUTH redis-cli -h 127.0.0.1 -p "$PORT" "$@" 2>/dev/null
+  fi
+}
+
+PASSWORD=$(kept_password "$PASSWORD_FILE")
+URL="redis://:$PASSWORD@127.0.0.1:$PORT"
+if [ "$(cli "$PASSWORD" ping || true)" = PONG ] && [ "$(cli "" ping || true)" != PONG ]; then
+  echo "$URL"
+  exit 0
 fi
-echo "redis://127.0.0.1:$PORT"
+if [ "$(cli "" ping || true)" = PONG ]; then  # an older instance without a password
+  cli "" shutdown nosave >/dev/null || true
+elif cli "" ping >/dev/null; then  # it answers, with another password
+  echo "error: a Redis server on 127.0.0.1:$PORT wants another password than the one in $PASSWORD_FILE;" \
+    "shut it down (redis-cli -p $PORT -a <its password> shutdown nosave)" >&2
+  exit 1
+fi
+for _ in $(seq 50); do cli "" ping >/dev/null || break; sleep 0.1; done
+# the password is read from stdin (`-`), so it never shows in `ps`
+printf 'requirepass %s\n' "$PASSWORD" | redis-server - --port "$PORT" --bind 127.0.0.1 --protected-mode yes \
+  --save '' --appendonly no --databases 4096 --daemonize yes --logfile /tmp/pe-redis.log >/dev/null
+for _ in $(seq 50); do [ "$(cli "$PASSWORD" ping || true)" = PONG ] && break; sleep 0.1; done
+echo "$URL"
