@@ -35,6 +35,7 @@ FAULT_ENV = "PE_FAULT_AT"  # tests only: the sweep kills itself at this named st
 TOKENIZER_CACHE_ENV = "PE_TOKENIZER_CACHE"  # overrides the tokenizer cache folder (datamodules/text.py)
 SWEEP_PARAMS_ENV = "PE_SWEEP_PARAMS"  # a sweep's trial: the parameters its sweep varied (run names, W&B config)
 DATA_ROOT_ENV = "PE_DATA_ROOT"  # default of every data module's --data.data_dir (`data_root`)
+UMASK_ENV = "PE_UMASK"  # the umask of every command and trial, default 077 (pe_sweeps/permissions.py)
 
 # What a launcher (SLURM's srun / sbatch, torchrun, Lightning's own DDP launcher, LSF's jsrun, mpirun) sets to
 # place a process in its job, and Lightning reads to find its rank: SLURMEnvironment (SLURM_NTASKS,

@@ -27,7 +27,7 @@ from pe_sweeps.tracking.recovery import HOST_ID, TOKEN, recover_dead_trials, req
 from pe_sweeps.tracking.search import build_search
 from pe_sweeps.tracking.storage import open_storage, retrying, storage_error
 from pe_sweeps.tracking.storage_url import storage_url
-from pe_sweeps.tracking.study_lock import StudyLock
+from pe_sweeps.tracking.study_lock import StudyLock, close_study
 from pe_sweeps.tracking.study_protocol import QUEUED, base_name, budget_left, given_up_points, open_study
 from pe_sweeps.tracking.sweep_options import SweepOptions
 from pe_sweeps.tracking.trial_child import rejected_option
@@ -123,6 +123,7 @@ class Sweep:
                     print(warning, file=sys.stderr)
                 self.storage = open_storage(url, opts.heartbeat)
                 locked = self.lock.process is not None
+                close_study(url, opts.out_dir, self.study_name)  # SQLite makes its file 0644
                 self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
                 if opts.retry_failed:
                     given_up = given_up_points(retrying(self.study.get_trials, False))
