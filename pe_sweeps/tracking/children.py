@@ -29,8 +29,12 @@ def launch_child(argv: list[str], env: dict, log) -> subprocess.Popen:
 
 
 def stop_child(child: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
-    """SIGTERM the child's process group, SIGKILL it if still there after `grace` seconds."""
+    """SIGTERM the child's process group, SIGKILL it if still there after `grace` seconds. A warm child (not
+    this process's own, so its pid is freed once its fork server reaps it) carries its start time (`started`):
+    a group whose pid now names another process is left alone."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        if pid_reused(child.pid, getattr(child, "started", None)):
+            break
         try:
             os.killpg(child.pid, sig)
         except (ProcessLookupError, PermissionError):
@@ -70,8 +74,15 @@ def pid_alive(pid, started: int | None = None) -> bool:
         return False
     except PermissionError:
         pass
+    return not pid_reused(pid, started)
+
+
+def pid_reused(pid: int, started: int | None) -> bool:
+    """Whether `pid` now names another process than the one that started at `started` (`process_started`
+    when the pid was recorded); False when either is unknown. While any process of a group lives, its leader's
+    pid is not handed out again, so a reused pid also means that group is gone."""
     now = process_started(pid) if started is not None else None
-    return now is None or now == started
+    return now is not None and now != started
 
 
 def start_watchdog(interval: float = 1.0) -> None:

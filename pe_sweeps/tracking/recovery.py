@@ -82,7 +82,7 @@ def recover_dead_trials(
         attrs, trial_id = trial.user_attrs, internals.trial_id(trial)
         same_host = attrs.get("host_id") == HOST_ID and attrs.get("token") != TOKEN
         where = f"host {attrs.get('host', '?')}, pid {attrs.get('pid', '?')}"
-        if same_host and (attrs.get("pid") == os.getpid() or not pid_alive(attrs.get("pid", -1))):
+        if same_host and (attrs.get("pid") == os.getpid() or not sweep_alive(attrs)):
             why = f"sweep process died ({where})"
         elif trial_id in stale:
             why = f"no heartbeat for {grace} s from its sweep process ({where})"
@@ -92,6 +92,13 @@ def recover_dead_trials(
             continue
         fail_and_requeue(study, trial, why, max_retries)
     repair_promised_retries(study, study.get_trials(deepcopy=False), max_retries)
+
+
+def sweep_alive(attrs: dict) -> bool:
+    """Whether the sweep process a trial's attributes name (on this host) still runs: its pid, and its start time
+    (`pid_started`) so that a later process given the same pid is not taken for it; a trial written before the
+    start time was recorded is judged by its pid alone."""
+    return pid_alive(attrs.get("pid", -1), attrs.get("pid_started"))
 
 
 def fail_and_requeue(study: optuna.Study, trial: FrozenTrial, why: str, max_retries: int) -> None:

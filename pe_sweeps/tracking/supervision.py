@@ -20,6 +20,7 @@ from pe_sweeps import internals, layout
 from pe_sweeps.errors import ConfigError
 from pe_sweeps.tracking import storage
 from pe_sweeps.tracking import sweep_file as sf
+from pe_sweeps.tracking.children import process_started
 from pe_sweeps.tracking.core_claims import CoreClaim
 from pe_sweeps.tracking.failpoints import failpoint
 from pe_sweeps.tracking.manifest import write_manifest
@@ -172,7 +173,7 @@ class Sweep:
             storage.record_heartbeat(internals.storage_of(study), internals.trial_id(trial))
             self.heartbeats.hold(internals.trial_id(trial))
             for key, value in {"host": socket.gethostname(), "host_id": HOST_ID, "pid": os.getpid(),
-                               "token": TOKEN}.items():  # fmt: skip
+                               "pid_started": process_started(os.getpid()), "token": TOKEN}.items():  # fmt: skip
                 trial.set_user_attr(key, value)
             queued = QUEUED in internals.stored_trial(study, trial).system_attrs
             if self.sweep["method"] == "grid" and not queued:

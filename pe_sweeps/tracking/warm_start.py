@@ -63,7 +63,7 @@ from datamodules.registry import DATA_MODULES
 from lightning_modules.registry import TASK_MODULE_PATHS, modules_of
 from pe_sweeps import internals
 from pe_sweeps.layout import PACKAGE, PARENT_ENV, is_project_program
-from pe_sweeps.tracking.children import launch_child
+from pe_sweeps.tracking.children import launch_child, pid_reused, process_started
 
 HEADER = struct.Struct("!I")  # request length, sent with the two file descriptors
 PEER = struct.Struct("3i")  # SO_PEERCRED's struct ucred: pid, uid, gid
@@ -104,10 +104,11 @@ def available() -> str | None:
 
 class WarmChild:
     """A forked trial as the runner sees it: the parts of `subprocess.Popen` that tracking/trial_run.py and
-    tracking/children.py use. The status comes from the server on this trial's connection."""
+    tracking/children.py use. The status comes from the server on this trial's connection; `started` (its
+    start time, read by the server before it reaps the child) tells the child from a later process of its pid."""
 
-    def __init__(self, connection: socket.socket, pid: int, args: list[str]):
-        self.connection, self.pid, self.args = connection, pid, args
+    def __init__(self, connection: socket.socket, pid: int, args: list[str], started: int | None = None):
+        self.connection, self.pid, self.args, self.started = connection, pid, args, started
         self.returncode: int | None = None
         self.buffer = b""
 
@@ -134,7 +135,8 @@ class WarmChild:
                 self.returncode = int(json.loads(self.buffer.split(b"\n", 1)[0])["status"])
             elif not chunk:  # the server died: the child's watchdog ends it; make sure, and call it killed
                 try:
-                    os.killpg(self.pid, signal.SIGKILL)
+                    if not pid_reused(self.pid, self.started):  # init may have reaped it and its pid moved on
+                        os.killpg(self.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
                 self.returncode = -signal.SIGKILL
@@ -206,7 +208,7 @@ class ForkServer:
         if "error" in answer:
             connection.close()
             raise RuntimeError(answer["error"])
-        child = WarmChild(connection, int(answer["pid"]), argv)
+        child = WarmChild(connection, int(answer["pid"]), argv, answer.get("started"))
         child.buffer = rest
         return child
 
@@ -461,7 +463,7 @@ def accept(listener: socket.socket, children: dict[int, socket.socket]) -> dict 
     for fd in fds:
         os.close(fd)
     children[pid] = connection
-    connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    connection.sendall(json.dumps({"pid": pid, "started": process_started(pid)}).encode() + b"\n")  # not reaped yet
     return None
 
 
