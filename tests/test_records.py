@@ -138,7 +138,11 @@ def test_an_old_record_reads_into_the_typed_record_and_writes_back_unchanged(tmp
     "text, why",
     [("{not json", "Expecting property name"), ("[1]", "not a JSON object"),
      ('{"schema_version": 99}', f"schema_version 99: this version reads 0 to {SCHEMA_VERSION}"),
-     ('{"final": [1, 2]}', "final is a list, not a dict"), ('{"status": 3}', "status 3 is not one of running")],
+     ('{"final": [1, 2]}', "final is a list, not a dict"), ('{"status": 3}', "status 3 is not one of running"),
+     ('{"final": {"val/acc": "high"}}', "final['val/acc'] is 'high', not a number"),
+     ('{"best": {"val/acc": true}}', "best['val/acc'] is True, not a number"),
+     ('{"history": [{"step": 1, "val/acc": 0.5}, {"step": 2, "val/acc": [0.5]}]}',
+      "history[1]['val/acc'] is [0.5], not a number"), ('{"history": [3]}', "history[0] is 3, not a dict")],
 )  # fmt: skip
 def test_a_malformed_record_is_one_line_naming_the_file(tmp_path, capsys, text, why):
     good, bad = tmp_path / "a" / RECORD_FILE, tmp_path / "b" / RECORD_FILE
@@ -150,3 +154,22 @@ def test_a_malformed_record_is_one_line_naming_the_file(tmp_path, capsys, text, 
     assert read_record(bad, warn=False) is None  # a sweep polling a trial's record
     assert [r.name for r in load_records(tmp_path)] == ["copy-rope-s0"]  # a folder scan skips it, saying so
     assert f"warning: skipping unreadable run record {bad}: " in capsys.readouterr().err
+
+
+def test_compare_skips_a_record_with_a_metric_that_is_not_a_number_saying_so(tmp_path, capsys, monkeypatch):
+    """`"val/acc": "high"` in one record was compare's TypeError traceback (exit 1): that record is skipped with one
+    warning line naming the file and the key, and the others are compared."""
+    from helpers import cli_in_process
+
+    for seed, acc in enumerate([0.75, 0.8, "high"]):
+        record = json.loads(OLD_RECORD) | {"seed": seed, "final": {"val/acc": acc}, "best": {"val/acc": acc}}
+        path = tmp_path / "runs" / f"run-{seed}" / RECORD_FILE
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(record))
+    code, out, err = cli_in_process(["compare", f"--out_dir={tmp_path}", "--metric=val/acc", "--format=json"],
+                                    capsys, monkeypatch, tmp_path)  # fmt: skip
+    bad = tmp_path / "runs" / "run-2" / RECORD_FILE
+    assert code == 0 and err.splitlines() == [
+        f"warning: skipping unreadable run record {bad}: final['val/acc'] is 'high', not a number"
+    ], err
+    assert json.loads(out)["cells"][0]["n"] == 2

@@ -96,6 +96,7 @@ class RunRecord:
                 raise ValueError(f"{name} is a {type(value).__name__}, not a {kind.__name__}")
         if not isinstance(record.status, str):
             raise ValueError(f"status {record.status!r} is not one of {', '.join(STATUSES)}")
+        check_metric_values(record)
         return record
 
     def to_dict(self) -> dict:
@@ -108,6 +109,19 @@ class RunRecord:
         if key == "extra" or key not in self.__dataclass_fields__:
             return self.extra.get(key)
         return getattr(self, key)
+
+
+def check_metric_values(record: RunRecord) -> None:
+    """Every value of `final`, `best` and each `history` row is a number (NaN included: a diverged run) or null;
+    ValueError naming the first that is not (`"val/acc": "high"`), which compare would otherwise fail on."""
+    tables = [("final", record.final), ("best", record.best)]
+    tables += [(f"history[{i}]", row) for i, row in enumerate(record.history)]
+    for where, table in tables:
+        if not isinstance(table, dict):
+            raise ValueError(f"{where} is {table!r}, not a dict")
+        for key, value in table.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"{where}[{key!r}] is {value!r}, not a number")
 
 
 def write_atomic(path: Path, text: str) -> None:
