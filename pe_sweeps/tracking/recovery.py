@@ -68,15 +68,21 @@ def requeue(study: optuna.Study, trial: FrozenTrial, why: str, max_retries: int,
 
 
 def recover_dead_trials(
-    study: optuna.Study, max_retries: int, heartbeat: int, first_seen: dict[int, float] | None = None
+    study: optuna.Study,
+    max_retries: int,
+    heartbeat: int,
+    first_seen: dict[int, float] | None = None,
+    judge_heartbeats: bool = True,
 ) -> None:
     """Fail and re-queue RUNNING trials whose sweep process is gone: at once on this host and pid namespace
     (its pid is gone, or is now another process), on any host once their heartbeat is stale (judged on the
     storage's clock, tracking/storage.py), and a trial that never got its sweep's name and first heartbeat
     after a grace period on this process's own clock (`first_seen`: when this process first saw it so).
-    Then re-queue the retry of any failed trial that promised one and has none (`repair_promised_retries`)."""
+    Then re-queue the retry of any failed trial that promised one and has none (`repair_promised_retries`).
+    `judge_heartbeats` False (right after a storage outage, when no sweep could write one): none is stale."""
     grace, first_seen = grace_period(heartbeat), {} if first_seen is None else first_seen
-    stale = set(storage.stale_trial_ids(internals.storage_of(study), internals.study_id(study)))
+    store, study_id = internals.storage_of(study), internals.study_id(study)
+    stale = set(storage.stale_trial_ids(store, study_id)) if judge_heartbeats else set()
     trials = study.get_trials(deepcopy=False)
     for trial in (t for t in trials if t.state == TrialState.RUNNING):
         attrs, trial_id = trial.user_attrs, internals.trial_id(trial)

@@ -17,6 +17,7 @@ storage kind is added here alone:
 import errno
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,16 +50,84 @@ def transient_errors() -> tuple[type[BaseException], ...]:
     return errors
 
 
-def retrying(action, *args, attempts: int = 8, what: str = "storage"):
-    """Run `action(*args)`, retrying storage errors (a locked SQLite file, a dropped connection)."""
-    for attempt in range(attempts):
+def is_transient(error: BaseException) -> bool:
+    """A storage error worth retrying (`transient_errors`), also when Optuna wraps it in its StorageInternalError
+    ("An exception is raised during the commit"), as its RDB storage does for every failed session."""
+    if isinstance(error, optuna.exceptions.StorageInternalError):
+        error = error.__cause__
+    return isinstance(error, transient_errors())
+
+
+DEFAULT_OUTAGE_LIMIT_S = 300  # --storage_outage's default
+
+
+class StorageOutage(Exception):
+    """The storage stayed unreachable longer than the outage limit: the sweep stops (its one line)."""
+
+
+class Outage:
+    """The sweep process's view of its storage being unreachable, shared by its threads: one line when an outage
+    starts and one when it ends, and `StorageOutage` once it has lasted longer than `limit` seconds. `quiet_until`
+    (monotonic): until then heartbeats are not judged, as every process's went unrecorded during the outage."""
+
+    def __init__(self, limit: float = DEFAULT_OUTAGE_LIMIT_S, grace: float = 0.0):
+        self.lock = threading.Lock()
+        self.configure(limit, grace)
+
+    def configure(self, limit: float, grace: float) -> None:
+        """A new sweep's limit (seconds) and its grace after an outage (seconds: every live sweep has beaten)."""
+        self.limit, self.grace, self.since, self.quiet_until, self.gave_up = limit, grace, None, 0.0, None
+
+    def failed(self, error: BaseException, may_raise: bool = True) -> None:
+        """A storage call failed with a transient error: note the outage's start (one line), and past the limit
+        raise StorageOutage (`may_raise`: the caller is a step that may stop the sweep)."""
+        with self.lock:
+            now = time.monotonic()
+            if self.since is None:
+                self.since = now
+                print(f"warning: storage unavailable ({error_line(error)}); retrying with backoff for up to "
+                      f"{self.limit:.0f} s (--storage_outage)", file=sys.stderr, flush=True)  # fmt: skip
+            if may_raise and now - self.since > self.limit:
+                limit = f"{self.limit:.0f}"
+                self.gave_up = self.gave_up or (
+                    f"storage unavailable for more than {limit} s (--storage_outage {limit}): {error_line(error)}"
+                )
+                raise StorageOutage(self.gave_up)
+
+    def succeeded(self) -> None:
+        """A storage call succeeded: an outage in progress has ended (one line)."""
+        if self.since is None:
+            return
+        with self.lock:
+            if self.since is not None:
+                took, self.since = time.monotonic() - self.since, None
+                self.quiet_until = time.monotonic() + self.grace
+                print(f"storage available again after {took:.0f} s; the sweep goes on", file=sys.stderr, flush=True)
+
+    def judging_heartbeats(self) -> bool:
+        """False during an outage and for a grace period after it: heartbeats could not be written."""
+        return self.since is None and time.monotonic() >= self.quiet_until
+
+
+OUTAGE = Outage()  # one sweep per process: its workers, heartbeats and display share it
+
+
+def retrying(action, *args):
+    """Run `action(*args)`, retrying transient storage errors (a locked SQLite file, a dropped connection, a
+    database restarting) with backoff for as long as the outage limit allows (`OUTAGE`); then StorageOutage."""
+    attempt = 0
+    while True:
         try:
-            return action(*args)
-        except transient_errors() as error:  # OperationalError, InterfaceError, Redis' ConnectionError
-            if attempt == attempts - 1:
+            result = action(*args)
+        except Exception as error:  # OperationalError, InterfaceError, Redis' ConnectionError, Optuna's wrapping
+            if not is_transient(error):
                 raise
-            print(f"warning: {what}: {str(error).splitlines()[0][:200]}; retrying", file=sys.stderr)
+            OUTAGE.failed(error)
             time.sleep(min(0.5 * 2**attempt, 5.0))
+            attempt += 1
+            continue
+        OUTAGE.succeeded()
+        return result
 
 
 def open_storage(url: str, heartbeat: int) -> optuna.storages.BaseStorage:

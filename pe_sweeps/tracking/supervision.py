@@ -123,8 +123,8 @@ class Sweep:
                 if warning := storage.network_filesystem_warning(url):
                     print(warning, file=sys.stderr)
                 self.storage = open_storage(url, opts.heartbeat)
-                locked = self.lock.process is not None
                 close_study(url, opts.out_dir, self.study_name)  # SQLite makes its file 0644
+                locked = self.lock.process is not None
                 self.study = retrying(open_study, sweep, opts, self.storage, self.study_name, locked, self.search)
                 if opts.retry_failed:
                     given_up = given_up_points(retrying(self.study.get_trials, False))
@@ -135,6 +135,8 @@ class Sweep:
             raise
         except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, *storage.transient_errors()) as error:
             raise storage_error(url, error) from None
+        storage.OUTAGE.configure(opts.storage_outage, 2 * opts.heartbeat + 5)  # then every live sweep has beaten
+        self.display_failed = False
         self.errors: list[str] = []
         self.first_seen: dict[int, float] = {}  # trials seen RUNNING without a sweep's name (recover_dead_trials)
         self.heartbeats = Heartbeats(self.storage, opts.heartbeat, self.quietly)
@@ -151,18 +153,33 @@ class Sweep:
         self.stop.set()
 
     def quietly(self, action, *args):
-        """A storage call that may fail (heartbeat, report): warn and go on; the next loop tries again."""
+        """A storage call that may fail (heartbeat, report, display): an outage is noted (its one line, never
+        its limit: the workers' steps stop the sweep) and the next loop tries again. Its end is the workers'
+        steps' to note: these actions may succeed without reaching the storage."""
         try:
             return action(*args)
-        except storage.transient_errors() as error:
-            print(f"warning: storage: {str(error).splitlines()[0][:200]}", file=sys.stderr)
+        except Exception as error:
+            if not storage.is_transient(error):
+                raise
+            storage.OUTAGE.failed(error, may_raise=False)
             return None
+
+    def show(self, on_tick) -> None:
+        """Refresh the live display, which never ends the sweep: a storage error is an outage the workers ride
+        out, any other failure one warning line (the first), and the display is tried again next time."""
+        try:
+            self.quietly(on_tick, self.study)
+        except Exception as error:
+            if not self.display_failed:
+                print(f"warning: live status: {storage.error_line(error)}; the sweep goes on", file=sys.stderr)
+            self.display_failed = True
 
     def next_trial(self, study: optuna.Study) -> optuna.Trial | None:
         with self.lock:
             if self.stop.is_set():
                 return None
-            recover_dead_trials(study, self.opts.max_retries, self.opts.heartbeat, self.first_seen)
+            judge = storage.OUTAGE.judging_heartbeats()  # not right after an outage, when no heartbeat was written
+            recover_dead_trials(study, self.opts.max_retries, self.opts.heartbeat, self.first_seen, judge)
             if not budget_left(study, self.sweep):
                 return None
             if self.search.terminator and self.search.terminator(study):  # the optimizer factory's stop rule
@@ -216,7 +233,7 @@ class Sweep:
                 if not (requeue_as and not requeue_as[1]):  # a stop signal's re-queue is not the trial's failure
                     self.streak.add(state, note)
 
-        retrying(tell, what=f"trial {trial.number}")
+        retrying(tell)
         self.heartbeats.release(internals.trial_id(trial))
         if self.streak.stopped() and not self.stop.is_set():
             self.errors.append(self.streak.stopped())
@@ -234,12 +251,20 @@ class Sweep:
                     continue
                 try:
                     TrialRun(self, study, slot).run(trial)
+                except storage.StorageOutage:
+                    raise  # the trial stays RUNNING; the next run finds its sweep process gone and retries it
                 except Exception as error:  # a bug or a storage failure: the trial is failed, not stranded
-                    reason = f"sweep runner error: {storage.error_line(error)}"
-                    self.finish(study, trial, TrialState.FAIL, reason=reason)
+                    if storage.is_transient(error):  # not the trial's fault: retried, not counted as a crash
+                        reason = f"storage error: {storage.error_line(error)}; re-queued"
+                        self.finish(study, trial, TrialState.FAIL, reason=reason, requeue_as=(reason, False))
+                    else:
+                        reason = f"sweep runner error: {storage.error_line(error)}"
+                        self.finish(study, trial, TrialState.FAIL, reason=reason)
                 finally:
                     self.heartbeats.release(internals.trial_id(trial))
         except Exception as error:  # reported by the main thread; a trial left RUNNING is recovered later
+            if isinstance(error, storage.StorageOutage):
+                self.stop.set()  # every worker stops its child: their results could not be told
             self.errors.append(f"worker {slot} stopped: {storage.error_line(error)}")
 
     def run(self, on_tick=None) -> None:
@@ -254,11 +279,11 @@ class Sweep:
                     time.sleep(0.2)  # stagger the first asks
                 while any(thread.is_alive() for thread in threads):
                     if on_tick:
-                        self.quietly(on_tick, self.study)
+                        self.show(on_tick)
                     time.sleep(0.5)
         finally:
             self.heartbeats.close()
             self.starter.close()
             self.lock.close()
         if on_tick:
-            self.quietly(on_tick, self.study)
+            self.show(on_tick)

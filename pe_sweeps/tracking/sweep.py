@@ -45,6 +45,7 @@ from optuna.trial import TrialState
 
 from pe_sweeps import layout
 from pe_sweeps.errors import ConfigError
+from pe_sweeps.tracking import storage
 from pe_sweeps.tracking import sweep_file as sf
 from pe_sweeps.tracking.records import check_name
 from pe_sweeps.tracking.recovery import TOKEN, repair_promised_retries
@@ -65,7 +66,7 @@ from pe_sweeps.tracking.trial_devices import check_devices
 def check_options(opts: SweepOptions, sweep: dict | None = None) -> None:
     """One line per bad option, before any file or database is touched. Given the sweep file (or an explicit
     --devices_per_trial), also resolves the GPUs per trial and `--workers auto` (`check_devices`)."""
-    for option, minimum in (("heartbeat", 1), ("max_retries", 0), ("max_failures_in_a_row", 0),
+    for option, minimum in (("heartbeat", 1), ("max_retries", 0), ("max_failures_in_a_row", 0), ("storage_outage", 1),
                             ("devices_per_trial", 0), ("threads_per_trial", 0), ("trials_per_device", 1)):  # fmt: skip
         value = getattr(opts, option)
         if option == "devices_per_trial" and value is None:  # the default: resolved with the sweep file
@@ -117,6 +118,10 @@ def run_sweep(opts: SweepOptions, argv: list[str] | None = None) -> optuna.Study
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     study = runner.study
+    if storage.OUTAGE.gave_up:  # the storage cannot tell anything: no table, one line
+        print(f"error: sweep {study.study_name} stopped: {storage.OUTAGE.gave_up}; its running trials were stopped "
+              "and are resumed by the same command once the storage is back", file=sys.stderr)  # fmt: skip
+        raise SystemExit(1)
     if runner.stop_signal:
         stopped = sum("stopped by" in t.user_attrs.get("reason", "") and t.user_attrs.get("token") == TOKEN
                       for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))  # fmt: skip

@@ -30,6 +30,8 @@ class SweepOptions:
     max_retries: int = 2  # times a trial whose child was killed or crashed is re-queued
     retry_failed: bool = False  # grid: queue again every point failed for good (a child that crashed more than
     # --max_retries times, or a failure that is not retried), each with a fresh --max_retries
+    storage_outage: int = 300  # seconds a storage outage (a database restarting) is ridden out, retrying with
+    # backoff; longer, the sweep stops its trials and exits 1 in one line, and the same command resumes them
     max_failures_in_a_row: int = 10  # stop the sweep after this many trials failed with the same reason; 0: never
     set: str | None = None  # KEY=VALUE[,KEY=VALUE]: fix parameters (one study per value, e.g. per encoding)
     reseed: int = 0  # with --per: tune per group, then run each group's best config x N fresh seeds (reseed.py)
