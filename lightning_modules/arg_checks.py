@@ -10,28 +10,45 @@ LINKED = {
 }
 
 
+MAX_COUNT = 10**9  # steps, epochs, accumulated batches: far beyond any run, far below an overflow
+
+
+def check_count(option: str, value, unlimited: str | None = None) -> None:
+    """An integer in [1, MAX_COUNT] (or -1 where `unlimited` says what -1 means)."""
+    if value is None or (unlimited and value == -1 and not isinstance(value, bool)):
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_COUNT:
+        or_unlimited = f" (or -1 for {unlimited})" if unlimited else ""
+        raise ConfigError(f"--trainer.{option} must be an integer in [1, {MAX_COUNT}]{or_unlimited}, got {value!r}")
+
+
 def check_trainer_args(trainer_args: dict, fit: bool = True) -> None:
     """A run that would train for zero steps is a mistake, not a finished run (-1 / None: no limit). A `fit`
     with no limit at all (max_steps -1, max_epochs and max_time unset) would train Lightning's 1000 epochs."""
     steps = trainer_args.get("max_steps")
-    if steps is not None and steps != -1 and (not isinstance(steps, int) or steps < 1):
-        raise ConfigError(f"--trainer.max_steps must be >= 1 (or -1 for no step limit), got {steps!r}")
-    epochs = trainer_args.get("max_epochs")
-    if epochs is not None and epochs != -1 and (not isinstance(epochs, int) or epochs < 1):
-        raise ConfigError(f"--trainer.max_epochs must be >= 1 (or -1 for no epoch limit), got {epochs!r}")
-    if fit and steps in (None, -1) and epochs is None and trainer_args.get("max_time") is None:
+    check_count("max_steps", steps, "no step limit")
+    check_count("max_epochs", trainer_args.get("max_epochs"), "no epoch limit")
+    check_count("accumulate_grad_batches", trainer_args.get("accumulate_grad_batches"))  # 0: ZeroDivisionError
+    if fit and steps in (None, -1) and trainer_args.get("max_epochs") is None and trainer_args.get("max_time") is None:
         raise ConfigError(
             f"--trainer.max_steps={steps} (no step limit) needs --trainer.max_epochs N (or -1: until stopped) or "
             "--trainer.max_time; without them Lightning would train 1000 epochs"
         )
-    check_val_interval(trainer_args.get("val_check_interval"))
+    check_val_interval(trainer_args.get("val_check_interval"), trainer_args.get("check_val_every_n_epoch", 1))
 
 
-def check_val_interval(interval) -> None:
+def check_val_interval(interval, every_n_epochs=1) -> None:
     """An integer >= 1 (training batches) or a fraction in (0, 1] of an epoch; 0 divided by zero in Lightning.
-    A time ("DD:HH:MM:SS", a dict or timedelta) is left to Lightning."""
+    A fraction needs epochs (`check_val_every_n_epoch` not null: Lightning refuses it otherwise). A time
+    ("DD:HH:MM:SS", a dict or timedelta) is left to Lightning."""
     if not isinstance(interval, (int, float)):
         return
+    if isinstance(interval, float) and every_n_epochs is None:
+        raise ConfigError(
+            "--trainer.val_check_interval must be an integer >= 1 (training batches) when "
+            "--trainer.check_val_every_n_epoch is null; a fraction of an epoch needs check_val_every_n_epoch >= 1, "
+            f"got {interval!r}"
+        )
     if isinstance(interval, bool) or (interval < 1 if isinstance(interval, int) else not 0 < interval <= 1):
         raise ConfigError(
             "--trainer.val_check_interval must be an integer >= 1 (training batches) or a fraction in (0, 1] "

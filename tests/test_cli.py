@@ -460,3 +460,24 @@ def test_model_summary_states_the_training_flops_not_lightnings_zero(tiny_fit_ar
     model = SyntheticTaskModel(ArchConfig("rope", dim=32, depth=1, num_heads=4, vocab_size=20, max_length=12))
     n = sum(p.numel() for p in model.parameters()) - model.transformer.token_emb.weight.numel()
     assert training_flops_per_token(model, None) == 6 * n + 12 * 1 * 12 * 32
+
+@pytest.mark.parametrize(
+    "arg, expected",
+    [
+        ("--trainer.accumulate_grad_batches=0", "--trainer.accumulate_grad_batches must be an integer in [1, "),
+        ("--trainer.val_check_interval=0.0000001", "--trainer.val_check_interval must be an integer >= 1 (training "
+         "batches) when --trainer.check_val_every_n_epoch is null"),
+        ("--trainer.max_steps=99999999999999999999", "--trainer.max_steps must be an integer in [1, 1000000000] (or"),
+        ("--trainer.max_epochs=99999999999999999999", "--trainer.max_epochs must be an integer in [1, 1000000000]"),
+    ],
+)  # fmt: skip
+def test_trainer_options_out_of_range_are_one_line_and_leave_no_run_folder(
+    arg, expected, tmp_path, capsys, monkeypatch
+):
+    """accumulate_grad_batches=0 divided by zero in Lightning after the run folder was made; a fraction of an epoch
+    without check_val_every_n_epoch was Lightning's MisconfigurationException; max_steps=10^20 was accepted."""
+    out = tmp_path / "out"
+    code, _, err = cli_in_process(["fit", *TINY, f"--run.out_dir={out}", arg], capsys, monkeypatch, ROOT)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(f"error: {expected}"), err
+    assert not out.exists()
+

@@ -451,7 +451,7 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
         "dim=0": ([*fit, "--model.arch.dim=0"], {}, "--model.arch.dim must be an integer >= 1"),
         "num_heads=0": ([*fit, "--model.arch.num_heads=0"], {}, "--model.arch.num_heads must be an integer >= 1"),
         "depth=-1": ([*fit, "--model.arch.depth=-1"], {}, "--model.arch.depth must be an integer >= 1"),
-        "max_steps=0": ([*fit, "--trainer.max_steps=0"], {}, "--trainer.max_steps must be >= 1"),
+        "max_steps=0": ([*fit, "--trainer.max_steps=0"], {}, "max_steps must be an integer in [1, 1000000000] (or -1"),
         "lr nan": ([*fit, "--model.lr=.nan"], {}, "--model.lr must be a finite number"),
         "lr negative": ([*fit, "--model.lr=-0.1"], {}, "--model.lr must be a finite number > 0"),
         "token_init_std=0": ([*fit, "--model.arch.token_init_std=0"], {}, "token_init_std must be a finite number > 0"),
