@@ -32,8 +32,9 @@ RANGE_WORDS = (("greater than or equal to ", ">= "), ("greater than ", "> "), ("
                ("less than ", "< "))  # fmt: skip
 
 
-def range_error(key: str, message: str) -> str | None:
-    """`--model.arch.dim must be an integer >= 1, got 0` from pydantic's report of a declared range."""
+def range_error(key: str, message: str, declared: str | None = None) -> str | None:
+    """`--model.arch.dim must be an integer >= 1, got 0` from pydantic's report of a declared range, which names
+    the one bound broken; `declared` (`an integer in [0, 4294967295]`, ranges.describe) names the whole range."""
     match = RANGE.search(message)
     if match is None:
         return None
@@ -43,6 +44,8 @@ def range_error(key: str, message: str) -> str | None:
         return f"--{key} must be a finite number, got {given.strip()}"
     if not bound:  # not a number at all: the same words as any other type error
         return f"--{key}: expected {'an integer' if kind == 'int' else 'a number'}, got {given.strip()!r}"
+    if declared:
+        return f"--{key} must be {declared}, got {given.strip()}"
     return f"--{key} must be {'an integer' if kind == 'int' else 'a finite number'} {bound}, got {given.strip()}"
 
 
@@ -50,11 +53,12 @@ def type_name(name: str) -> str:
     return TYPE_NAMES.get(name, name)
 
 
-def one_line(message: str) -> str:
-    """The parse error `message` as one line: `--KEY: reason` where the report names a key."""
+def one_line(message: str, ranges: dict[str, str] | None = None) -> str:
+    """The parse error `message` as one line: `--KEY: reason` where the report names a key. `ranges`: {key: its
+    whole declared range} where the parser knows it (`options_parser`)."""
     keys = re.findall(r'Parser key "([^"]+)":', message)
     key = ".".join(keys)
-    if key and (ranged := range_error(key, message)):
+    if key and (ranged := range_error(key, message, (ranges or {}).get(key))):
         return ranged
     after = message.split(f'Parser key "{keys[-1]}":', 1)[-1] if keys else message
     lines = [line.strip() for line in after.splitlines() if line.strip() and not NOISE.match(line.strip())]
@@ -75,11 +79,13 @@ class OneLineErrors:
     text. Parsers that do not exit on error (jsonargparse's inner ones) and JSONARGPARSE_DEBUG keep the
     library's behaviour."""
 
+    ranges: dict[str, str] = {}  # {key: its declared range in words}, for a range error's line (options_parser)
+
     def error(self, message: str, ex: Exception | None = None):
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
             return super().error(message, ex)
         prog = (getattr(ex, "subcommand_parser", None) or self).prog.replace(" [options]", "")
-        sys.stderr.write(f"error: {one_line(message)} (options: {prog} --help)\n")
+        sys.stderr.write(f"error: {one_line(message, self.ranges)} (options: {prog} --help)\n")
         self.exit(2)
 
 

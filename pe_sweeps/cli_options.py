@@ -5,11 +5,13 @@ where the class declares them (`CHOICES`), the valid values."""
 import dataclasses
 import inspect
 import re
+import typing
 
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from pe_sweeps import internals
 from pe_sweeps.cli_errors import OneLineErrorParser
+from pe_sweeps.ranges import describe
 
 FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s*(.*))?$")  # `name: type = default  # help`
 COMMENT = re.compile(r"^\s+#\s?(.*)$")  # a comment line: continues a field's help, or precedes its field
@@ -59,6 +61,8 @@ def options_parser(options_class: type, prog: str | None = None) -> ArgumentPars
     for f in dataclasses.fields(options_class):  # a nested options dataclass: `--slurm.partition`
         if dataclasses.is_dataclass(f.type):
             helps |= {f"{f.name}.{key}": text for key, text in field_help(f.type).items()}
+    hints = typing.get_type_hints(options_class, include_extras=True)
+    parser.ranges = {f.name: text for f in dataclasses.fields(options_class) if (text := describe(hints[f.name]))}
     choices = getattr(options_class, "CHOICES", {})
     for action in internals.parser_actions(parser):
         text = helps.get(action.dest, "")

@@ -481,3 +481,42 @@ def test_trainer_options_out_of_range_are_one_line_and_leave_no_run_folder(
     assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(f"error: {expected}"), err
     assert not out.exists()
 
+
+FAKE_FIT = ROOT / "tests" / "fake_fit.py"  # a fake trial program: no training, about a second per trial
+
+
+def fake_sweep_file(folder: Path) -> Path:
+    sweep = {
+        "program": str(FAKE_FIT), "method": "grid", "metric": {"name": "val/acc", "goal": "maximize"},
+        "parameters": {"x": {"values": [1, 2]}, "y": {"values": ["a", "b"]}},
+        "command": ["${env}", "${interpreter}", "${program}", "${args}"],
+    }  # fmt: skip
+    path = folder / "f.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--heartbeat=10000000000"], "--heartbeat must be an integer in [1, 3600], got 10000000000"),
+        (["--seed=-5"], "--seed must be an integer in [0, 4294967295], got -5"),
+        (["--seed=4294967296"], "--seed must be an integer in [0, 4294967295], got 4294967296"),
+        (["--out_dir="], "--out_dir must name a folder, got ''"),
+        (["--storage=sqlite:///{tmp}/missing/dir/db.sqlite"], "no folder {tmp}/missing/dir for the SQLite database"),
+    ],
+)
+def test_sweep_options_out_of_range_are_one_line_and_leave_nothing(args, expected, tmp_path, capsys, monkeypatch):
+    """--heartbeat=1e10 killed the heartbeat thread (OverflowError) and the sweep went on without heartbeats;
+    --seed=-5 said 'cannot open sweep storage'; an empty --out_dir wrote the study into the working folder's
+    sweeps/; a SQLite --storage in a missing folder created that folder."""
+    path = fake_sweep_file(tmp_path)
+    work = tmp_path / "work"  # the sweep's working folder: an empty --out_dir wrote <work>/sweeps/f/optuna.db
+    work.mkdir()
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    out = [] if any(a.startswith("--out_dir") for a in args) else [f"--out_dir={tmp_path / 'out'}"]
+    code, _, err = cli_in_process(["sweep", str(path), *out, *args], capsys, monkeypatch, work)
+    expected = expected.replace("{tmp}", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.yaml", "work"] and not any(work.iterdir())
+

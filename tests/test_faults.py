@@ -573,7 +573,7 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
         "heartbeat 0": (
             ["sweep", str(sweep), f"--out_dir={tmp_path}", "--heartbeat=0"],
             {},
-            "--heartbeat must be an integer >= 1",
+            "--heartbeat must be an integer in [1, 3600], got 0",
         ),
         "study traversal": (
             ["sweep", str(sweep), f"--out_dir={tmp_path}", "--study-name=../../x"],

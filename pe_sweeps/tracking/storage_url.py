@@ -6,6 +6,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from pe_sweeps import layout
+from pe_sweeps.errors import ConfigError
 from pe_sweeps.layout import study_db
 from pe_sweeps.tracking import journal_storage as journal
 from pe_sweeps.tracking.sweep_options import SweepOptions
@@ -60,7 +61,24 @@ def storage_url(opts: SweepOptions, storage_name: str) -> str:
     if opts.storage is not None and journal.is_journal_file(opts.storage):
         return str(Path(opts.storage).expanduser().resolve())  # children and --reseed stages run elsewhere
     if opts.storage is not None:
+        check_sqlite_folder(opts.storage)
         return quote_password(opts.storage)
     path = study_db(opts.out_dir, storage_name)
     layout.make_dir(path.parent, "--out_dir")
     return f"sqlite:///{path.resolve()}"
+
+
+def check_sqlite_folder(url: str) -> None:
+    """A SQLite `--storage` in a folder that does not exist is refused, as a journal file's is: a typo is not
+    created silently (its lock file would make the folder)."""
+    import sqlalchemy
+
+    try:
+        backend = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:  # not a URL SQLAlchemy reads: opening the storage says so
+        return
+    if backend.get_backend_name() != "sqlite" or backend.database in (None, "", ":memory:"):
+        return
+    folder = Path(backend.database).parent
+    if not folder.is_dir():
+        raise ConfigError(f"cannot open sweep storage {redact_url(url)}: no folder {folder} for the SQLite database")

@@ -2,9 +2,17 @@
 sweep can name them without importing the runner (tracking/sweep.py checks them: `check_options`)."""
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
+from annotated_types import Ge, Le
+
+from pe_sweeps.errors import ConfigError
+from pe_sweeps.ranges import check_ranges
 from pe_sweeps.tracking.slurm_options import SlurmOptions
+
+SamplerSeed = Annotated[int, Ge(0), Le(2**32 - 1)]  # Optuna's samplers seed numpy, which takes [0, 2^32 - 1]
+# beyond an hour, a dead trial would be found after hours; far beyond, the heartbeat thread's wait overflows
+HeartbeatSeconds = Annotated[int, Ge(1), Le(3600)]
 
 
 @dataclass
@@ -25,8 +33,8 @@ class SweepOptions:
     cold_start: bool = False  # start every trial as a new interpreter, never from the fork server
     warm_any: bool = False  # fork any Python program the sweep's interpreter runs, not only cli.py (tests)
     out_dir: str = "out"  # studies, trial folders and their runs go under <out_dir>/sweeps/
-    seed: int = 0  # sampler seed
-    heartbeat: int = 10  # seconds between heartbeats; a trial silent for 3x this (+ 20 s) is dead
+    seed: SamplerSeed = 0  # sampler seed
+    heartbeat: HeartbeatSeconds = 10  # seconds between heartbeats; a trial silent for 3x this (+ 20 s) is dead
     max_retries: int = 2  # times a trial whose child was killed or crashed is re-queued
     retry_failed: bool = False  # grid: queue again every point failed for good (a child that crashed more than
     # --max_retries times, or a failure that is not retried), each with a fresh --max_retries
@@ -41,3 +49,10 @@ class SweepOptions:
     jobs: int = 1  # with --launcher slurm: the tasks of the job array, each one sweep process of the same study
     dry_run: bool = False  # with --launcher slurm: print the sbatch script and exit, submitting nothing
     slurm: SlurmOptions = field(default_factory=SlurmOptions)  # with --launcher slurm: each task's sbatch options
+
+    def __post_init__(self) -> None:
+        """The options that nothing later checks before they are used, also when built in code (--reseed's
+        stages, tests): one line naming the option and its range."""
+        check_ranges(SweepOptions, {"seed": self.seed, "heartbeat": self.heartbeat}, prefix="--")
+        if not isinstance(self.out_dir, str) or not self.out_dir.strip():  # '' would be the working folder
+            raise ConfigError(f"--out_dir must name a folder, got {self.out_dir!r}")
