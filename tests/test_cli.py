@@ -520,3 +520,21 @@ def test_sweep_options_out_of_range_are_one_line_and_leave_nothing(args, expecte
     assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.yaml", "work"] and not any(work.iterdir())
 
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [("folder", "is a folder, not a YAML file"), ("fifo", "is a named pipe (FIFO), not a YAML file"),
+     ("device", "is a device, not a YAML file"), ("missing", "not found")],
+)  # fmt: skip
+def test_a_sweep_file_that_is_not_a_regular_file_says_what_it_is(kind, expected, tmp_path, capsys, monkeypatch):
+    """A folder, a FIFO and /dev/null were each 'not found'."""
+    path = {"folder": tmp_path / "d.yaml", "fifo": tmp_path / "p.yaml", "device": Path("/dev/null"),
+            "missing": tmp_path / "none.yaml"}[kind]  # fmt: skip
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    code, _, err = cli_in_process(["sweep", str(path), f"--out_dir={tmp_path / 'out'}"], capsys, monkeypatch, ROOT)
+    assert code == 2 and err.strip() == f"error: sweep file {str(path)!r} {expected}", err
+    assert not (tmp_path / "out").exists()
+

@@ -333,6 +333,16 @@ def test_hyperband_counts_validations_while_trials_report_global_steps(monkeypat
         ({"command": ["${env}", "${interpreter}", "${program}", "fit"]}, "command passes no parameters"),
         ({"parameters": {f"p{i}": {"values": list(range(10))} for i in range(9)}},
          "the grid has 1,000,000,000 points; at most 100,000"),
+        # a grid completed x=1 twice; NaN and infinity were accepted
+        ({"parameters": {"x": {"values": [1, 1, 2]}}}, "parameter 'x': value 1 is listed twice; list each value once"),
+        ({"parameters": {"x": {"values": [{"a": 1}, {"a": 1}]}}}, "value {'a': 1} is listed twice"),
+        ({"method": "random", "parameters": {"x": {"values": ["rope", "rope"]}}}, "value 'rope' is listed twice"),
+        ({"parameters": {"x": {"values": [float("nan"), float("inf")]}}},
+         "parameter 'x': values must be finite numbers, got nan"),
+        ({"parameters": {"x": {"values": [1.0, float("-inf")]}}}, "values must be finite numbers, got -inf"),
+        ({"parameters": {"x": {"value": float("inf")}, "y": {"values": [1, 2]}}}, "finite numbers, got inf"),
+        ({"method": "random", "parameters": {"x": {"distribution": "uniform", "min": 0, "max": float("inf")}}},
+         "max of uniform must be a number, got inf"),
     ],
 )  # fmt: skip
 def test_bad_distributions_and_sizes_are_refused_before_anything_is_written(tmp_path, change, message):

@@ -15,6 +15,7 @@ import functools
 import itertools
 import json
 import math
+import stat
 import warnings
 from pathlib import Path
 
@@ -107,8 +108,7 @@ def count_values(data, budget: int) -> int:
 def load_sweep(path: str | Path) -> dict:
     """Parse and check a sweep file; every problem is one line naming the valid choices."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"sweep file {str(path)!r} not found")
+    check_regular_file(path)
     sweep = read_yaml(path)
     if not isinstance(sweep, dict):
         raise ConfigError(f"sweep file {path} must be a mapping with keys program, method, metric, parameters")
@@ -143,6 +143,22 @@ def load_sweep(path: str | Path) -> dict:
     pruner(sweep)
     check_wandb_schema(sweep, path)
     return sweep
+
+
+def check_regular_file(path: Path) -> None:
+    """A sweep file is a regular file: a folder, a named pipe (reading it would wait for a writer) or a device is
+    named as what it is."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"sweep file {str(path)!r} not found") from None
+    except OSError as error:  # e.g. a folder on the way that cannot be searched
+        raise ConfigError(f"sweep file {str(path)!r} cannot be read: {error.strerror}") from None
+    kinds = ((stat.S_ISDIR, "is a folder"), (stat.S_ISFIFO, "is a named pipe (FIFO)"), (stat.S_ISSOCK, "is a socket"),
+             (stat.S_ISCHR, "is a device"), (stat.S_ISBLK, "is a device"))  # fmt: skip
+    what = next((words for test, words in kinds if test(mode)), None if stat.S_ISREG(mode) else "is not a file")
+    if what:
+        raise ConfigError(f"sweep file {str(path)!r} {what}, not a YAML file")
 
 
 def check_seeds_not_searched(sweep: dict, path: Path) -> None:
@@ -308,6 +324,7 @@ def distribution(name: str, spec: dict, method: str) -> str:
         other = sorted(set(spec) - {"value"})[0]
         raise ConfigError(f"parameter {name!r}: `value` (a constant) cannot be combined with {other!r}")
     if "value" in spec:
+        check_values(name, [spec["value"]])
         return "constant"
     kind = spec.get("distribution") or ("categorical" if "values" in spec else None)
     if kind is None and "min" in spec and "max" in spec:
@@ -332,9 +349,23 @@ def distribution(name: str, spec: dict, method: str) -> str:
         raise ConfigError(
             f"parameter {name!r}: categorical needs a non-empty `values` list, got {spec.get('values')!r}"
         )
+    check_values(name, spec_values(spec))
     if kind not in ("constant", "categorical"):
         check_range(name, spec, kind)
     return kind
+
+
+def check_values(name: str, values: list) -> None:
+    """Finite numbers (a NaN or infinite value trains nothing sensible), each value once (a grid would run a
+    repeated value twice, a search would weigh it double)."""
+    seen = set()
+    for value in values:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"parameter {name!r}: values must be finite numbers, got {value!r}")
+        text = json.dumps(value, sort_keys=True, default=repr)
+        if text in seen:
+            raise ConfigError(f"parameter {name!r}: value {value!r} is listed twice; list each value once")
+        seen.add(text)
 
 
 def check_range(name: str, spec: dict, kind: str) -> None:
@@ -345,7 +376,7 @@ def check_range(name: str, spec: dict, kind: str) -> None:
     low, high, q = spec["min"], spec["max"], spec.get("q", 1)
     number = (int,) if kind == "int_uniform" else (int, float)
     for key, value in (("min", low), ("max", high), ("q", q)):
-        if not isinstance(value, number) or isinstance(value, bool) or value != value:
+        if not isinstance(value, number) or isinstance(value, bool) or not math.isfinite(value):
             what = "an integer" if number == (int,) else "a number"
             raise ConfigError(f"parameter {name!r}: {key} of {kind} must be {what}, got {value!r}")
     if low >= high:
