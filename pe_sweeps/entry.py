@@ -2,12 +2,25 @@
 start without importing torch or Lightning (pe_sweeps/light_commands.py); every other command goes to
 pe_sweeps/cli.py."""
 
+import signal
 import sys
 
 
 def main() -> None:
     """Returns None for every command: the `pe-sweeps` script passes main()'s value to sys.exit, which would print
-    a returned study and exit 1."""
+    a returned study and exit 1. Ctrl-C before a command handles it itself (while it imports, builds its parser,
+    creates its study) is one line and exit 130, not a KeyboardInterrupt traceback."""
+    try:
+        run_command()
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not interrupt the line
+        command = " ".join(["cli.py", *sys.argv[1:2]])
+        print(f"error: {command} stopped by SIGINT (Ctrl-C)", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
+
+
+def run_command() -> None:
+    """Run the command `sys.argv` names."""
     from pe_sweeps.exits import exit_in_one_line
     from pe_sweeps.permissions import apply_umask
     from pe_sweeps.tracking.children import start_watchdog

@@ -24,8 +24,10 @@ README claims covered here:
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from pydoc import locate
 
@@ -461,6 +463,7 @@ def test_model_summary_states_the_training_flops_not_lightnings_zero(tiny_fit_ar
     n = sum(p.numel() for p in model.parameters()) - model.transformer.token_emb.weight.numel()
     assert training_flops_per_token(model, None) == 6 * n + 12 * 1 * 12 * 32
 
+
 @pytest.mark.parametrize(
     "arg, expected",
     [
@@ -538,3 +541,22 @@ def test_a_sweep_file_that_is_not_a_regular_file_says_what_it_is(kind, expected,
     assert code == 2 and err.strip() == f"error: sweep file {str(path)!r} {expected}", err
     assert not (tmp_path / "out").exists()
 
+
+@pytest.mark.slow  # starts processes
+@pytest.mark.parametrize("command", ["fit", "sweep"])
+def test_ctrl_c_during_start_up_is_one_line_and_exit_130(command, tmp_path):
+    """SIGINT while the command imports or creates its study printed a 46-50 line KeyboardInterrupt traceback
+    and the process died of the signal (exit -2)."""
+    if command == "fit":
+        args = ["fit", *TINY, f"--run.out_dir={tmp_path / 'out'}"]
+    else:
+        args = ["sweep", str(fake_sweep_file(tmp_path)), f"--out_dir={tmp_path / 'out'}"]
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    for delay in (0.3, 1.0, 2.0):
+        child = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=ROOT, env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        time.sleep(delay)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=120)
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert child.returncode == 130 and "Traceback" not in err and len(errors) == 1, (delay, err[-2000:])
