@@ -126,3 +126,21 @@ def test_an_unknown_encoding_stops_the_sweep_before_any_trial(change, overrides,
     ok = json.loads(json.dumps(ENCODING_SWEEP))
     ok["parameters"]["model.arch.encoding"] = {"values": ["rope", "rope3.none", ["rope", "none"], "tupe_a_tied"]}
     study_protocol.apply_overrides(ok, ["seed_everything=2"])
+
+
+@pytest.mark.parametrize(
+    "values, names",
+    [(["日本", "中文"], ["s-u44da6b", "s-u7be2d2"]), (["héllo", "hello"], ["s-hello-u35b5ea", "s-hello"]),
+     (["naïve café", "rope"], ["s-naive_cafe-u6ab372", "s-rope"])],
+)  # fmt: skip
+def test_set_values_beyond_ascii_name_distinct_readable_studies(tmp_path, values, names):
+    """Every non-ASCII --set value named the study `<name>-none` (a second value then 'a different sweep file')."""
+    studies = []
+    for value in values:
+        sweep = {"name": "s", "parameters": {"data.task": {"values": ["a", "b"]}, "x": {"values": [1, 2]}}}
+        fixed, suffix = study_protocol.apply_overrides(sweep, [f"data.task={value}"])
+        assert fixed["parameters"]["data.task"] == {"value": value}  # the trials get the value itself
+        opts = options(tmp_path)
+        study_protocol.name_study(opts, fixed, suffix)  # a valid folder name (records.check_name)
+        studies.append(opts.study_name)
+    assert studies == names

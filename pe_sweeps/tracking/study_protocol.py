@@ -3,7 +3,9 @@ same sweep file), queueing every grid point once at creation (`QUEUED`), and the
 are left to ask for, which grid points are unfinished, and whether anything succeeded. Creating the study
 holds the study lock (tracking/study_lock.py); retries and dead trials are tracking/recovery.py's."""
 
+import hashlib
 import time
+import unicodedata
 import warnings
 from pathlib import Path
 
@@ -41,9 +43,20 @@ def apply_overrides(sweep: dict, overrides: list[str]) -> tuple[dict, str]:
             known = ", ".join(sweep["parameters"])
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE with KEY one of the sweep's parameters: {known}")
         sweep["parameters"][key] = {"value": yaml.safe_load(value)}
-        suffix.append(short_value(value))  # as a run name shows it: `--set KEY={a: 1}` still names one folder
+        suffix.append(set_value_name(value))
     check_encoding_names(sweep)
     return sweep, "-".join(suffix)
+
+
+def set_value_name(value: str) -> str:
+    """A --set value as the study name shows it, as a run name does (`--set KEY={a: 1}` still names one folder).
+    A name is ASCII (records.check_name), so a value with other letters keeps its accented letters unaccented and
+    a short hash of the whole value: `héllo` -> `hello-u35b5ea`, `日本` -> `u44da6b`: two values are never one study."""
+    if value.isascii():
+        return short_value(value)
+    digest = "u" + hashlib.sha1(value.encode()).hexdigest()[:6]
+    readable = short_value(unicodedata.normalize("NFKD", value).encode("ascii", "ignore").decode())
+    return digest if readable == "none" else f"{readable}-{digest}"  # "none": no ASCII letter left
 
 
 def check_encoding_names(sweep: dict) -> None:
