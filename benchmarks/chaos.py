@@ -232,7 +232,7 @@ def owner(run: Run, pid: int) -> subprocess.Popen | None:
 
 
 def finished(record: Path) -> bool:
-    from pe_sweeps.tracking.records import read_record
+    from pe_sweeps.runs.records import read_record
 
     run = read_record(record, warn=False)  # None while missing or caught mid-write
     return run is not None and run.status == "finished"
@@ -349,7 +349,7 @@ def count_tracebacks(run: Run) -> None:
 
 
 def settle(run: Run) -> None:
-    """Give orphaned trial children the time their watchdog needs to stop them (tracking/children.py)."""
+    """Give orphaned trial children the time their watchdog needs to stop them (sweep/children.py)."""
     deadline = time.time() + 15
     while run.children.scan() and time.time() < deadline:
         reap_orphans(run.sweeps)
@@ -439,7 +439,7 @@ def measure(url: str, out: Path, points: int) -> dict:
     import optuna
     from optuna.trial import TrialState
 
-    from pe_sweeps.tracking.storage import open_storage
+    from pe_sweeps.storages.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     trials = optuna.load_study(study_name=STUDY, storage=open_storage(url, 1)).get_trials(deepcopy=False)

@@ -136,8 +136,8 @@ def lightning_fit(args, reads: HostReads | None = None) -> float:
     from pytorch_lightning.callbacks import ModelCheckpoint
     from pytorch_lightning.loggers import CSVLogger
 
-    from pe_sweeps.tracking.callbacks import LogLearningRate, StepProgressBar
-    from pe_sweeps.tracking.record_writer import RecordWriter
+    from pe_sweeps.runs.callbacks import LogLearningRate, StepProgressBar
+    from pe_sweeps.runs.record_writer import RecordWriter
 
     class Clock(pl.Callback):
         start = end = None

@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import TINY  # noqa: E402
 
-from pe_sweeps.tracking.records import load_records  # noqa: E402
-from pe_sweeps.tracking.trial_devices import cpu_cores  # noqa: E402
+from pe_sweeps.runs.records import load_records  # noqa: E402
+from pe_sweeps.sweep.trial_devices import cpu_cores  # noqa: E402
 
 ENCODINGS = ["rope", "alibi", "none", "learned"]
 SETTINGS = [("cold", "1"), ("warm", "1"), ("cold", "auto"), ("warm", "auto")]

@@ -8,20 +8,20 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.loaders import seeded_loader
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.help_text import document_options
-from pe_sweeps.ranges import NonNegativeInt, PositiveInt, check_ranges
+from pe_core.errors import ConfigError
+from pe_core.help_text import document_options
+from pe_core.ranges import NonNegativeInt, PositiveInt, check_ranges
 
 # The options the data modules share, one type each, and each a parameter of ONE base class below (TaskDataModule:
 # the loader options; FileDataModule: where the text comes from and the tokenizer's size). A data module takes them
 # through `**kwargs` (jsonargparse follows `super().__init__(**kwargs)`, so `--data.batch_size` etc. stay flat) and
 # declares one itself only to give it another default (TranslationDataModule's and SyntheticDataModule's batch_size).
 # jsonargparse reads that call from the source file: a process that imported a module before its file was edited
-# (a sweep's warm-start server, tracking/warm_start.py) may no longer see them (`Option 'batch_size' is not accepted`).
+# (a sweep's warm-start server, sweep/warm_start.py) may no longer see them (`Option 'batch_size' is not accepted`).
 BatchSize = PositiveInt
 Seed = int | None  # None: the run's seed_everything (set by cli.py); 0 outside the CLI
 Workers = NonNegativeInt | None  # loader processes; None: 2 on CUDA, 0 on the CPU (datamodules/loaders.py)
-DataDir = str | None  # None: the data root (pe_sweeps/layout.py data_root)
+DataDir = str | None  # None: the data root (pe_core/data_paths.py data_root)
 HubName = str | None  # load from the Hugging Face hub instead of data_dir (online)
 VocabLimit = PositiveInt  # the tokenizer's vocabulary size at most
 
@@ -135,7 +135,7 @@ class TaskDataModule(pl.LightningDataModule):
 class FileDataModule(TaskDataModule):
     """The options every data module of text (datamodules/text.py, masked_lm.py, glue.py, text_classification.py,
     translation.py) shares, declared here once: its files lie under `data_dir` (None: the data root,
-    pe_sweeps/layout.py `data_root`) unless `hub_name` names a Hugging Face hub data set to load instead, and
+    pe_core/data_paths.py `data_root`) unless `hub_name` names a Hugging Face hub data set to load instead, and
     its tokenizer, learned on the training split, keeps at most `vocab_size_limit` tokens. Options a module
     has under its own name or default (`tokenizer`, `max_length`, `max_train_*`, `max_eval_*`) stay its own."""
 

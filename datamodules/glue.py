@@ -35,8 +35,8 @@ from datamodules.text import (
 )
 from lightning_modules.arch import ArchConfig
 from lightning_modules.checkpoint_io import load_checkpoint
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import PositiveInt
+from pe_core.errors import ConfigError
+from pe_core.ranges import PositiveInt
 
 PAD, CLS, SEP = (SPECIAL_TOKENS.index(t) for t in ("[PAD]", "[CLS]", "[SEP]"))
 

@@ -32,7 +32,7 @@ from datamodules.text import (
     load_or_train_tokenizer,
     read_corpus,
 )
-from pe_sweeps.ranges import OpenFraction
+from pe_core.ranges import OpenFraction
 
 PAD, CLS, SEP, MASK = (SPECIAL_TOKENS.index(t) for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]"))
 NUM_SPECIAL = len(SPECIAL_TOKENS)  # ids below this are special and never masked or sampled

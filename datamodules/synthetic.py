@@ -28,8 +28,8 @@ from datamodules.tasks.tokens import (  # noqa: F401 (re-exported: the token ids
     index_token,
     vocab_size,
 )
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import PositiveInt
+from pe_core.errors import ConfigError
+from pe_core.ranges import PositiveInt
 
 # ---------------------------------------------------------------------------------------------------------
 # Formatting and batching

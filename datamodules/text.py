@@ -32,11 +32,11 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.base import FileDataModule, Limit, Tokenizer, data_options_help, hub_error
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.layout import TOKENIZER_CACHE_ENV as CACHE_ENV
-from pe_sweeps.layout import data_root
-from pe_sweeps.ranges import PositiveInt
-from pe_sweeps.vocab import IGNORE_INDEX, SPECIAL_TOKENS  # noqa: F401 - IGNORE_INDEX: a context-only token's target
+from pe_core.data_paths import TOKENIZER_CACHE_ENV as CACHE_ENV
+from pe_core.data_paths import data_root
+from pe_core.errors import ConfigError
+from pe_core.ranges import PositiveInt
+from pe_core.vocab import IGNORE_INDEX, SPECIAL_TOKENS  # noqa: F401 - IGNORE_INDEX: a context-only token's target
 
 TOKENIZERS = ("auto", "char", "word", "bpe")
 # the tokenizers hold a whole line in memory (about 400 bytes per character at character level; a 1 GB line
@@ -83,7 +83,7 @@ def check_tokenizer(tokenizer: str) -> None:
 
 def resolve_dir(data_dir: str | None) -> Path:
     """`--data.data_dir` as given (relative to the current folder), or the data root when not given
-    ($PE_DATA_ROOT, else the checkout's ../shared/data: pe_sweeps/layout.py `data_root`)."""
+    ($PE_DATA_ROOT, else the checkout's ../shared/data: pe_core/data_paths.py `data_root`)."""
     return data_root() if data_dir is None else Path(data_dir).expanduser()
 
 

@@ -34,8 +34,8 @@ import numpy as np
 from datamodules.base import FileDataModule, Limit, Tokenizer, data_options_help, hub_error
 from datamodules.glue import Examples, encode_examples_cached
 from datamodules.text import check_tokenizer, load_or_train_tokenizer, resolve_dir
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import PositiveInt
+from pe_core.errors import ConfigError
+from pe_core.ranges import PositiveInt
 
 FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 SENTEVAL_SEED = 1111  # SentEval's k-fold seed

@@ -25,8 +25,8 @@ from torch.utils.data import Dataset
 
 from datamodules.base import BatchSize, FileDataModule, Limit, data_options_help, hub_error
 from datamodules.text import SPECIAL_TOKENS, load_or_train_tokenizer, resolve_dir
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.vocab import BOS, EOS, IGNORE_INDEX, PAD  # [CLS] begins a target, [SEP] ends it; padding: no loss
+from pe_core.errors import ConfigError
+from pe_core.vocab import BOS, EOS, IGNORE_INDEX, PAD  # [CLS] begins a target, [SEP] ends it; padding: no loss
 
 SOURCE, TARGET = "en", "de"
 SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}  # split -> file stem

@@ -10,7 +10,7 @@ from typing import Literal
 
 from lightning_modules.schedule import check_schedule, layer_windows
 from lightning_modules.schedule_label import layer_encodings
-from pe_sweeps.ranges import Fraction, PositiveFloat, PositiveInt, check_ranges
+from pe_core.ranges import Fraction, PositiveFloat, PositiveInt, check_ranges
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Checks of the trainer arguments, the seed and the linked model arguments, run once after parsing (cli.py), so
 a bad value is one line before anything is built, seeded or written. The model's own ranges are declared with
-its options (`Annotated` types from pe_sweeps/ranges.py) and checked by the parser."""
+its options (`Annotated` types from pe_core/ranges.py) and checked by the parser."""
 
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 LINKED = {
     "arch.max_length": "data.max_seq_len (the data's longest sequence)",

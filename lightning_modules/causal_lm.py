@@ -14,10 +14,9 @@ from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import LRDecay
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
-from pe_sweeps import internals
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
-from pe_sweeps.vocab import IGNORE_INDEX
+from pe_core.errors import ConfigError
+from pe_core.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pe_core.vocab import IGNORE_INDEX
 
 PPL = "ppl"
 
@@ -95,7 +94,7 @@ class CausalLMModel(TaskModule):
     @property
     def train_context(self) -> int | None:
         """The training context (data.block_size); None without a datamodule."""
-        datamodule = getattr(internals.attached_trainer(self), "datamodule", None)
+        datamodule = self.attached_datamodule
         return getattr(datamodule, "block_size", None)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -15,7 +15,7 @@ import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from lightning_modules.arch import ArchConfig
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 HINT = "pass a last.ckpt written by cli.py fit"
 

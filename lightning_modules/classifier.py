@@ -20,8 +20,8 @@ from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import LRDecay
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pe_core.errors import ConfigError
+from pe_core.ranges import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 # GLUE's metrics per task (Wang et al. 2019); the task score is their mean, as on the GLUE leaderboard.
 GLUE_METRICS = {

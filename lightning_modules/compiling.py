@@ -12,7 +12,7 @@ length recompiles once with symbolic shapes, after which lengths do not recompil
 
 from torch import nn
 
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 # encoding -> why torch.compile cannot serve it. Empty: every registered encoding compiles on CPU (inductor)
 # and matches eager (tests/test_compile.py).

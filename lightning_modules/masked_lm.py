@@ -14,7 +14,7 @@ from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import LRDecay
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
-from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pe_core.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 TOKENIZER_KEY = "tokenizer"  # checkpoint entry holding the tokenizer JSON (read by datamodules.glue)
 

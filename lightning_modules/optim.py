@@ -6,7 +6,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from pe_sweeps.errors import ConfigError, DivergedError
+from pe_core.errors import ConfigError, DivergedError
 
 LR_DECAYS = ("constant", "linear", "cosine")
 LRDecay = Literal[LR_DECAYS]  # the type of every task module's lr_decay: --help lists the choices

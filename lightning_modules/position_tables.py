@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 TABLE_SUFFIXES = (".pt", ".npy")
 # model_type -> attribute path of the position embedding in transformers' AutoModel

@@ -1,5 +1,5 @@
 """Every task module, by its short name (`--model=SyntheticTaskModel`): the one list that task_modules.py's
-classes, cli.py's short class names and the sweep fork server's preloaded modules (tracking/warm_start.py) are
+classes, cli.py's short class names and the sweep fork server's preloaded modules (sweep/warm_start.py) are
 derived from. Dotted paths, so reading the registry imports no model; a new task module is one line here.
 
 `ENCODING_ARGS` declares, per task module, which init arguments hold an encoding and its options (per role:

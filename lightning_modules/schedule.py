@@ -11,7 +11,7 @@ but `none`, or, with a single encoding, to it alone (as without a schedule).
 
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding, check_encoding, check_encoding_name
 from lightning_modules.schedule_label import NOPE, is_label, label_pattern, parse_label
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 
 def layer_windows(window: int | list[int | None] | None, depth: int) -> list[int | None]:

@@ -1,10 +1,10 @@
 """How a per-layer encoding schedule is named in run names, groups and comparisons (pure Python: no torch, so
-that pe_sweeps/tracking/run_naming.py and the task modules both read it cheaply)."""
+that pe_sweeps/runs/run_naming.py and the task modules both read it cheaply)."""
 
 import itertools
 import re
 
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 NOPE = "none"
 LABEL_RUN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*?)(\d*)")  # "rope3" -> ("rope", "3"); names never end in a digit

@@ -10,8 +10,8 @@ from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import LRDecay
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pe_core.errors import ConfigError
+from pe_core.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 DEPTH_BINS = 5  # needle depths [0, 0.2), [0.2, 0.4), ..., [0.8, 1], logged as val/acc_depth_0 ... _80
 

@@ -10,9 +10,8 @@ from lightning_modules.encodings import PositionalEncoding
 from lightning_modules.optim import DivergenceWatch, adamw_with_schedule
 from lightning_modules.registry import ONE_ENCODING, dotted_get  # noqa: F401 (dotted_get re-exported)
 from lightning_modules.schedule_label import encoding_label
-from pe_sweeps import internals
-from pe_sweeps.help_text import document_options
-from pe_sweeps.ranges import check_ranges
+from pe_core.help_text import document_options
+from pe_core.ranges import check_ranges
 
 # What --help says of the options most task modules share (`options_help`); a module's own are added there.
 COMMON_OPTIONS = {
@@ -82,9 +81,18 @@ class TaskModule(pl.LightningModule):
         arch = ArchConfig.of(arch)
         self.save_hyperparameters(ignore=["arch"], frame=inspect.currentframe().f_back)
         check_ranges(type(self).__init__, self.hparams)  # the ranges its signature declares, when built directly
-        self.hparams["arch"] = arch.as_dict()
-        internals.set_initial_hparam(self, "arch", arch.as_dict())
+        # saved again as one dict: `hparams_initial` (what checkpoints and loggers record) gets `arch` too
+        self.save_hyperparameters(dict(self.hparams) | {"arch": arch.as_dict()})
         return arch
+
+    @property
+    def attached_datamodule(self):
+        """The datamodule of the Trainer this module is attached to, or None (Lightning's public `trainer`
+        raises when there is none)."""
+        try:
+            return getattr(self.trainer, "datamodule", None)
+        except RuntimeError:
+            return None
 
     @property
     def encoding(self):

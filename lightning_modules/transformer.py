@@ -15,7 +15,7 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding, build_encoding
 from lightning_modules.encodings.base import ScoreMod, chain_score_mods
 from lightning_modules.schedule import distinct, primary_encoding, scheduled_options
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 BACKENDS = ("auto", "sdpa", "flex")
 

@@ -32,10 +32,9 @@ from lightning_modules.transformer import (
     init_weights,
     layer_masks,
 )
-from pe_sweeps import internals
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
-from pe_sweeps.vocab import BOS, EOS, IGNORE_INDEX, PAD
+from pe_core.errors import ConfigError
+from pe_core.ranges import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from pe_core.vocab import BOS, EOS, IGNORE_INDEX, PAD
 
 PPL, BLEU, BLEU_GREEDY = "ppl", "bleu", "bleu_greedy"
 NEVER_GENERATED = [PAD, BOS, 3, 4]  # [PAD], [CLS], [MASK], [UNK]: masked out when decoding
@@ -375,7 +374,7 @@ class TranslationModel(TaskModule):
         return loss
 
     def detokenize(self, ids: Tensor) -> list[str]:
-        datamodule = getattr(internals.attached_trainer(self), "datamodule", None)
+        datamodule = self.attached_datamodule
         if datamodule is None or not hasattr(datamodule, "detokenize"):
             raise RuntimeError("BLEU needs a datamodule with detokenize() (TranslationDataModule)")
         return datamodule.detokenize(ids)

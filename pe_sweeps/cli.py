@@ -48,9 +48,9 @@ from lightning_modules.checkpoint_io import (  # noqa: E402
 from lightning_modules.registry import TASK_MODULE_PATHS  # noqa: E402
 from lightning_modules.schedule import check_scheduled_encoding  # noqa: E402
 from lightning_modules.task_module import TaskModule, dotted_get  # noqa: E402
+from pe_core.errors import ConfigError  # noqa: E402
 from pe_sweeps import internals  # noqa: E402
 from pe_sweeps.cli_errors import OneLineErrors  # noqa: E402
-from pe_sweeps.errors import ConfigError  # noqa: E402
 from pe_sweeps.exits import exit_in_one_line  # noqa: E402
 from pe_sweeps.layout import (  # noqa: E402
     DEFAULT_OUT_DIR,
@@ -66,19 +66,19 @@ from pe_sweeps.layout import (  # noqa: E402
     shipped_files,
 )
 from pe_sweeps.light_commands import compare_main, sweep_main  # noqa: E402
-from pe_sweeps.tracking.callbacks import LogLearningRate, ModelSummaryWithFlops, StepProgressBar  # noqa: E402
-from pe_sweeps.tracking.children import check_given_gpus, start_watchdog  # noqa: E402
-from pe_sweeps.tracking.console import quiet_lightning_tips  # noqa: E402
-from pe_sweeps.tracking.record_writer import RecordWriter  # noqa: E402
-from pe_sweeps.tracking.records import check_name, find_checkpoint, read_record  # noqa: E402
-from pe_sweeps.tracking.run_naming import (  # noqa: E402
+from pe_sweeps.runs.callbacks import LogLearningRate, ModelSummaryWithFlops, StepProgressBar  # noqa: E402
+from pe_sweeps.runs.console import quiet_lightning_tips  # noqa: E402
+from pe_sweeps.runs.record_writer import RecordWriter  # noqa: E402
+from pe_sweeps.runs.records import check_name, find_checkpoint, read_record  # noqa: E402
+from pe_sweeps.runs.run_naming import (  # noqa: E402
     distinguishing,
     run_group,
     run_name,
     setup_label,
     sweep_params,
 )
-from pe_sweeps.tracking.wandb_setup import make_wandb_logger  # noqa: E402
+from pe_sweeps.runs.wandb_setup import make_wandb_logger  # noqa: E402
+from pe_sweeps.sweep.children import check_given_gpus, start_watchdog  # noqa: E402
 
 set_parsing_settings(docstring_parse_attribute_docstrings=True)  # ArchConfig's field docstrings are --help text
 PREBUILT: dict = {}  # filled in a sweep's fork server by prepare_fork_server(): each forked trial takes the parser
@@ -138,7 +138,7 @@ class PECLI(LightningCLI):
 
     def setup_parser(self, add_subcommands, main_kwargs, subparser_kwargs) -> None:
         """Build the parser (about 0.5 s), or take the one a sweep's fork server built before forking this
-        trial (tracking/warm_start.py). jsonargparse reads defaults when the parser is built, so the
+        trial (sweep/warm_start.py). jsonargparse reads defaults when the parser is built, so the
         defaults that come from the environment (`RunOptions`) are read again here, in the trial."""
         if add_subcommands and PREBUILT and not self.prebuilding:
             built = PREBUILT.pop("cli")
@@ -332,7 +332,7 @@ class PECLI(LightningCLI):
     def after_fit(self) -> None:
         """A short table of the final and best validation metrics, the record and how to sync W&B."""
         if self.trainer.is_global_zero:
-            from pe_sweeps.tracking.summary import print_fit_summary
+            from pe_sweeps.runs.summary import print_fit_summary
 
             print_fit_summary(self.run_record.record, self.run_record.path)
 
@@ -487,7 +487,7 @@ def cli_main(args: list[str] | None = None):
 
 def main() -> None:
     """`pe-sweeps ...`, `python -m pe_sweeps ...` and `python cli.py ...`: a sweep's trial first starts the
-    watchdog that makes it exit with its sweep (tracking/children.py), then the command runs."""
+    watchdog that makes it exit with its sweep (sweep/children.py), then the command runs."""
     start_watchdog()
     cli_main()
 

@@ -12,7 +12,7 @@ import sys
 
 from jsonargparse import ArgumentParser
 
-from pe_sweeps.errors import TYPE_WORDS
+from pe_core.errors import TYPE_WORDS
 
 TYPE_NAMES = {kind.__name__: words for kind, words in TYPE_WORDS.items()} | {
     "dict": "a mapping such as {key: value}", "list": "a list such as [a, b]"}  # fmt: skip
@@ -22,7 +22,7 @@ NOISE = re.compile(
 )
 EXPECTED = re.compile(r"(?:- )?Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])")
 GIVEN = re.compile(r"(?:Given value|Expected .*\. Got value): (.*)$")
-# a range declared with the option (pe_sweeps/ranges.py), as jsonargparse reports pydantic's check of it
+# a range declared with the option (pe_core/ranges.py), as jsonargparse reports pydantic's check of it
 RANGE = re.compile(
     r"validation error for constrained-(int|float)\s+Input should be (.*?) \[type=[^\]]*\]"
     r".*?(?:Got|Given) value: ([^\n]*)",

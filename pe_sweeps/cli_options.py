@@ -9,9 +9,9 @@ import typing
 
 from jsonargparse import ActionConfigFile, ArgumentParser
 
+from pe_core.ranges import describe
 from pe_sweeps import internals
 from pe_sweeps.cli_errors import OneLineErrorParser
-from pe_sweeps.ranges import describe
 
 FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s*(.*))?$")  # `name: type = default  # help`
 COMMENT = re.compile(r"^\s+#\s?(.*)$")  # a comment line: continues a field's help, or precedes its field

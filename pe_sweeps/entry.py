@@ -23,14 +23,14 @@ def run_command() -> None:
     """Run the command `sys.argv` names."""
     from pe_sweeps.exits import exit_in_one_line
     from pe_sweeps.permissions import apply_umask
-    from pe_sweeps.tracking.children import start_watchdog
+    from pe_sweeps.sweep.children import start_watchdog
 
     try:
         apply_umask()  # folders 0700, files 0600 unless $PE_UMASK says otherwise (pe_sweeps/permissions.py)
     except Exception as error:
         exit_in_one_line(error)
         raise
-    start_watchdog()  # a sweep's trial (or a sweep a trial started) exits with its sweep: tracking/children.py
+    start_watchdog()  # a sweep's trial (or a sweep a trial started) exits with its sweep: sweep/children.py
     if sys.argv[1:2] not in (["compare"], ["sweep"]):
         from pe_sweeps.cli import cli_main
 

@@ -5,7 +5,7 @@ Light on purpose: `sweep` and `compare` use it without importing torch or Lightn
 import errno
 import sys
 
-from pe_sweeps.errors import ConfigError, DivergedError
+from pe_core.errors import ConfigError, DivergedError
 
 
 def exit_in_one_line(error: BaseException) -> None:

@@ -1,4 +1,4 @@
-"""Every use of another library's private API, in one place: Optuna's, CPython's, W&B's and Lightning's.
+"""Every use of another library's private API, in one place: Optuna's, CPython's, W&B's, Lightning's, submitit's.
 
 The sweep needs a few things their public APIs do not give: the storage and ids behind a study and a trial
 (to read a trial's current state from another process, set its state, find stale heartbeats), CPython's
@@ -8,7 +8,7 @@ reaches into; nothing outside this module touches a private name of these librar
 checked here and in tests/test_internals.py, which runs each function on real objects.
 
 Checked against: optuna 5.1 (pyproject pins optuna>=5.0,<6), wandb 0.31 (pinned >=0.31,<0.32), pytorch-lightning
-2.6 (WandbLogger's init arguments),
+2.6 (WandbLogger's init arguments), submitit 1.5 (its sbatch script),
 CPython 3.10-3.13 (`threading._shutdown` and `atexit._run_exitfuncs` exist unchanged in all four).
 """
 
@@ -95,14 +95,14 @@ def subcommand_parsers(cli) -> list:
     return list(cli._subcommand_parsers.values())  # pytorch_lightning: LightningCLI._subcommand_parsers
 
 
-def attached_trainer(module):
-    """The Trainer a LightningModule is attached to, or None (its public `trainer` raises when there is none)."""
-    return module._trainer  # pytorch_lightning: LightningModule._trainer
-
-
-def set_initial_hparam(module, key: str, value) -> None:
-    """Set one of `hparams_initial` (what checkpoints and loggers record), which Lightning exposes read-only."""
-    module._hparams_initial[key] = value  # pytorch_lightning: LightningModule._hparams_initial
+def submitit_sbatch_script(**params) -> str | None:
+    """The sbatch script submitit writes for a job array (`submitit.slurm.slurm._make_sbatch_string`), or None
+    without submitit."""
+    try:
+        from submitit.slurm.slurm import _make_sbatch_string
+    except ImportError:
+        return None
+    return _make_sbatch_string(**params)
 
 
 def format_model_summary(*args) -> str:

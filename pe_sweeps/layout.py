@@ -23,18 +23,17 @@ import os
 import time
 from pathlib import Path
 
-from pe_sweeps.errors import ConfigError
+from pe_core.data_paths import DATA_ROOT_ENV, TOKENIZER_CACHE_ENV, data_root  # noqa: F401 (named here too)
+from pe_core.errors import ConfigError
 
 OUT_DIR_ENV = "PE_OUT_DIR"  # default of --run.out_dir
 OUT_ROOT_ENV = "PE_OUT_ROOT"  # default of --run.out_root
 SWEEP_ENV = "PE_SWEEP"  # default of --run.sweep
-PARENT_ENV = "PE_PARENT_PID"  # a trial's supervising sweep process (tracking/children.py)
+PARENT_ENV = "PE_PARENT_PID"  # a trial's supervising sweep process (sweep/children.py)
 STORAGE_ENV = "PE_SWEEP_STORAGE"  # default of `cli.py sweep --storage`: a URL with a password stays out of `ps`
 TRIAL_GPUS_ENV = "PE_TRIAL_GPUS"  # the GPUs a sweep gave its trial (--devices_per_trial): fewer visible is an error
-FAULT_ENV = "PE_FAULT_AT"  # tests only: the sweep kills itself at this named step (tracking/failpoints.py)
-TOKENIZER_CACHE_ENV = "PE_TOKENIZER_CACHE"  # overrides the tokenizer cache folder (datamodules/text.py)
+FAULT_ENV = "PE_FAULT_AT"  # tests only: the sweep kills itself at this named step (failpoints.py)
 SWEEP_PARAMS_ENV = "PE_SWEEP_PARAMS"  # a sweep's trial: the parameters its sweep varied (run names, W&B config)
-DATA_ROOT_ENV = "PE_DATA_ROOT"  # default of every data module's --data.data_dir (`data_root`)
 UMASK_ENV = "PE_UMASK"  # the umask of every command and trial, default 077 (pe_sweeps/permissions.py)
 
 # What a launcher (SLURM's srun / sbatch, torchrun, Lightning's own DDP launcher, LSF's jsrun, mpirun) sets to
@@ -43,7 +42,7 @@ UMASK_ENV = "PE_UMASK"  # the umask of every command and trial, default 077 (pe_
 # LOCAL_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, TORCHELASTIC_RUN_ID), LightningEnvironment (LOCAL_RANK, NODE_RANK,
 # GROUP_RANK, MASTER_ADDR, MASTER_PORT), LSFEnvironment (JSM_NAMESPACE_*, LSB_DJOB_RANKFILE), rank_zero_only
 # (RANK, LOCAL_RANK, SLURM_PROCID, JSM_NAMESPACE_RANK) and seed_everything (PL_GLOBAL_SEED, PL_SEED_WORKERS,
-# which Lightning's launcher hands its DDP ranks). None of them reaches a trial (tracking/trial_child.py `child_env`).
+# which Lightning's launcher hands its DDP ranks). None of them reaches a trial (sweep/trial_child.py `child_env`).
 LAUNCHER_ENV = (
     "RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
     "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "LSB_DJOB_RANKFILE",
@@ -189,17 +188,3 @@ def shipped_files(argv: list[str]) -> list[str]:
         elif i and out[i - 1] == "--config" or i == 1 and out[0] == "sweep":
             out[i] = shipped_path(arg)
     return out
-
-
-def data_root() -> Path:
-    """Where data modules look for their files unless given --data.data_dir: $PE_DATA_ROOT, else the
-    `shared/data` folder beside a source checkout (the layout CI uses); one line naming both when neither is set."""
-    if os.environ.get(DATA_ROOT_ENV):
-        return Path(os.environ[DATA_ROOT_ENV]).expanduser()
-    beside = PACKAGE.parent.parent / "shared" / "data"
-    if beside.is_dir():
-        return beside
-    raise ConfigError(
-        f"no data folder: set {DATA_ROOT_ENV} or --data.data_dir to the folder holding the data sets "
-        f"(the checkout's default, {beside}, does not exist)"
-    )

@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 from pe_sweeps.layout import UMASK_ENV
 
 PRIVATE_UMASK = 0o077  # the default: only the user who runs the command

@@ -38,10 +38,10 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, check_encoding_name
 from lightning_modules.position_tables import check_finite_rows, hf_position_table, load_table_file
 from lightning_modules.transformer import Transformer
+from pe_core.errors import ConfigError
 from pe_sweeps.cli_options import parse_options
-from pe_sweeps.errors import ConfigError
 from pe_sweeps.layout import RECORD_FILE
-from pe_sweeps.tracking.records import read_record, write_record
+from pe_sweeps.runs.records import read_record, write_record
 
 TABLE = "embedding table"
 HIDDEN = "first-layer hidden states of a constant input"

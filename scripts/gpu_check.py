@@ -342,7 +342,7 @@ def trial_device(log: str | None) -> str:
 
 
 def trial_precision(record: str | None) -> str | None:
-    from pe_sweeps.tracking.records import read_record
+    from pe_sweeps.runs.records import read_record
 
     run = read_record(record, warn=False) if record else None
     return run.precision if run else None
@@ -423,7 +423,7 @@ def probe_verdict(probe: dict, needed: bool) -> str:
 def ddp_section(setup, result: dict) -> None:
     import torch
 
-    from pe_sweeps.tracking.records import load_records
+    from pe_sweeps.runs.records import load_records
 
     cuda = setup.device == "cuda"
     processes = min(2, torch.cuda.device_count()) if cuda else 2
@@ -618,7 +618,7 @@ def main(argv=None) -> int:
     if not args.cpu and not torch.cuda.is_available():
         print("gpu_check: no CUDA device is visible; GPU_CHECK_CPU=1 runs the CPU dry run", file=sys.stderr)
         return 2
-    from pe_sweeps.errors import ConfigError
+    from pe_core.errors import ConfigError
 
     try:
         setup = Setup(args)

@@ -43,7 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     from datamodules.masked_lm import MaskedLMDataModule
     from datamodules.text import encode_cached
-    from pe_sweeps.errors import ConfigError
+    from pe_core.errors import ConfigError
 
     try:
         dm = MaskedLMDataModule(task=args.task, tokenizer=args.tokenizer, vocab_size_limit=args.vocab,

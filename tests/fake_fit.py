@@ -16,12 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pe_sweeps.tracking.children import start_watchdog  # noqa: E402  (stdlib only: starts in milliseconds)
+from pe_sweeps.sweep.children import start_watchdog  # noqa: E402  (stdlib only: starts in milliseconds)
 
 start_watchdog(interval=0.2)
 
 
-def write_atomic(path: Path, text: str) -> None:  # tracking.records' own would import Lightning
+def write_atomic(path: Path, text: str) -> None:  # runs.records' own would import Lightning
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)

@@ -117,8 +117,8 @@ def slurm_cluster() -> None:
 
 
 def record(**fields):
-    """A RunRecord (tracking/records.py) from its fields as record.json spells them: what a test builds by hand
+    """A RunRecord (runs/records.py) from its fields as record.json spells them: what a test builds by hand
     in place of a run's file (unknown keys land in `extra`, as when read)."""
-    from pe_sweeps.tracking.records import RunRecord
+    from pe_sweeps.runs.records import RunRecord
 
     return RunRecord.from_dict(fields)

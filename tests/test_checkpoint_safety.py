@@ -137,7 +137,7 @@ def test_a_crafted_checkpoint_never_runs_code_through_the_cli_and_a_real_one_loa
 
 def refused_in_one_line(call, option: str) -> str:
     """`call()` raises a ConfigError naming `option` whose message is one line; returns it."""
-    from pe_sweeps.errors import ConfigError
+    from pe_core.errors import ConfigError
 
     with pytest.raises(ConfigError) as caught:
         call()
@@ -154,7 +154,7 @@ def test_each_loader_refuses_a_crafted_checkpoint_without_running_it(tmp_path, m
     from lightning_modules.checkpoint_io import load_checkpoint
     from pe_sweeps.cli import stored_run_dir
     from pe_sweeps.probes import load_checkpoint as probe_checkpoint
-    from pe_sweeps.tracking.trial_child import readable
+    from pe_sweeps.sweep.trial_child import readable
 
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     marker = tmp_path / "PWNED"

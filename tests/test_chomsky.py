@@ -27,7 +27,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_config_is_the_ruoss_protocol():
     from datamodules.synthetic import SyntheticDataModule
-    from pe_sweeps.tracking.sweep_file import load_sweep, metric_names
+    from pe_sweeps.sweep.sweep_file import load_sweep, metric_names
 
     config = yaml.safe_load((ROOT / "configs" / "chomsky.yaml").read_text())
     model, data = config["model"]["init_args"], config["data"]["init_args"]
@@ -79,7 +79,7 @@ def test_a_tiny_chomsky_run(tmp_path):
         "--trainer.max_steps=2", "--trainer.val_check_interval=2",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    from pe_sweeps.tracking.records import load_records
+    from pe_sweeps.runs.records import load_records
 
     (record,) = load_records(tmp_path)
     assert record.status == "finished" and record.task == "binary_addition"

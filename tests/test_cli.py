@@ -40,8 +40,8 @@ from datamodules.registry import DATA_MODULES
 from datamodules.synthetic import TASKS
 from lightning_modules.encodings import ENCODINGS
 from pe_sweeps.cli import cli_main
-from pe_sweeps.tracking.records import RunRecord, load_records
-from pe_sweeps.tracking.trial_child import rejected_option
+from pe_sweeps.runs.records import RunRecord, load_records
+from pe_sweeps.sweep.trial_child import rejected_option
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,7 +115,7 @@ def test_wandb_offline_without_key(tiny_fit_args, tmp_path):
 
 
 def test_wandb_mode_is_offline_without_a_key_and_an_explicit_one_is_respected(tmp_path, monkeypatch):
-    from pe_sweeps.tracking.wandb_setup import default_wandb_mode
+    from pe_sweeps.runs.wandb_setup import default_wandb_mode
 
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -177,7 +177,7 @@ def test_parse_errors_are_one_line_naming_the_key(args, expected, capsys, monkey
 def test_learned_table_too_short_is_clear(tiny_fit_args):
     from lightning_modules.arch import ArchConfig
     from lightning_modules.transformer import Transformer
-    from pe_sweeps.errors import ConfigError
+    from pe_core.errors import ConfigError
 
     model = Transformer(ArchConfig("learned", dim=16, num_heads=2, vocab_size=8, max_length=4))
     import torch
@@ -239,7 +239,7 @@ def test_data_seed_follows_the_seed_unless_given(tiny_fit_args, args, data_seed)
 def test_linked_model_arguments_cannot_be_given():
     """--model.arch.vocab_size and --model.arch.max_length come from the data; given on the line they are refused."""
     from lightning_modules.arg_checks import check_not_linked
-    from pe_sweeps.errors import ConfigError
+    from pe_core.errors import ConfigError
 
     check_not_linked(["--model.arch.dim=32", "--data.train_max_len=4"])
     for arg in ("--model.arch.vocab_size=3", "--model.arch.max_length=9", "--model.init_args.arch.max_length=9"):
@@ -323,8 +323,8 @@ def test_every_data_option_has_a_description_in_help(data, capsys):
 
 @pytest.mark.parametrize(
     "module, name",
-    [("pe_sweeps.tracking.sweep", "SweepOptions"), ("pe_sweeps.tracking.slurm", "SlurmOptions"),
-     ("pe_sweeps.tracking.compare", "CompareOptions"), ("pe_sweeps.probes", "ProbeOptions")],
+    [("pe_sweeps.sweep.run", "SweepOptions"), ("pe_sweeps.launchers.slurm", "SlurmOptions"),
+     ("pe_sweeps.compare.command", "CompareOptions"), ("pe_sweeps.probes", "ProbeOptions")],
 )  # fmt: skip
 def test_every_option_of_sweep_compare_probe_has_help_and_choices(module, name):
     import dataclasses
@@ -344,7 +344,7 @@ def test_every_option_of_sweep_compare_probe_has_help_and_choices(module, name):
 
 def test_compare_format_shows_its_choices():
     from pe_sweeps.cli_options import options_parser
-    from pe_sweeps.tracking.compare import CompareOptions
+    from pe_sweeps.compare.command import CompareOptions
 
     text = " ".join(options_parser(CompareOptions).format_help().split())
     assert "choices: table, csv, json, markdown, latex" in text and text.startswith("usage: cli.py compare")
@@ -453,7 +453,7 @@ def test_model_summary_states_the_training_flops_not_lightnings_zero(tiny_fit_ar
 
     from lightning_modules.arch import ArchConfig
     from lightning_modules.synthetic_model import SyntheticTaskModel
-    from pe_sweeps.tracking.callbacks import training_flops_per_token
+    from pe_sweeps.runs.callbacks import training_flops_per_token
 
     with caplog.at_level(logging.INFO, logger="pytorch_lightning.callbacks.model_summary"):
         fit([*tiny_fit_args, "--trainer.enable_model_summary=true"])

@@ -71,21 +71,21 @@ from helpers import record as make_record
 from rich.console import Console
 from scipy import stats
 
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking.compare import compare_main, print_comparison
-from pe_sweeps.tracking.compare_render import comparison_table, grid_of, render_table, to_csv, to_json, to_markdown
-from pe_sweeps.tracking.compare_report import write_report
-from pe_sweeps.tracking.compare_selection import side_by_side
-from pe_sweeps.tracking.compare_statistics import AGGREGATES, compare, compare_metrics, holm
-from pe_sweeps.tracking.comparison import Cell, cell_number, cell_text, interval_text, notes
-from pe_sweeps.tracking.records import RunRecord, load_records, write_record
-from pe_sweeps.tracking.wandb_records import wandb_record
+from pe_core.errors import ConfigError
+from pe_sweeps.compare.command import compare_main, print_comparison
+from pe_sweeps.compare.comparison import Cell, cell_number, cell_text, interval_text, notes
+from pe_sweeps.compare.render import comparison_table, grid_of, render_table, to_csv, to_json, to_markdown
+from pe_sweeps.compare.report import write_report
+from pe_sweeps.compare.selection import side_by_side
+from pe_sweeps.compare.statistics import AGGREGATES, compare, compare_metrics, holm
+from pe_sweeps.runs.records import RunRecord, load_records, write_record
+from pe_sweeps.runs.wandb_records import wandb_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def rec(encoding="rope", task="copy", seed=0, acc=0.9, status="finished", lr=1e-3, sweep=None, **extra) -> RunRecord:
-    """A record as tracking/records.py writes it, with per-length accuracy and a two-point history."""
+    """A record as runs/records.py writes it, with per-length accuracy and a two-point history."""
     final = {
         "val/acc": acc,
         "val/loss": 2.0 - acc,
@@ -406,7 +406,7 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
 def test_default_rows_fold_encoder_and_decoder_encodings_into_the_encoding():
     import yaml
 
-    from pe_sweeps.tracking.compare_spec import default_rows
+    from pe_sweeps.compare.spec import default_rows
 
     spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "sweeps/pe_study_mt.yaml").read_text())
     assert default_rows(spec) == "encoding"
@@ -456,7 +456,7 @@ def test_interval_coverage_is_what_its_label_says(n):
     """Issue 24, finding 1: on normal data the mean's Student-t interval covers the true mean 95 % of the
     time at every seed count (the percentile bootstrap it replaces: about 50 % at n = 2, 75 % at n = 3),
     and the median's order-statistic interval covers the true median at the level it is labelled with."""
-    from pe_sweeps.tracking.comparison import LEVEL, median_interval, t_interval
+    from pe_sweeps.compare.comparison import LEVEL, median_interval, t_interval
 
     rng = np.random.default_rng(n)
     values = rng.normal(loc=3.0, scale=2.0, size=(COVERAGE_REPLICATES, n))
@@ -549,7 +549,7 @@ def test_end_of_sweep_comparison_shows_in_distribution_and_beyond_length(tmp_pat
 def test_several_metrics_rank_by_the_declared_goal_and_show_their_pareto_front(tmp_path, capsys):
     """Per-metric statistics (ranks by the sweep file's goal when given, else by the name) and, for several
     metrics, the Pareto front of the rows' aggregates (Optuna's rule, per column)."""
-    from pe_sweeps.tracking.pareto import comparison_front
+    from pe_sweeps.compare.pareto import comparison_front
 
     cost = {"rope": 3.0, "alibi": 1.0, "none": 0.5}  # "cost" has no loss/ppl/error in its name: max by name
     records = [replace(r, final={**r.final, "val/cost": cost[r.encoding]}) for r in grid()]
@@ -571,7 +571,7 @@ def test_report_plots_agree_on_colours_show_seed_bands_units_and_log_perplexity(
     per-context curves; units and the training length / context marked; perplexity on a log axis; SVG."""
     from matplotlib.colors import to_hex
 
-    from pe_sweeps.tracking.compare_report import bar_chart, length_curves, ppl_context, row_colors
+    from pe_sweeps.compare.report import bar_chart, length_curves, ppl_context, row_colors
 
     records = [replace(r, final={**r.final, "val/ppl_ctx_8": 3.0 + r.seed, "val/ppl_ctx_16": 50.0}) for r in grid()]
     for r in records:
@@ -678,7 +678,7 @@ def test_a_row_missing_a_column_is_left_out_of_the_aggregates_and_named():
 
 
 def test_iqm_and_its_stratified_bootstrap_follow_rliable():
-    from pe_sweeps.tracking.across_tasks import iqm, iqm_interval, performance_profile
+    from pe_sweeps.compare.across_tasks import iqm, iqm_interval, performance_profile
 
     assert iqm([[1, 2, 3, 4], [5, 6, 7, 8]]) == pytest.approx(4.5)  # 25 % trimmed: mean of 3, 4, 5, 6
     assert iqm([[8, 1], [3, 100, 5, 7, 2, 4]]) == pytest.approx(np.mean([3, 4, 5, 7]))
@@ -773,7 +773,7 @@ def test_aggregates_only_over_columns_of_one_kind_of_run():
 @pytest.mark.parametrize("width", [250, 80, 60])
 def test_the_table_never_splits_a_number_and_is_compact_when_narrow(width):
     """Issue 29.4: at 80 columns rich broke numbers and paths inside cells."""
-    from pe_sweeps.tracking.comparison import cell_number
+    from pe_sweeps.compare.comparison import cell_number
 
     comp = compare(grid(), "val/acc")
     console = Console(file=io.StringIO(), width=width, record=True)
@@ -791,7 +791,7 @@ def test_the_table_never_splits_a_number_and_is_compact_when_narrow(width):
 def test_two_sweeps_compare_as_one(tmp_path, capsys):
     """`--sweep a,b`: a reproduction and a row added by a second sweep (ALiBi's t5_bias at another max_distance)
     in one table, the rows of each sweep's reseed groups merged; an unknown name is one line."""
-    from pe_sweeps.tracking.compare_spec import merged_spec
+    from pe_sweeps.compare.spec import merged_spec
 
     main = [replace(r, sweep="a") for r in grid()]
     added = [rec("t5_bias", seed=s, acc=0.5, sweep="b") for s in range(3)]
@@ -864,7 +864,7 @@ def test_every_table_shape_renders(shape, width):
 def test_a_failing_comparison_is_one_warning_line_never_an_exception(tmp_path, monkeypatch, capsys):
     """Issue 42.6: the end-of-sweep comparison must never change the sweep's exit status: whatever fails in
     it is one warning line naming the compare command."""
-    import pe_sweeps.tracking.compare as compare_module
+    import pe_sweeps.compare.command as compare_module
 
     write_records(tmp_path, grid())
 

@@ -21,11 +21,11 @@ from matplotlib.colors import to_hex
 from PIL import Image
 from test_compare import grid, rec, write_records
 
-from pe_sweeps.tracking.compare import compare_main
-from pe_sweeps.tracking.compare_render import to_latex
-from pe_sweeps.tracking.compare_report import bar_chart, length_curves, ppl_context, write_report
-from pe_sweeps.tracking.compare_statistics import compare, compare_metrics
-from pe_sweeps.tracking.manifest import write_manifest
+from pe_sweeps.compare.command import compare_main
+from pe_sweeps.compare.render import to_latex
+from pe_sweeps.compare.report import bar_chart, length_curves, ppl_context, write_report
+from pe_sweeps.compare.statistics import compare, compare_metrics
+from pe_sweeps.runs.manifest import write_manifest
 
 
 def with_ood(records):
@@ -103,14 +103,14 @@ def test_report_figures_need_no_edit(tmp_path):
         assert Image.open(png).info["dpi"] == pytest.approx((300, 300), abs=0.1)
         for suffix in (".svg", ".pdf"):
             assert png.with_suffix(suffix).stat().st_size > 0 and f'href="{name}{suffix}"' in page.read_text()
-    from pe_sweeps.tracking.compare_report import figures_of
+    from pe_sweeps.compare.report import figures_of
 
     assert {name for name, *_ in figures_of([acc, loss])} >= {"bars-val_acc.png", "bars-val_loss.png"}
 
 
 def test_report_colours_stay_readable_per_row(tmp_path):
     """One colour per row in every figure, whatever the metric."""
-    from pe_sweeps.tracking.compare_report import row_colors
+    from pe_sweeps.compare.report import row_colors
 
     acc, loss = compare_metrics(grid(), ["val/acc", "val/loss"])
     assert row_colors(acc) == row_colors(loss)

@@ -27,7 +27,7 @@ from lightning_modules.masked_lm import MaskedLMModel
 from lightning_modules.synthetic_model import SyntheticTaskModel
 from lightning_modules.transformer import Transformer
 from lightning_modules.translation import TranslationModel
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 pytestmark = pytest.mark.slow  # generates and builds C++ kernels: a few seconds per encoding on one core
 

@@ -17,7 +17,7 @@ from helpers import cli_in_process
 from pytorch_lightning.accelerators import CUDAAccelerator
 from pytorch_lightning.trainer.connectors.accelerator_connector import _AcceleratorConnector
 
-from pe_sweeps.tracking import trial_devices
+from pe_sweeps.sweep import trial_devices
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -65,8 +65,8 @@ def test_devices_per_trial_and_one_agent_per_gpu_resolve(monkeypatch):
     started with CUDA_VISIBLE_DEVICES=0 trains on one GPU; no config is edited."""
     import torch
 
-    from pe_sweeps.tracking.sweep import SweepOptions
-    from pe_sweeps.tracking.trial_child import child_env
+    from pe_sweeps.sweep.run import SweepOptions
+    from pe_sweeps.sweep.trial_child import child_env
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # the sweep sees 4 GPUs
     monkeypatch.setattr(trial_devices, "gpu_driver_loaded", lambda: True)  # as on a GPU machine

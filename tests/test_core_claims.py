@@ -1,4 +1,4 @@
-"""tracking/core_claims.py: a sweep started beside another on the same cores says in one warning line that their
+"""sweep/core_claims.py: a sweep started beside another on the same cores says in one warning line that their
 trials' threads exceed the cores (before: no word, and a trial ran at ~1/8 of its speed alone)."""
 
 import json
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from pe_sweeps.tracking.children import process_started as started
-from pe_sweeps.tracking.core_claims import CoreClaim, oversubscribed
+from pe_sweeps.sweep.children import process_started as started
+from pe_sweeps.sweep.core_claims import CoreClaim, oversubscribed
 
 
 @pytest.fixture

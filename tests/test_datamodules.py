@@ -12,7 +12,7 @@ from jsonargparse import ArgumentParser
 from datamodules import text
 from datamodules.base import FileDataModule, TaskDataModule
 from datamodules.registry import DATA_MODULES
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 LOADER_OPTIONS = {"batch_size": 32, "seed": None, "num_workers": None}  # TaskDataModule's
 FILE_OPTIONS = {"data_dir": None, "hub_name": None, "vocab_size_limit": 8000}  # FileDataModule's

@@ -26,7 +26,7 @@ from x_transformers.x_transformers import ScaledSinusoidalEmbedding
 from lightning_modules.encodings import build_encoding
 from lightning_modules.encodings.learned import transfer_table
 from lightning_modules.encodings.sinusoidal import sinusoid_table
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 
 def test_none_adds_no_position():

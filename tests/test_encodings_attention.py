@@ -27,7 +27,7 @@ from torch import nn
 
 from lightning_modules.encodings.path import householder_logits
 from lightning_modules.transformer import Attention, attention_masks
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 
 def fla_reference(relative: str, function: str):

@@ -37,7 +37,7 @@ from scipy import stats
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding
 from lightning_modules.transformer import Transformer, sample_positions
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 # the registry's defaults, and the options whose position tables depend on the (evaluated) length
 CASES = [(name, {}) for name in ENCODINGS] + [

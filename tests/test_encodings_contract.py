@@ -51,7 +51,7 @@ from torch import nn
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding, encoding_options, option_parameters
 from lightning_modules.transformer import Transformer
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 INIT_DIM, INIT_HEADS = 128, 16  # dynamic_bias's width is C / 4 = 32
 

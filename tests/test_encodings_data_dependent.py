@@ -35,7 +35,7 @@ from x_transformers.x_transformers import (
 
 from lightning_modules.arch import ArchConfig
 from lightning_modules.transformer import Transformer
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 
 def test_cope_matches_x_transformers():

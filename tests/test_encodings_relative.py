@@ -43,7 +43,7 @@ from lightning_modules.encodings import build_encoding, encoding_options
 from lightning_modules.encodings.deberta import log_bucket_position
 from lightning_modules.encodings.tupe import TupeA
 from lightning_modules.transformer import attention_masks
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 
 @pytest.mark.parametrize("max_relative", [2, 16])

@@ -37,7 +37,7 @@ from x_transformers.x_transformers import (
 )
 
 from lightning_modules.encodings import build_encoding
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 
 @pytest.mark.parametrize("base", [10000.0, 500.0])

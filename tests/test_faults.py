@@ -46,8 +46,8 @@ import yaml
 from helpers import fresh_postgres_database, fresh_redis_database
 from optuna.trial import TrialState
 
-from pe_sweeps.tracking.storage import open_storage
-from pe_sweeps.tracking.study_protocol import given_up_points
+from pe_sweeps.storages.storage import open_storage
+from pe_sweeps.sweep.study_protocol import given_up_points
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "fake_fit.py"
@@ -116,7 +116,7 @@ def storage_url(request, tmp_path):
 
 
 def load(name: str, url: str) -> optuna.Study:
-    """The study as the sweep opens it (journal storages need tracking/storage.py)."""
+    """The study as the sweep opens it (journal storages need storages/storage.py)."""
     return optuna.load_study(study_name=name, storage=open_storage(url, heartbeat=1))
 
 
@@ -124,7 +124,7 @@ STORAGES = [("sqlite", "cold"), ("sqlite", "warm"), ("postgresql", "cold"), ("jo
 
 
 PROCESSES, WORKERS, POINTS, KILL_ROUNDS = 3, 2, 12, 1
-# how trials start (tracking/warm_start.py); the fake trial is not cli.py, so the warm path needs --warm_any
+# how trials start (sweep/warm_start.py); the fake trial is not cli.py, so the warm path needs --warm_any
 START = {"cold": ["--cold_start"], "warm": ["--warm_any"]}
 
 
@@ -177,7 +177,7 @@ def test_random_kills_never_lose_or_repeat_a_grid_point(request, tmp_path, stora
         for _, err in results:
             assert "Traceback" not in err, err[-3000:]
         lines = [[line for line in err.splitlines() if line.startswith("error:")] for _, err in results]
-        orphans_gone = time.time() + 15  # a killed sweep's children stop themselves (tracking/children.py)
+        orphans_gone = time.time() + 15  # a killed sweep's children stop themselves (sweep/children.py)
         while running_children(tmp_path, name) and time.time() < orphans_gone:
             time.sleep(0.2)
         assert not running_children(tmp_path, name)
@@ -307,7 +307,7 @@ WINDOWS = 4  # failpoints aimed at per storage: child:exited, retry:started, rec
 @pytest.mark.slow
 @pytest.mark.parametrize("storage_url, start_path", AIMED_KILL_STORAGES, indirect=["storage_url"])
 def test_kills_aimed_at_every_window_lose_nothing_and_train_nothing_twice(tmp_path, storage_url, start_path):
-    """A sweep killed (tracking/failpoints.py) right after its child finished, then its first retry killed
+    """A sweep killed (failpoints.py) right after its child finished, then its first retry killed
     before it starts: the second retry adopts the finished run (trained once). A dead trial's recovery
     killed between queueing the retry and failing the trial, and a crash's retry killed between queueing and
     telling: the next sweep finds each retry queued once. Every point completes once, every failed trial
@@ -633,8 +633,8 @@ def test_crafted_checkpoint_never_runs_code(tmp_path, monkeypatch):
     import torch
 
     from lightning_modules.checkpoint_io import load_checkpoint
-    from pe_sweeps.errors import ConfigError
-    from pe_sweeps.tracking.trial_child import readable
+    from pe_core.errors import ConfigError
+    from pe_sweeps.sweep.trial_child import readable
 
     marker = tmp_path / "pwned"
     monkeypatch.setenv("PE_EVIL_MARKER", str(marker))
@@ -653,15 +653,15 @@ def test_crafted_checkpoint_never_runs_code(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "-flag", "x" * 201, "", "a\x00b"])
 def test_names_that_leave_the_output_folder_are_refused(name):
-    from pe_sweeps.errors import ConfigError
-    from pe_sweeps.tracking.records import check_name
+    from pe_core.errors import ConfigError
+    from pe_sweeps.runs.records import check_name
 
     with pytest.raises(ConfigError, match="--run.name"):
         check_name("--run.name", name)
 
 
 def test_good_names_pass():
-    from pe_sweeps.tracking.records import check_name
+    from pe_sweeps.runs.records import check_name
 
     for name in ("copy-rope-s0", "tupe_mlm-tupe_r", "lr=0.001", "x" * 200):
         check_name("--run.name", name)
@@ -674,7 +674,7 @@ def test_ckpt_path_refuses_only_given_arch_options_that_differ(tmp_path):
     from lightning_modules.arch import ArchConfig
     from lightning_modules.arg_checks import given_arch_keys
     from lightning_modules.checkpoint_io import check_given_arch, load_checkpoint
-    from pe_sweeps.errors import ConfigError
+    from pe_core.errors import ConfigError
 
     path = str(rope32_checkpoint(tmp_path / "c.ckpt"))
     checkpoint = load_checkpoint(path, "--ckpt_path")
@@ -708,7 +708,7 @@ def test_ckpt_path_refuses_only_given_arch_options_that_differ(tmp_path):
 )
 def test_trainer_limits(trainer, fit, refused):
     from lightning_modules.arg_checks import check_trainer_args
-    from pe_sweeps.errors import ConfigError
+    from pe_core.errors import ConfigError
 
     if refused:
         with pytest.raises(ConfigError, match="--trainer"):
@@ -719,7 +719,7 @@ def test_trainer_limits(trainer, fit, refused):
 
 def test_seeds_outside_numpys_range_are_refused():
     from lightning_modules.arg_checks import check_seed
-    from pe_sweeps.errors import ConfigError
+    from pe_core.errors import ConfigError
 
     for seed in (0, 2**32 - 1, True, None):
         check_seed(seed)
@@ -748,9 +748,9 @@ def test_a_trial_parameter_fit_refuses_fails_its_trial_in_one_line(tmp_path):
 
 
 def test_corrupt_record_is_skipped_with_a_warning_everywhere(tmp_path, capsys):
-    from pe_sweeps.tracking.compare import read_records
-    from pe_sweeps.tracking.records import find_checkpoint, load_records
-    from pe_sweeps.tracking.trial_child import latest_record
+    from pe_sweeps.compare.command import read_records
+    from pe_sweeps.runs.records import find_checkpoint, load_records
+    from pe_sweeps.sweep.trial_child import latest_record
 
     good = tmp_path / "runs" / "good"
     (good / "checkpoints").mkdir(parents=True)
@@ -768,8 +768,8 @@ def test_corrupt_record_is_skipped_with_a_warning_everywhere(tmp_path, capsys):
 
 
 def test_ambiguous_run_reference_names_the_candidates(tmp_path):
-    from pe_sweeps.errors import ConfigError
-    from pe_sweeps.tracking.records import find_checkpoint
+    from pe_core.errors import ConfigError
+    from pe_sweeps.runs.records import find_checkpoint
 
     for encoding in ("rope", "alibi"):
         run = tmp_path / "runs" / encoding
@@ -784,8 +784,8 @@ def test_ambiguous_run_reference_names_the_candidates(tmp_path):
 def test_disk_full_leaves_no_temp_file_and_the_old_record(tmp_path, monkeypatch, capsys):
     import errno
 
-    from pe_sweeps.tracking.record_writer import RecordWriter
-    from pe_sweeps.tracking.records import write_atomic
+    from pe_sweeps.runs.record_writer import RecordWriter
+    from pe_sweeps.runs.records import write_atomic
 
     path = tmp_path / "record.json"
     write_atomic(path, '{"status": "running"}')
@@ -815,7 +815,7 @@ def test_disk_full_during_fit_ends_the_run_failed_in_one_line(tiny_fit_args, tmp
     from pytorch_lightning.callbacks import ModelCheckpoint
 
     from pe_sweeps.cli import cli_main
-    from pe_sweeps.tracking.records import load_records
+    from pe_sweeps.runs.records import load_records
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -832,7 +832,7 @@ def test_disk_full_during_fit_ends_the_run_failed_in_one_line(tiny_fit_args, tmp
 
 
 def test_passwords_never_printed():
-    from pe_sweeps.tracking.storage_url import hide_secrets, quote_password, redact_url
+    from pe_sweeps.storages.storage_url import hide_secrets, quote_password, redact_url
 
     url = quote_password("postgresql://user:pa@ss@db.example:5432/optuna?sslmode=require&password=s3cret")
     assert redact_url(url) == "postgresql://user:***@db.example:5432/optuna?sslmode=require&password=***"
@@ -842,8 +842,8 @@ def test_passwords_never_printed():
 
 
 def test_unfinished_grid_points_are_named():
-    from pe_sweeps.tracking import sweep_file as sf
-    from pe_sweeps.tracking.study_protocol import QUEUED, queue_grid, unfinished_points
+    from pe_sweeps.sweep import sweep_file as sf
+    from pe_sweeps.sweep.study_protocol import QUEUED, queue_grid, unfinished_points
 
     sweep = {"method": "grid", "parameters": {"x": {"values": [1, 2, 3]}}, "metric": {"name": "m"}}
     study = optuna.create_study(sampler=sf.sampler(sweep))
@@ -862,10 +862,10 @@ def test_unfinished_grid_points_are_named():
 def test_retry_resumes_and_continues_its_pruning_steps(tmp_path, start_path):
     import torch
 
-    from pe_sweeps.tracking import sweep_file as sf
-    from pe_sweeps.tracking.supervision import Sweep
-    from pe_sweeps.tracking.sweep import SweepOptions
-    from pe_sweeps.tracking.trial_run import TrialRun
+    from pe_sweeps.sweep import sweep_file as sf
+    from pe_sweeps.sweep.run import SweepOptions
+    from pe_sweeps.sweep.supervision import Sweep
+    from pe_sweeps.sweep.trial_run import TrialRun
 
     path = fake_sweep(tmp_path, 1, "r")
     opts = SweepOptions(file=str(path), out_dir=str(tmp_path), heartbeat=1, warm_any=start_path == "warm")

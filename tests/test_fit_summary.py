@@ -8,7 +8,7 @@ test_a_fit_without_validation_says_so_and_names_the_option
 from helpers import record as make_record
 from rich.console import Console
 
-from pe_sweeps.tracking.summary import print_fit_summary
+from pe_sweeps.runs.summary import print_fit_summary
 
 
 def summary_of(record) -> str:

@@ -22,7 +22,7 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.transformer import Transformer, layer_masks
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 NAMES = list(ENCODINGS)
 

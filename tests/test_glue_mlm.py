@@ -49,8 +49,8 @@ from datamodules.masked_lm import MASK, NUM_SPECIAL, MaskedLMDataModule, cls_blo
 from lightning_modules.arch import ArchConfig
 from lightning_modules.classifier import GLUE_METRICS, SequenceClassifier, task_metrics
 from lightning_modules.masked_lm import TOKENIZER_KEY, MaskedLMModel
+from pe_core.errors import ConfigError
 from pe_sweeps.cli import cli_main
-from pe_sweeps.errors import ConfigError
 
 MLM_SMALL = {"task": "tinyshakespeare", "tokenizer": "bpe", "vocab_size_limit": 300, "block_size": 16,
              "max_train_blocks": 64, "max_eval_blocks": 8, "batch_size": 8}  # fmt: skip

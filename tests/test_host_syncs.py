@@ -12,7 +12,7 @@ import torch
 from lightning_modules.arch import ArchConfig
 from lightning_modules.synthetic_model import SyntheticTaskModel
 from lightning_modules.transformer import Transformer
-from pe_sweeps.errors import DivergedError
+from pe_core.errors import DivergedError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,8 +27,8 @@ def host_reads():
 
 def tiny_fit(tmp_path, max_steps: int, callbacks=(), log_every_n_steps: int = 50, model=None, **trainer):
     from datamodules.synthetic import SyntheticDataModule
-    from pe_sweeps.tracking.callbacks import LogLearningRate, StepProgressBar
-    from pe_sweeps.tracking.record_writer import RecordWriter
+    from pe_sweeps.runs.callbacks import LogLearningRate, StepProgressBar
+    from pe_sweeps.runs.record_writer import RecordWriter
 
     data = SyntheticDataModule(task="copy", train_max_len=4, eval_max_len=8, train_size=128, eval_per_length=4,
                                batch_size=8)  # fmt: skip

@@ -1,7 +1,9 @@
-"""The dependency rules of the source tree, read from the import statements (ast; nothing is imported):
-lightning_modules depends on neither datamodules nor pe_sweeps.tracking, no module imports itself through others,
-no code writes its own process environment (tracking/wandb_setup.py aside: W&B's mode), and the distribution
-installs every package of the tree and no generic top-level module."""
+"""The dependency rules of the source tree, read from the import statements (ast; nothing is imported): the
+floors (pe_core at the bottom, imports none of the project; lightning_modules on it, never datamodules or the
+application; datamodules on both, never the application; pe_sweeps on top), each room of pe_sweeps entered only
+through the modules its `__all__` names, no module imports itself through others, no code writes its own process
+environment (runs/wandb_setup.py aside: W&B's mode), and the distribution installs every package of the tree and
+no generic top-level module. One test imports the models and data with the application blocked."""
 
 import ast
 import os
@@ -10,11 +12,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("lightning_modules", "datamodules", "pe_sweeps")
+PACKAGES = ("pe_core", "lightning_modules", "datamodules", "pe_sweeps")
+ROOMS = ("pe_sweeps.sweep", "pe_sweeps.storages", "pe_sweeps.runs", "pe_sweeps.compare", "pe_sweeps.launchers")
 TOP_LEVEL = ("cli",)  # a three-line script in a checkout (`python cli.py`), not installed
-# tracking.wandb_setup sets WANDB_MODE / WANDB_SILENT for the W&B client it starts; tracking.warm_start's
+# runs.wandb_setup sets WANDB_MODE / WANDB_SILENT for the W&B client it starts; sweep.warm_start's
 # forked child takes on the trial's environment (what a cold child gets from its parent)
-ENV_WRITERS = {"pe_sweeps.tracking.wandb_setup", "pe_sweeps.tracking.warm_start"}
+ENV_WRITERS = {"pe_sweeps.runs.wandb_setup", "pe_sweeps.sweep.warm_start"}
 
 
 def source_files() -> dict[str, Path]:
@@ -51,12 +54,71 @@ def graph() -> dict[str, set[str]]:
     return {name: imports(path, set(files)) - {name} for name, path in files.items()}
 
 
-def test_lightning_modules_import_neither_datamodules_nor_tracking():
+FLOORS = {  # package -> the project packages it may import
+    "pe_core": set(),
+    "lightning_modules": {"pe_core"},
+    "datamodules": {"pe_core", "lightning_modules"},
+    "pe_sweeps": {"pe_core", "lightning_modules", "datamodules"},
+}
+
+
+def test_each_floor_imports_only_the_floors_below_it():
     bad = {
-        (m, d) for m, deps in graph().items() if m.startswith("lightning_modules") for d in deps
-        if d.split(".")[0] == "datamodules" or d.startswith("pe_sweeps.tracking") or d == "pe_sweeps.cli"
+        (m, d) for m, deps in graph().items() if m != "cli" for d in deps
+        if d.split(".")[0] != m.split(".")[0] and d.split(".")[0] not in FLOORS[m.split(".")[0]]
     }  # fmt: skip
-    assert not bad
+    assert not bad, sorted(bad)
+
+
+def public_modules(room: str) -> set[str]:
+    """The modules a room's `__init__.py` names in `__all__` (read with ast)."""
+    init = ROOT / room.replace(".", "/") / "__init__.py"
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__":
+            return {f"{room}.{name}" for name in ast.literal_eval(node.value)}
+    raise AssertionError(f"{init} has no __all__")
+
+
+def test_rooms_are_entered_through_their_public_modules():
+    """Outside a room of pe_sweeps, code imports only the modules its `__all__` names (tests may reach in)."""
+    modules = set(source_files())
+    for room in ROOMS:
+        public = public_modules(room)
+        assert public <= modules, public - modules
+        inside = {m for m in modules if m.startswith(room + ".")}
+        bad = {(m, d) for m, deps in graph().items() if not m.startswith(room + ".") for d in deps & inside - public}
+        assert not bad, (room, sorted(bad))
+
+
+BLOCKED_IMPORT = """
+import importlib.abc, sys
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "pe_sweeps" or name.startswith("pe_sweeps."):
+            raise ImportError(f"blocked: {name}")
+
+sys.meta_path.insert(0, Blocked())
+from lightning_modules.arch import ArchConfig
+from lightning_modules.synthetic_model import SyntheticTaskModel
+SyntheticTaskModel(ArchConfig("rope", dim=16, depth=1, num_heads=2))
+"""
+
+
+def test_models_and_data_work_without_the_application():
+    """Every model and data module imports, and a model builds, with pe_sweeps unimportable."""
+    out = subprocess.run(
+        [sys.executable, "-c", BLOCKED_IMPORT + "import " + ", ".join(sorted(project_modules()))],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def project_modules() -> set[str]:
+    """Every module of lightning_modules and datamodules (the ones the blocked import must load)."""
+    return {
+        m for m in source_files() if m.split(".")[0] in ("lightning_modules", "datamodules") and "__main__" not in m
+    }
 
 
 def test_no_import_cycles():
@@ -105,7 +167,7 @@ def test_the_distribution_lists_every_package_and_no_loose_module():
 COMPARE_WITHOUT_TORCH = """
 import sys
 from pathlib import Path
-from pe_sweeps.tracking.records import RunRecord, write_record
+from pe_sweeps.runs.records import RunRecord, write_record
 
 root = Path(sys.argv[1])
 for seed, acc in enumerate([0.9, 0.7, 0.8]):

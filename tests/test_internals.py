@@ -110,20 +110,26 @@ def test_a_process_gets_its_own_wandb_media_folder_and_leaves_the_parents():
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def test_lightning_reaches_a_module_s_trainer_initial_hparams_and_cli_parsers():
+def test_a_model_reaches_its_datamodule_and_records_arch_through_public_lightning_only():
+    """Model code uses no private Lightning state: the attached datamodule through the public `trainer`, `arch`
+    in `hparams_initial` (what checkpoints and loggers record) through `save_hyperparameters`."""
     import pytorch_lightning as pl
 
     from lightning_modules.arch import ArchConfig
     from lightning_modules.synthetic_model import SyntheticTaskModel
 
     model = SyntheticTaskModel(ArchConfig(dim=16, depth=1, num_heads=2))
-    assert internals.attached_trainer(model) is None
+    assert model.attached_datamodule is None
+    assert model.hparams_initial["arch"]["dim"] == 16 and model.hparams["arch"] == model.hparams_initial["arch"]
     trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
     trainer.strategy.connect(model)
     model.trainer = trainer
-    assert internals.attached_trainer(model) is trainer
-    internals.set_initial_hparam(model, "extra", 1)
-    assert model.hparams_initial["extra"] == 1 and model.hparams_initial["arch"]["dim"] == 16
+    datamodule = pl.LightningDataModule()
+    trainer.datamodule = datamodule
+    assert model.attached_datamodule is datamodule
+
+
+def test_lightning_cli_parsers_are_reached():
     cli = type("Probe", (), {"_subcommand_parsers": {"fit": argparse.ArgumentParser()}})()
     assert len(internals.subcommand_parsers(cli)) == 1
     from pytorch_lightning.cli import LightningCLI

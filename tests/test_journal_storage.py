@@ -1,4 +1,4 @@
-"""Optuna's journal storages as sweep storages (tracking/journal_storage.py): a journal file and Redis open from
+"""Optuna's journal storages as sweep storages (storages/journal_storage.py): a journal file and Redis open from
 `--storage`, beat and go stale on one clock, lock across processes, and fail in one line. The exactly-once fault
 tests run on both in tests/test_faults.py."""
 
@@ -14,10 +14,10 @@ import pytest
 from helpers import fresh_redis_database
 from optuna.trial import TrialState
 
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import journal_storage as journal
-from pe_sweeps.tracking import storage
-from pe_sweeps.tracking.study_lock import StudyLock
+from pe_core.errors import ConfigError
+from pe_sweeps.storages import journal_storage as journal
+from pe_sweeps.storages import storage
+from pe_sweeps.storages.study_lock import StudyLock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,7 +81,7 @@ def test_redis_heartbeats_expire_by_the_servers_clock(redis_url):
 
 HOLDER = """
 import sys, time
-from pe_sweeps.tracking.study_lock import StudyLock
+from pe_sweeps.storages.study_lock import StudyLock
 lock = StudyLock(sys.argv[1], "s")
 lock.__enter__()
 print("held", flush=True)

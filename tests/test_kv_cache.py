@@ -18,7 +18,7 @@ from test_transformer import DEPTH, DIM, HEADS, MAX_LEN, VOCAB
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS
 from lightning_modules.transformer import KVCache, Transformer
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 NOT_CACHEABLE = {  # (encoding, options) that must recompute, and why
     ("xpos", ()): "the decay's centre moves with the longest position",

@@ -23,7 +23,7 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, build_encoding
 from lightning_modules.encodings.base import SSMAX_INIT
 from lightning_modules.transformer import KVCache, Transformer, layer_masks
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 D = DIM // HEADS
 

@@ -1,4 +1,4 @@
-"""The sweep manifest (tracking/manifest.py): written beside the study, it is all `cli.py compare --sweep`
+"""The sweep manifest (runs/manifest.py): written beside the study, it is all `cli.py compare --sweep`
 needs of the sweep, whatever storage holds the study; old sweeps without one still read from Optuna."""
 
 import json
@@ -12,9 +12,9 @@ import pytest
 import yaml
 from test_compare import grid, rec, write_records
 
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import manifest as M
-from pe_sweeps.tracking.compare import compare_main
+from pe_core.errors import ConfigError
+from pe_sweeps.compare.command import compare_main
+from pe_sweeps.runs import manifest as M
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = {
@@ -122,9 +122,9 @@ def test_the_study_and_its_manifest_hold_one_fingerprint(tmp_path, sweep_file):
     manifest's `fingerprint`, for the shipped sweep files."""
     import optuna
 
-    from pe_sweeps.tracking import sweep_file as sf
-    from pe_sweeps.tracking.study_protocol import open_study
-    from pe_sweeps.tracking.sweep_options import SweepOptions
+    from pe_sweeps.sweep import sweep_file as sf
+    from pe_sweeps.sweep.options import SweepOptions
+    from pe_sweeps.sweep.study_protocol import open_study
 
     path = ROOT / "sweeps" / sweep_file
     sweep = sf.load_sweep(path)

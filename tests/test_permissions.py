@@ -124,7 +124,7 @@ def test_share_umask_lets_the_group_in_and_no_one_else(open_folder):
 
 @pytest.mark.parametrize("value", ["abc", "0o999", "1000", "-7", "8", "07 7"])
 def test_a_bad_umask_is_refused_in_one_line(value):
-    from pe_sweeps.errors import ConfigError
+    from pe_core.errors import ConfigError
     from pe_sweeps.permissions import umask_setting
 
     with pytest.raises(ConfigError, match=r"^\$PE_UMASK must be an octal umask from 000 to 777 .*, got '"):
@@ -211,7 +211,7 @@ def test_a_fit_run_folder_is_private_to_its_user(open_folder):
 def test_lock_holders_reads_the_kernels_lock_table(tmp_path, where, expected):
     """/proc/locks rows: a holder of this file's device and inode (or of its inode alone, as overlay file systems
     show it); a waiter's row (`->`) and another file's are not holders."""
-    from pe_sweeps.tracking.study_lock import lock_holders
+    from pe_sweeps.storages.study_lock import lock_holders
 
     path = tmp_path / "optuna.db.lock"
     path.touch()

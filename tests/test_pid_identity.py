@@ -1,4 +1,4 @@
-"""A process is named by its pid and its start time (tracking/children.py `process_started`), never its pid alone:
+"""A process is named by its pid and its start time (sweep/children.py `process_started`), never its pid alone:
 the pid counter wraps (issue 42 point 9: it did, at 32768, during one run), and a later process given a recorded
 pid is not the one recorded. Each place that decides from a recorded pid whether its process still runs (a
 trial's sweep process in recovery, a warm trial whose fork server died, stopping a warm trial) treats a live pid
@@ -19,10 +19,10 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from pe_sweeps.tracking.children import pid_alive, process_started, stop_child
-from pe_sweeps.tracking.recovery import HOST_ID, recover_dead_trials
-from pe_sweeps.tracking.study_protocol import QUEUED
-from pe_sweeps.tracking.warm_start import WarmChild
+from pe_sweeps.sweep.children import pid_alive, process_started, stop_child
+from pe_sweeps.sweep.recovery import HOST_ID, recover_dead_trials
+from pe_sweeps.sweep.study_protocol import QUEUED
+from pe_sweeps.sweep.warm_start import WarmChild
 
 ROOT = Path(__file__).resolve().parents[1]
 

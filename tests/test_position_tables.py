@@ -31,8 +31,8 @@ from transformers import (
 from lightning_modules.encodings import build_encoding
 from lightning_modules.encodings.learned import transfer_table
 from lightning_modules.position_tables import HF_TABLES, hf_position_table
+from pe_core.errors import ConfigError
 from pe_sweeps.cli import cli_main
-from pe_sweeps.errors import ConfigError
 from pe_sweeps.probes import TABLE, probe_main
 
 WIDTH, ROWS = 24, 40

@@ -40,7 +40,7 @@ import pytest
 import yaml
 
 from lightning_modules.encodings import ENCODINGS
-from pe_sweeps.tracking import sweep_file as sf
+from pe_sweeps.sweep import sweep_file as sf
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -32,8 +32,9 @@ import pytest
 import torch
 
 from lightning_modules.encodings import ENCODINGS
+from pe_core.errors import ConfigError
 from pe_sweeps.cli import cli_main
-from pe_sweeps.errors import ConfigError
+from pe_sweeps.compare.command import compare_main
 from pe_sweeps.layout import RECORD_FILE
 from pe_sweeps.probes import (
     ABS_MAE,
@@ -51,8 +52,7 @@ from pe_sweeps.probes import (
     probe_main,
     relative_position_error,
 )
-from pe_sweeps.tracking.compare import compare_main
-from pe_sweeps.tracking.records import load_records, write_record
+from pe_sweeps.runs.records import load_records, write_record
 
 SMALL = ["--max-length", "32", "--dim", "32", "--num-heads", "4", "--pairs", "64", "--seeds", "2"]
 

@@ -1,4 +1,4 @@
-"""Option ranges declared with the option (pe_sweeps/ranges.py) and the one list per kind of class.
+"""Option ranges declared with the option (pe_core/ranges.py) and the one list per kind of class.
 
 - The Annotated range types: each accepts its bounds and refuses the value just outside them, through the
   command-line parser (jsonargparse + pydantic, which returns plain int / float) and through `check_ranges`
@@ -26,9 +26,8 @@ from lightning_modules.encodings import ENCODINGS, PRESETS, build_encoding, chec
 from lightning_modules.encodings.__main__ import main as list_encoding_options
 from lightning_modules.registry import TASK_MODULE_PATHS
 from lightning_modules.task_module import TaskModule
-from pe_sweeps.cli_errors import one_line, range_error
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import (
+from pe_core.errors import ConfigError
+from pe_core.ranges import (
     AboveOne,
     AtLeastOne,
     Fraction,
@@ -43,6 +42,7 @@ from pe_sweeps.ranges import (
     describe,
     in_range,
 )
+from pe_sweeps.cli_errors import one_line, range_error
 
 below, above = (lambda x: math.nextafter(x, -math.inf)), (lambda x: math.nextafter(x, math.inf))
 
@@ -241,7 +241,7 @@ REGISTRIES = [
 @pytest.mark.parametrize("group, registry, base", REGISTRIES)
 def test_every_registry_entry_imports_and_is_the_class_the_cli_and_preload_name(group, registry, base):
     from pe_sweeps.cli import CLASSES, expand_class_names
-    from pe_sweeps.tracking.warm_start import PRELOAD
+    from pe_sweeps.sweep.warm_start import PRELOAD
 
     assert registry and CLASSES[group] == registry
     for short, path in registry.items():

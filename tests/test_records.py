@@ -1,4 +1,4 @@
-"""tracking/records.py on hand-built trainers and folders: the record rewritten at every validation (final,
+"""runs/records.py on hand-built trainers and folders: the record rewritten at every validation (final,
 best by the metric's direction, history), the status of each way a run ends, the diverged-loss line, and
 which run a `run:NAME` reference picks.
 
@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from lightning_modules.optim import check_finite
-from pe_sweeps.errors import ConfigError, DivergedError
-from pe_sweeps.tracking.record_writer import RecordWriter, status_of
-from pe_sweeps.tracking.records import (
+from pe_core.errors import ConfigError, DivergedError
+from pe_sweeps.runs.record_writer import RecordWriter, status_of
+from pe_sweeps.runs.records import (
     RECORD_FILE,
     SCHEMA_VERSION,
     RunRecord,

@@ -18,14 +18,14 @@ from helpers import fresh_postgres_database
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import sweep_file as sf
-from pe_sweeps.tracking.recovery import HOST_ID, recover_dead_trials, requeue
-from pe_sweeps.tracking.storage import check_clock
-from pe_sweeps.tracking.study_lock import AdvisoryLock, StudyLock
-from pe_sweeps.tracking.study_protocol import QUEUED
-from pe_sweeps.tracking.supervision import FailureStreak, Heartbeats, Sweep
-from pe_sweeps.tracking.sweep import SweepOptions
+from pe_core.errors import ConfigError
+from pe_sweeps.storages.storage import check_clock
+from pe_sweeps.storages.study_lock import AdvisoryLock, StudyLock
+from pe_sweeps.sweep import sweep_file as sf
+from pe_sweeps.sweep.recovery import HOST_ID, recover_dead_trials, requeue
+from pe_sweeps.sweep.run import SweepOptions
+from pe_sweeps.sweep.study_protocol import QUEUED
+from pe_sweeps.sweep.supervision import FailureStreak, Heartbeats, Sweep
 
 FAKE = Path(__file__).resolve().parent / "fake_fit.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -256,7 +256,7 @@ def test_a_sweep_whose_trials_all_fail_stops_and_exits_1(tmp_path):
 
 def test_a_full_disk_is_named_not_optunas_max_length_guess():
     """Optuna wraps a failed commit in "... e.g. exceeding max length"; the sweep's line names the cause."""
-    from pe_sweeps.tracking.storage import error_line
+    from pe_sweeps.storages.storage import error_line
 
     try:
         try:

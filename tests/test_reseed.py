@@ -1,4 +1,4 @@
-"""tracking/reseed.py's pieces on hand-built studies and sweep files (no process started): which setting each
+"""sweep/reseed.py's pieces on hand-built studies and sweep files (no process started): which setting each
 group keeps, the reseed study it builds, and the input it refuses. The protocol end to end (a fake trial program,
 kill -9, re-runs) is in tests/test_sweep.py.
 
@@ -28,11 +28,11 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
 
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import reseed
-from pe_sweeps.tracking import sweep_file as sf
-from pe_sweeps.tracking.study_protocol import apply_overrides
-from pe_sweeps.tracking.sweep import SweepOptions
+from pe_core.errors import ConfigError
+from pe_sweeps.sweep import reseed
+from pe_sweeps.sweep import sweep_file as sf
+from pe_sweeps.sweep.run import SweepOptions
+from pe_sweeps.sweep.study_protocol import apply_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = {

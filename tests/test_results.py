@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from test_compare import grid, rec, write_records
 
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking.compare import compare_main
+from pe_core.errors import ConfigError
+from pe_sweeps.compare.command import compare_main
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "RESULTS.md"

@@ -1,4 +1,4 @@
-"""`cli.py compare --save_runs FILE` / `--from FILE` (tracking/saved_runs.py): the runs a comparison considered and
+"""`cli.py compare --save_runs FILE` / `--from FILE` (compare/saved_runs.py): the runs a comparison considered and
 the sweep's spec, kept small, recompute the same output without the run folders or the sweep's manifest.
 
 README claims covered here ("Comparing runs"):
@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 from test_compare import grid, rec, write_records
 
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking.compare import compare_main
-from pe_sweeps.tracking.manifest import write_manifest
-from pe_sweeps.tracking.saved_runs import git
+from pe_core.errors import ConfigError
+from pe_sweeps.compare.command import compare_main
+from pe_sweeps.compare.saved_runs import git
+from pe_sweeps.runs.manifest import write_manifest
 
 SWEEP = {
     "metric": {"name": "val/loss", "goal": "minimize"},

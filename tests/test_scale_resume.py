@@ -33,12 +33,12 @@ import yaml
 from conftest import TINY
 from helpers import record as make_record
 
+from pe_core.errors import ConfigError
 from pe_sweeps import layout
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import trial_devices
-from pe_sweeps.tracking import wandb_setup as ws
-from pe_sweeps.tracking.record_writer import RecordWriter, run_scale, scale_line
-from pe_sweeps.tracking.records import RECORD_FILE
+from pe_sweeps.runs import wandb_setup as ws
+from pe_sweeps.runs.record_writer import RecordWriter, run_scale, scale_line
+from pe_sweeps.runs.records import RECORD_FILE
+from pe_sweeps.sweep import trial_devices
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,7 +158,7 @@ def test_a_resumed_record_continues_its_history(tmp_path):
 
 
 def test_offline_sync_of_a_resumed_run_uploads_into_its_one_id():
-    from pe_sweeps.tracking.summary import summary_lines
+    from pe_sweeps.runs.summary import summary_lines
 
     one = make_record(wandb={"id": "abc", "mode": "offline", "dir": "/w/1", "dirs": ["/w/1"]})
     assert summary_lines(one, "r.json")[1] == "W&B (offline): wandb sync /w/1"
@@ -189,8 +189,8 @@ def gpus(monkeypatch, count: int) -> None:
 def test_a_sweep_pins_each_trial_to_one_gpu(monkeypatch, count, sweep, options, per_trial):
     """With GPUs and no word on devices, each trial sees one GPU (CUDA_VISIBLE_DEVICES of one entry) and
     `--workers auto` runs one trial per GPU: 8 side by side on an 8-GPU box."""
-    from pe_sweeps.tracking.sweep import SweepOptions, check_options
-    from pe_sweeps.tracking.trial_child import child_env
+    from pe_sweeps.sweep.run import SweepOptions, check_options
+    from pe_sweeps.sweep.trial_child import child_env
 
     gpus(monkeypatch, count)
     opts = SweepOptions(file="s.yaml", workers="auto", **options)

@@ -25,8 +25,8 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS
 from lightning_modules.synthetic_model import SyntheticTaskModel
 from lightning_modules.transformer import KVCache, Transformer, allowed_mask, band_mask, flex_block_mask
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking.run_naming import distinguishing, encoding_label, in_name, schedule_label
+from pe_core.errors import ConfigError
+from pe_sweeps.runs.run_naming import distinguishing, encoding_label, in_name, schedule_label
 
 
 def arch(encoding="rope", depth=4, **kwargs) -> ArchConfig:

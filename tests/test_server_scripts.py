@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pe_sweeps.tracking.storage_url import url_password
+from pe_sweeps.storages.storage_url import url_password
 
 ROOT = Path(__file__).resolve().parents[1]
 

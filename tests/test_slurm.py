@@ -1,4 +1,4 @@
-"""`cli.py sweep FILE --launcher slurm --jobs N`: the sweep's workers as a SLURM job array (tracking/slurm.py).
+"""`cli.py sweep FILE --launcher slurm --jobs N`: the sweep's workers as a SLURM job array (launchers/slurm.py).
 
 The slow tests submit to a real cluster (CI: a one-node cluster on 127.0.0.1, scripts/start_slurm.sh; elsewhere
 skipped without one) a 12-point grid of fake trials (tests/fake_fit.py) and count the points the study
@@ -29,9 +29,9 @@ from helpers import cli_in_process, fresh_postgres_database, slurm_cluster
 from optuna.trial import TrialState
 from test_faults import counts, fake_sweep
 
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking.slurm import time_minutes
-from pe_sweeps.tracking.storage_url import url_password
+from pe_core.errors import ConfigError
+from pe_sweeps.launchers.slurm import time_minutes
+from pe_sweeps.storages.storage_url import url_password
 
 ROOT = Path(__file__).resolve().parents[1]
 POINTS = 12
@@ -140,7 +140,7 @@ def test_a_task_told_to_stop_requeues_itself_and_the_grid_finishes_once(tmp_path
 def test_a_task_without_its_storage_variable_stops_before_its_sweep(monkeypatch, tmp_path):
     """Submitted with the environment withheld (--export=NONE), a task whose storage URL travels in
     $PE_SWEEP_STORAGE stops before its sweep, which would otherwise run the study in the default SQLite file."""
-    from pe_sweeps.tracking.slurm_task import SweepTask
+    from pe_sweeps.launchers.slurm_task import SweepTask
 
     marker = tmp_path / "ran"
     monkeypatch.delenv("PE_SWEEP_STORAGE", raising=False)

@@ -147,7 +147,7 @@ def test_an_outage_is_one_line_each_end_and_raises_past_its_limit(capsys, monkey
     during it and for its grace period."""
     import sqlalchemy
 
-    from pe_sweeps.tracking.storage import Outage, StorageOutage, is_transient
+    from pe_sweeps.storages.storage import Outage, StorageOutage, is_transient
 
     clock = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
@@ -177,7 +177,7 @@ def test_the_live_display_never_ends_the_sweep(capsys):
     """A bug in the live status is one warning line (the first time), never the sweep's end."""
     from types import SimpleNamespace
 
-    from pe_sweeps.tracking.supervision import Sweep
+    from pe_sweeps.sweep.supervision import Sweep
 
     def broken(study):
         raise ValueError("max() arg is an empty sequence")

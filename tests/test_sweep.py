@@ -39,9 +39,9 @@ from helpers import cli_in_process, fresh_postgres_database, kill_once_started
 from optuna.trial import TrialState
 
 from pe_sweeps.layout import FAULT_ENV
-from pe_sweeps.tracking import sweep_file as sf
-from pe_sweeps.tracking.storage import grace_period
-from pe_sweeps.tracking.trial_child import build_command
+from pe_sweeps.storages.storage import grace_period
+from pe_sweeps.sweep import sweep_file as sf
+from pe_sweeps.sweep.trial_child import build_command
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -84,7 +84,7 @@ def complete_points(ts) -> list[tuple]:
     return sorted(tuple(sorted(t.params.items())) for t in ts if t.state == TrialState.COMPLETE)
 
 
-# how trials start: cli.py trials start warm by default (tracking/warm_start.py); both paths are tested
+# how trials start: cli.py trials start warm by default (sweep/warm_start.py); both paths are tested
 START = {"cold": ["--cold_start"], "warm": []}
 
 
@@ -334,8 +334,8 @@ def test_ddp_trial_in_a_sweep(tmp_path, launcher):
 
 def test_trials_search_the_whole_sweep_root_for_run_references(tmp_path):
     """A fine-tuning trial's `init_from: run:NAME` must find runs of another sweep under the same --out_dir."""
-    from pe_sweeps.tracking.sweep import SweepOptions
-    from pe_sweeps.tracking.trial_child import child_env
+    from pe_sweeps.sweep.run import SweepOptions
+    from pe_sweeps.sweep.trial_child import child_env
 
     env = child_env("s", tmp_path / "sweeps" / "s" / "trial-0", 0, SweepOptions(file="f.yaml", out_dir=str(tmp_path)))
     assert env["PE_OUT_ROOT"] == str(tmp_path) and env["PE_OUT_DIR"].endswith("trial-0")
@@ -440,7 +440,7 @@ def test_hyperband_prunes_a_trial_that_is_worse_at_the_first_rung(tmp_path):
         assert len(t.intermediate_values) < 6  # stopped before its last validation
 
 
-# ---------------------------------------------------------------- tune-then-reseed (tracking/reseed.py)
+# ---------------------------------------------------------------- tune-then-reseed (sweep/reseed.py)
 
 RESEED_PARAMS = {
     "model.arch.encoding": {"values": ["rope", "alibi"]},

@@ -1,4 +1,4 @@
-"""The sweep's live view (tracking/sweep_display.py) and `fit`'s closing summary (tracking/summary.py), on
+"""The sweep's live view (sweep/display.py) and `fit`'s closing summary (runs/summary.py), on
 in-memory studies and hand-written records: no process, no training."""
 
 import json
@@ -11,8 +11,8 @@ from helpers import record as make_record
 from rich.console import Console
 
 from pe_sweeps import layout
-from pe_sweeps.tracking import sweep_display as sd
-from pe_sweeps.tracking.summary import print_fit_summary
+from pe_sweeps.runs.summary import print_fit_summary
+from pe_sweeps.sweep import display as sd
 
 
 def test_progress_shows_step_of_max_steps_and_eta():

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import sweep_file as sf
+from pe_core.errors import ConfigError
+from pe_sweeps.sweep import sweep_file as sf
 
 SWEEPS = sorted(Path(__file__).resolve().parents[1].glob("sweeps/*.yaml"))
 
@@ -220,9 +220,9 @@ def test_known_macros_and_project_are_honoured(tmp_path):
 
 @pytest.mark.parametrize("method", ["grid", "random", "bayes"])
 def test_run_cap_bounds_the_runner_for_every_method(method):
-    """The runner's own budget check (tracking/study_protocol.py budget_left), on a study the runner created."""
-    from pe_sweeps.tracking.study_protocol import budget_left, open_study
-    from pe_sweeps.tracking.sweep import SweepOptions
+    """The runner's own budget check (sweep/study_protocol.py budget_left), on a study the runner created."""
+    from pe_sweeps.sweep.run import SweepOptions
+    from pe_sweeps.sweep.study_protocol import budget_left, open_study
 
     spec = {"values": [1, 2, 3]} if method == "grid" else {"min": 1, "max": 3}
     sweep = {**base(method, x=spec), "run_cap": 2}
@@ -348,7 +348,7 @@ def test_hyperband_counts_validations_while_trials_report_global_steps(monkeypat
 def test_bad_distributions_and_sizes_are_refused_before_anything_is_written(tmp_path, change, message):
     """Checked when the file is loaded: an invalid distribution made 320 failed trials a minute, and a 10^9-point
     grid reached 7.3 GB before a MemoryError, both leaving a study behind."""
-    from pe_sweeps.tracking.sweep import SweepOptions, run_sweep
+    from pe_sweeps.sweep.run import SweepOptions, run_sweep
 
     path = write(tmp_path, {**base(), **change})
     with pytest.raises(ConfigError, match=message.replace("$", r"\$").replace("(", r"\(")):
@@ -409,9 +409,9 @@ def test_bayes_pins_every_tpe_setting(metrics):
 
 
 def test_the_study_records_its_tpe_settings_and_refuses_others_on_resume(capsys):
-    from pe_sweeps.tracking import search
-    from pe_sweeps.tracking.study_protocol import open_study
-    from pe_sweeps.tracking.sweep import SweepOptions
+    from pe_sweeps.sweep import search
+    from pe_sweeps.sweep.run import SweepOptions
+    from pe_sweeps.sweep.study_protocol import open_study
 
     sweep = base("bayes", x={"min": 0.0, "max": 1.0})
     storage = optuna.storages.InMemoryStorage()
@@ -438,8 +438,8 @@ def test_the_study_records_its_tpe_settings_and_refuses_others_on_resume(capsys)
 
 
 def test_random_and_grid_studies_record_no_sampler_settings():
-    from pe_sweeps.tracking.study_protocol import open_study
-    from pe_sweeps.tracking.sweep import SweepOptions
+    from pe_sweeps.sweep.run import SweepOptions
+    from pe_sweeps.sweep.study_protocol import open_study
 
     for method, spec in (("random", {"min": 0.0, "max": 1.0}), ("grid", {"values": [1, 2]})):
         study = open_study(base(method, x=spec), SweepOptions(file="s.yaml"), optuna.storages.InMemoryStorage(),

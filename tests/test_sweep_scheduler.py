@@ -26,11 +26,11 @@ from optuna.trial import TrialState
 from wandb.sdk.sweeps.scheduler import optuna as wandb_optuna
 from wandb.sdk.sweeps.sweep_info import SweepInfo
 
+from pe_core.errors import ConfigError
 from pe_sweeps.cli import cli_main
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import sweep_file as sf
-from pe_sweeps.tracking.pareto import non_dominated
-from pe_sweeps.tracking.search import build_search
+from pe_sweeps.compare.pareto import non_dominated
+from pe_sweeps.sweep import sweep_file as sf
+from pe_sweeps.sweep.search import build_search
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = str(ROOT / "tests" / "fake_trial.py")

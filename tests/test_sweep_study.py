@@ -1,4 +1,4 @@
-"""What the sweep runner puts into Optuna (tracking/study_protocol.py, trial_run.py, trial_child.py), through
+"""What the sweep runner puts into Optuna (sweep/study_protocol.py, trial_run.py, trial_child.py), through
 Optuna's API on in-memory or temporary SQLite studies: no trial process (the end-to-end runs are in test_sweep.py)."""
 
 import json
@@ -8,11 +8,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.tracking import study_protocol, trial_child
-from pe_sweeps.tracking import sweep_file as sf
-from pe_sweeps.tracking.sweep import SweepOptions
-from pe_sweeps.tracking.trial_run import TrialRun
+from pe_core.errors import ConfigError
+from pe_sweeps.sweep import study_protocol, trial_child
+from pe_sweeps.sweep import sweep_file as sf
+from pe_sweeps.sweep.run import SweepOptions
+from pe_sweeps.sweep.trial_run import TrialRun
 
 
 def options(tmp_path, **kwargs) -> SweepOptions:

@@ -28,7 +28,7 @@ from datamodules.synthetic import (
     format_example,
 )
 from datamodules.tasks import split_options, unpack
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 NUM_SYMBOLS, TRAIN_MAX_LEN = 12, 6  # 12: every registered task's alphabet fits
 

@@ -22,7 +22,7 @@ from datamodules.synthetic import PAD, SyntheticDataModule, make_examples
 from datamodules.tasks import TASKS, split_options, unpack
 from datamodules.tasks import positions as P
 from datamodules.tasks.tokens import PLUS, QUERY, SEP, SLOT, SYMBOL0, symbols, tokens, vocab_size
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 NUM_SYMBOLS, TRAIN_MAX_LEN = 12, 8
 D = lambda *digits: tokens(digits)  # digit tokens
@@ -266,7 +266,7 @@ def test_task_positions_with_randomized_positions_are_one_line():
     """Task ids would silently replace the encoding's randomize_positions: refused in one line."""
     from lightning_modules.arch import ArchConfig
     from lightning_modules.synthetic_model import SyntheticTaskModel
-    from pe_sweeps.errors import ConfigError
+    from pe_core.errors import ConfigError
 
     dm = make_dm("addition_zhou", reverse_operands=True, positions="abacus")
     arch = ArchConfig(encoding="learned", encoding_options={"randomize_positions": 4 * dm.max_seq_len}, dim=16,

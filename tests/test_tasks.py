@@ -27,7 +27,7 @@ from datamodules.synthetic import SyntheticDataModule, format_example
 from datamodules.tasks import CHOMSKY_FAMILIES, TASKS, check_task, limits, split_options, task_options, unpack
 from datamodules.tasks.chomsky_context_sensitive import _isqrt
 from datamodules.tasks.tokens import IGNORE_INDEX, SLOT, SYMBOL0, symbols, tokens, vocab_size
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 NUM_SYMBOLS, TRAIN_MAX_LEN = 12, 8
 LENGTHS = [1, 2, 3, 4, 5, 8, 13, 40, 97]

@@ -47,8 +47,8 @@ from datamodules.text import TextDataModule
 from lightning_modules.arch import ArchConfig
 from lightning_modules.causal_lm import CausalLMModel, context_name
 from lightning_modules.metrics import goal
+from pe_core.errors import ConfigError
 from pe_sweeps.cli import cli_main
-from pe_sweeps.errors import ConfigError
 
 SMALL = {"block_size": 16, "eval_factors": [1, 2, 4], "max_train_blocks": 8, "max_eval_tokens": 300, "batch_size": 4}
 

@@ -41,8 +41,8 @@ from datamodules.glue import CLS
 from datamodules.text_classification import PRESETS, TextClassificationDataModule
 from lightning_modules.arch import ArchConfig
 from lightning_modules.classifier import SequenceClassifier, task_metrics
+from pe_core.errors import ConfigError
 from pe_sweeps.cli import cli_main
-from pe_sweeps.errors import ConfigError
 
 SMALL = {"vocab_size_limit": 300, "max_length": 32, "batch_size": 4}
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]

@@ -27,7 +27,7 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.transformer import Attention, Transformer, attention_masks
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 VOCAB, DIM, HEADS, DEPTH, MAX_LEN = 50, 32, 4, 2, 64
 HEAD_DIM = DIM // HEADS

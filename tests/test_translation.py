@@ -36,8 +36,8 @@ from datamodules.translation import BOS, EOS, IGNORE_INDEX, PAD, TranslationData
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS
 from lightning_modules.translation import NEVER_GENERATED, TranslationModel
+from pe_core.errors import ConfigError
 from pe_sweeps.cli import cli_main
-from pe_sweeps.errors import ConfigError
 from tests.helpers import randomize_
 
 SMALL = {

@@ -1,4 +1,4 @@
-"""W&B identity, run names and what each run adds to W&B (tracking/wandb_setup.py, run_naming.py,
+"""W&B identity, run names and what each run adds to W&B (runs/wandb_setup.py, run_naming.py,
 length_tables.py, callbacks.py, console.py), on functions and a fake run: no training, no W&B process. The offline
 run files of a real fit are checked in test_compare.py::test_offline_wandb_fit_logs_directions_and_length_table."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from helpers import record as make_record
 
-from pe_sweeps.tracking import callbacks, console, length_tables, run_naming
-from pe_sweeps.tracking import wandb_setup as ws
+from pe_sweeps.runs import callbacks, console, length_tables, run_naming
+from pe_sweeps.runs import wandb_setup as ws
 
 
 def test_run_names_carry_the_parameters_a_sweep_varies(monkeypatch):
@@ -33,7 +33,7 @@ def test_run_names_carry_the_parameters_a_sweep_varies(monkeypatch):
 def test_a_derived_name_too_long_for_a_folder_is_shortened_with_a_hash():
     """Long varied values (e.g. encoding options with a path) made a name over 255 bytes: the run folder could not
     be made. Such a name keeps its start and ends with a hash of the whole, so trials still differ."""
-    from pe_sweeps.tracking.records import MAX_NAME_BYTES, check_name
+    from pe_sweeps.runs.records import MAX_NAME_BYTES, check_name
 
     assert run_naming.run_name("copy", "rope", 0, {"model.lr": 0.001}) == "copy-rope-lr=0.001-s0"  # short: as before
     names = {
@@ -177,7 +177,7 @@ def test_readme_sync_hint_matches_where_sweep_trials_write(readme_line, tmp_path
     from pathlib import Path
 
     from pe_sweeps import layout
-    from pe_sweeps.tracking.sweep_display import where_lines
+    from pe_sweeps.sweep.display import where_lines
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert readme_line in readme

@@ -1,4 +1,4 @@
-"""tracking/warm_start.py: which trials start warm, the worker packing options, and a forked trial that sees
+"""sweep/warm_start.py: which trials start warm, the worker packing options, and a forked trial that sees
 what a cold one sees (argv, environment, folders, session, exit status) and trains to the same numbers.
 The sweep-level fault and resume tests run on both paths in tests/test_faults.py and tests/test_sweep.py."""
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 from pe_sweeps.layout import PROGRAMS
-from pe_sweeps.tracking import trial_devices
-from pe_sweeps.tracking.children import stop_child
-from pe_sweeps.tracking.sweep import SweepOptions, check_options
-from pe_sweeps.tracking.warm_start import TrialStarter, WarmChild, warm_program
+from pe_sweeps.sweep import trial_devices
+from pe_sweeps.sweep.children import stop_child
+from pe_sweeps.sweep.run import SweepOptions, check_options
+from pe_sweeps.sweep.warm_start import TrialStarter, WarmChild, warm_program
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = """import gc, json, os, sys, threading, time
@@ -103,7 +103,7 @@ def gpus(monkeypatch, count: int, mask: str | None = None, cores: int = 8) -> No
 
 def placement(opts: SweepOptions) -> list[tuple[str, str]]:
     """(CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS) of each worker slot's trials, after the sweep's own checks."""
-    from pe_sweeps.tracking.trial_child import child_env
+    from pe_sweeps.sweep.trial_child import child_env
 
     check_options(opts)
     envs = [child_env("s", Path("/t"), slot, opts) for slot in range(opts.workers)]
@@ -177,7 +177,7 @@ def test_a_trial_given_a_gpu_it_cannot_see_fails_in_one_line(monkeypatch, capsys
     """Not trained on the CPU: `cli.py fit` stops while parsing, with exit 2 (a sweep does not retry it)."""
     from helpers import cli_in_process
 
-    from pe_sweeps.tracking.children import check_given_gpus
+    from pe_sweeps.sweep.children import check_given_gpus
 
     gpus(monkeypatch, 1, "GPU-abc")
     monkeypatch.setenv("PE_TRIAL_GPUS", "1")
@@ -274,7 +274,7 @@ def test_each_warm_trial_stages_wandb_media_in_its_own_folder():
     import wandb  # noqa: F401  (makes W&B's media folder)
 
     from pe_sweeps.internals import wandb_media_dir
-    from pe_sweeps.tracking.warm_start import own_media_dir
+    from pe_sweeps.sweep.warm_start import own_media_dir
 
     shared = wandb_media_dir().name
     own_media_dir()
@@ -337,7 +337,7 @@ def test_another_user_cannot_make_the_fork_server_run_code(tmp_path):
 def test_a_storage_password_stays_off_the_command_line(monkeypatch, capsys):
     """A password in --storage is visible in `ps`: one warning line pointing to $PE_SWEEP_STORAGE, which is
     read as the default and never passed on to a trial."""
-    from pe_sweeps.tracking.trial_child import child_env
+    from pe_sweeps.sweep.trial_child import child_env
 
     check_options(SweepOptions(file="s.yaml", storage="postgresql://u:s3cret@127.0.0.1/db"))
     err = capsys.readouterr().err
@@ -354,7 +354,7 @@ def test_a_storage_password_stays_off_the_command_line(monkeypatch, capsys):
 def test_trials_start_cold_once_the_projects_source_changed(tmp_path, monkeypatch, capfd):
     """The fork server runs the code it imported: after an edit a trial would run the old code, and jsonargparse
     (which reads a data module's source for the options it forwards to its base) would parse with the new."""
-    from pe_sweeps.tracking import warm_start
+    from pe_sweeps.sweep import warm_start
 
     program = tmp_path / "p.py"
     program.write_text("")

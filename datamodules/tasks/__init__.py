@@ -22,7 +22,7 @@ from typing import NamedTuple
 from datamodules.tasks import basic, chomsky_context_free, chomsky_context_sensitive, chomsky_regular, flip_flop
 from datamodules.tasks.arithmetic import addition_zhou, addition_zhou_limits, addition_zhou_reference
 from datamodules.tasks.retrieval import mqar, mqar_reference, passkey, passkey_reference
-from pe_sweeps.errors import ConfigError, wrong_type
+from pe_core.errors import ConfigError, wrong_type
 
 
 class Task(NamedTuple):

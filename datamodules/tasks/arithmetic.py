@@ -20,7 +20,7 @@ it needs `reverse_operands: true` (McLeish et al.'s format), and hints are an al
 from datamodules.tasks import positions as P
 from datamodules.tasks.basic import addition_positions
 from datamodules.tasks.tokens import PLUS, SEP, SYMBOL0, need_range, need_symbols, vocab_size
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 NAME = "addition_zhou"
 

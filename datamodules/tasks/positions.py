@@ -9,7 +9,7 @@ splits), after the task's own draws, so an example's tokens do not depend on the
 """
 
 from datamodules.tasks.tokens import PLUS, SEP, SYMBOL0, need_range
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 SCHEMES = ("none", "abacus", "coupling")
 

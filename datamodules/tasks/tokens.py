@@ -4,7 +4,7 @@ Vocabulary: PAD=0, SEP=1, MASK=2, PLUS=3, QUERY=4, then `num_symbols` symbol tok
 `train_max_len` index tokens (used by `lookup`). A task writes symbol k as token SYMBOL0 + k.
 """
 
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 PAD, SEP, MASK, PLUS, QUERY = 0, 1, 2, 3, 4
 SYMBOL0 = 5

@@ -3,7 +3,7 @@
 `ENCODINGS` maps a registry name to its class; `PRESETS` names a registered encoding with other default
 options (a variant a paper reports under its own name, so sweeps, run names and comparisons tell it apart)
 and adds it to `ENCODINGS`. `build_encoding` builds either with a clear error for an unknown name or
-option. An option's type, choices (`Literal`) and range (`Annotated`, pe_sweeps/ranges.py) are declared on the
+option. An option's type, choices (`Literal`) and range (`Annotated`, pe_core/ranges.py) are declared on the
 encoding's own constructor and checked from there (`check_encoding`); `python -m lightning_modules.encodings
 NAME` lists them. The registry-wide tests (tests/test_encodings_contract.py and others) run over this registry.
 """
@@ -37,8 +37,8 @@ from lightning_modules.encodings.stick_breaking import StickBreaking
 from lightning_modules.encodings.t5_bias import T5Bias
 from lightning_modules.encodings.tupe import TupeA, TupeR
 from lightning_modules.encodings.xpos import XPos
-from pe_sweeps.errors import TYPE_WORDS, ConfigError, wrong_type
-from pe_sweeps.ranges import choices, describe, in_range, plain
+from pe_core.errors import TYPE_WORDS, ConfigError, wrong_type
+from pe_core.ranges import choices, describe, in_range, plain
 
 ENCODINGS: dict[str, type[PositionalEncoding]] = {
     cls.name: cls
@@ -93,7 +93,7 @@ def option_parameters(name: str) -> dict[str, inspect.Parameter]:
 
 
 def check_option_value(name: str, key: str, value, param: inspect.Parameter) -> None:
-    """The type, choices (`Literal`) and range (`Annotated`, pe_sweeps/ranges.py) the option's own
+    """The type, choices (`Literal`) and range (`Annotated`, pe_core/ranges.py) the option's own
     constructor parameter declares; the words of a declared range on the command line (cli_errors.range_error)."""
     where = f"encoding {name!r} option {key!r}"
     problem = wrong_type(value, plain(param.annotation))

@@ -4,7 +4,7 @@ ranges, and defaults, read from its constructor's signature (what `--model.arch.
 import sys
 
 from lightning_modules.encodings import ENCODINGS, check_encoding_name, option_help
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 
 def main(names: list[str]) -> int:

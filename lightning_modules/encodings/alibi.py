@@ -5,8 +5,8 @@ from torch import Tensor
 
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import relative_distance
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import PositiveInt
+from pe_core.errors import ConfigError
+from pe_core.ranges import PositiveInt
 
 
 def alibi_slopes(num_heads: int) -> list[float]:

@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import PositiveInt
+from pe_core.errors import ConfigError
+from pe_core.ranges import PositiveInt
 
 SSMAX_INIT = 0.43  # SSMax's s at initialisation (Nakanishi 2025, the value of its Figure 1)
 EVAL_POSITIONS_SEED = 0  # seed of the positions `randomize_positions_eval` draws at each evaluation

@@ -4,7 +4,7 @@ from lightning_modules.encodings.init_reference import BERT
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.t5_bias import T5Bias, bucket_bias, distance_score_mod
 from lightning_modules.encodings.tupe import bert_init
-from pe_sweeps.ranges import PositiveInt
+from pe_core.ranges import PositiveInt
 
 
 class BertR(LearnedAbsolute):

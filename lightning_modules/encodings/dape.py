@@ -5,7 +5,7 @@ from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.init_reference import torch_linear
 from lightning_modules.encodings.kerple import KerpleLog
-from pe_sweeps.ranges import PositiveInt
+from pe_core.ranges import PositiveInt
 
 # PyTorch's Linear default for both layers of the MLP, as the official `nn.Sequential` (fan_in 2H, then the width)
 DAPE_INIT = {

@@ -4,7 +4,7 @@ from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.init_reference import torch_linear
-from pe_sweeps.ranges import PositiveInt
+from pe_core.ranges import PositiveInt
 
 
 class PerRowDataDependentAlibi(PositionalEncoding):

@@ -4,8 +4,8 @@ from torch import Tensor, nn
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.init_reference import BERT, ONES, ZEROS
 from lightning_modules.encodings.t5_bias import distances, relative_distance
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import NonNegativeInt, PositiveInt
+from pe_core.errors import ConfigError
+from pe_core.ranges import NonNegativeInt, PositiveInt
 
 
 def log_bucket_position(relative: Tensor, bucket_size: int, max_position: int) -> Tensor:

@@ -5,7 +5,7 @@ from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.init_reference import torch_linear
 from lightning_modules.encodings.precision import compute_dtype, fp32_mlp
 from lightning_modules.encodings.t5_bias import bucket_bias, distance_score_mod, distances, relative_distance
-from pe_sweeps.ranges import PositiveInt
+from pe_core.ranges import PositiveInt
 
 
 class DynamicBias(PositionalEncoding):

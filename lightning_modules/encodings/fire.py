@@ -4,7 +4,7 @@ from torch import Tensor, nn
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.init_reference import ONES, torch_linear
 from lightning_modules.encodings.precision import compute_dtype, fp32_mlp
-from pe_sweeps.ranges import PositiveFloat, PositiveInt
+from pe_core.ranges import PositiveFloat, PositiveInt
 
 
 class FIRE(PositionalEncoding):

@@ -6,8 +6,8 @@ from torch import Tensor, nn
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.init_reference import BERT
 from lightning_modules.position_tables import read_table
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import NonNegativeFloat, PositiveFloat, PositiveInt
+from pe_core.errors import ConfigError
+from pe_core.ranges import NonNegativeFloat, PositiveFloat, PositiveInt
 
 
 def load_table(path: str) -> Tensor:

@@ -4,7 +4,7 @@ from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.init_reference import BERT, ZEROS
-from pe_sweeps.ranges import PositiveInt
+from pe_core.ranges import PositiveInt
 
 CHUNK = 64  # the chunk of the within-chunk (UT) transform, as fla's reference and kernels
 

@@ -6,7 +6,7 @@ from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.init_reference import ZEROS
-from pe_sweeps.ranges import AboveOne
+from pe_core.ranges import AboveOne
 
 
 def polar(x: Tensor, phases: Tensor) -> Tensor:

@@ -7,8 +7,8 @@ from pydantic import AllowInfNan
 from torch import Tensor
 
 from lightning_modules.encodings.base import PositionalEncoding
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import AboveOne, AtLeastOne, PositiveFloat, PositiveInt
+from pe_core.errors import ConfigError
+from pe_core.ranges import AboveOne, AtLeastOne, PositiveFloat, PositiveInt
 
 RopeFraction = Annotated[float, Gt(0), Le(1), AllowInfNan(False)]  # (0, 1]: the share of frequencies that rotate
 

@@ -6,7 +6,7 @@ from torch import Tensor
 
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import distances, relative_distance
-from pe_sweeps.errors import ConfigError
+from pe_core.errors import ConfigError
 
 
 class Sandwich(PositionalEncoding):

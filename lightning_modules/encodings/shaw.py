@@ -6,7 +6,7 @@ from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
 from lightning_modules.encodings.t5_bias import relative_distance
-from pe_sweeps.ranges import PositiveInt
+from pe_core.ranges import PositiveInt
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float) -> Tensor:

@@ -2,8 +2,8 @@ import torch
 from torch import Tensor
 
 from lightning_modules.encodings.base import PositionalEncoding
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import AboveOne
+from pe_core.errors import ConfigError
+from pe_core.ranges import AboveOne
 
 
 def sinusoid_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:

@@ -3,8 +3,8 @@ from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.sinusoidal import sinusoid_table
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import AboveOne
+from pe_core.errors import ConfigError
+from pe_core.ranges import AboveOne
 
 
 class SinusoidalLearnable(PositionalEncoding):

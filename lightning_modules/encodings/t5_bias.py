@@ -4,7 +4,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_modules.encodings.base import PositionalEncoding, ScoreMod, position_at
-from pe_sweeps.ranges import NonNegativeFloat, PositiveFloat, PositiveInt
+from pe_core.ranges import NonNegativeFloat, PositiveFloat, PositiveInt
 
 
 def relative_distance(positions: Tensor) -> Tensor:

@@ -6,8 +6,8 @@ from torch import Tensor, nn
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.init_reference import BERT, ONES, ZEROS
 from lightning_modules.encodings.t5_bias import T5Bias, bucket_bias
-from pe_sweeps.errors import ConfigError
-from pe_sweeps.ranges import PositiveInt
+from pe_core.errors import ConfigError
+from pe_core.ranges import PositiveInt
 
 
 def bert_init(*modules: nn.Module) -> None:

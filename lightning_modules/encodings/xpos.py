@@ -2,7 +2,7 @@ import torch
 from torch import Tensor
 
 from lightning_modules.encodings.rope import RoPE
-from pe_sweeps.ranges import PositiveFloat
+from pe_core.ranges import PositiveFloat
 
 
 class XPos(RoPE):

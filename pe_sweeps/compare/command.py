@@ -1,0 +1,208 @@
+"""`cli.py compare`: runs side by side, rows x columns (encoding x task), mean +- std over seeds.
+
+Each cell: mean (or median, `--aggregate median`), sample std (ddof=1), n and a 95% interval of that
+aggregate over seeds: Student's t for the mean (exact coverage for normal values at any n >= 2), the
+order-statistic interval for the median (95% from n = 6; below, [min, max] with its exact level), clipped
+to the metric's range (lightning_modules.metrics.bounds) with a clipped end marked; printed to two
+significant digits of the interval's width. Per column a rank (1 = best by the metric's goal, the best
+cell marked); per row, over the columns, the mean rank, the mean reciprocal rank (the headline of
+Kazemnejad et al. 2023) and rliable's IQM over columns x seeds with its stratified-bootstrap interval
+(Agarwal et al. 2021), only for the rows with every column and only when every column holds one kind of
+run; under the table Welch t-tests of the best row against the runner-up, Holm-adjusted over all pairs
+of the column when it has more than two rows, so one noisy seed is not over-read. `--best-over KEY`
+applies TUPE's fine-tuning rule (Ke et al. 2021: median over seeds per learning rate, then the best
+learning rate): per cell only the value of KEY with the best aggregate is kept, and named. `--metric a,b`
+shows several metrics side by side (a `--best-over` choice is made on the first and kept for the others).
+
+A result is defined by SETUP (data, model, optimisation, steps, precision, world size), declared once
+below; everything else in a config is ignored. Runs that did not finish, lack the metric, repeat a seed,
+or whose setup differs from the rest of their cell are left out and listed with the reason, never
+averaged in; a column whose rows differ in setup (beyond the row, column and --best-over keys and the
+parameters the sweep tunes) is refused with one line naming the keys. Reads the local run records
+(runs/records.py) or, with --wandb ENTITY/PROJECT, the same runs from the W&B API; `--save_runs FILE`
+keeps the runs it considered and the sweep's spec in one small JSON file, which `--from FILE` reads back
+instead (compare/saved_runs.py): how docs/results/ recomputes the tables of docs/RESULTS.md.
+
+This module parses the options and runs the steps: which runs (selection.py), the sweep's metrics
+and parameters (spec.py: its manifest, else its Optuna database), the statistics
+(statistics.py), the five formats (render.py) and the report (report.py).
+
+To run:
+    python cli.py compare                                   # every run under out/, val/acc
+    python cli.py compare --sweep length_generalization     # that sweep's runs and metric
+    python cli.py compare --rows encoding,model.init_args.lr --format markdown
+    python cli.py compare --metric val/acc,val/acc_ood --format latex --latex_interval
+    python cli.py compare --aggregate median --best-over model.init_args.lr   # TUPE's rule
+    python cli.py compare --report out/report               # plots of every metric + one HTML page
+    python cli.py compare --per_seed                        # every cell's per-seed values under the table
+    python cli.py compare --wandb my-entity/pe-sweeps
+    python cli.py compare --sweep repro_alibi --save_runs docs/results/alibi.json   # keep the runs
+    python cli.py compare --from docs/results/alibi.json --format markdown         # recompute the table
+"""
+
+import shlex
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import ClassVar
+
+from rich.console import Console
+
+from pe_core.errors import ConfigError
+from pe_sweeps.compare.comparison import Comparison
+from pe_sweeps.compare.render import FORMATS, output, print_front, render_table
+from pe_sweeps.compare.saved_runs import read_saved_runs, save_runs
+from pe_sweeps.compare.selection import read_records, select, side_by_side
+from pe_sweeps.compare.spec import default_rows, objectives, sweep_spec, tuned_keys
+from pe_sweeps.compare.statistics import AGGREGATES, VALUES, compare_metrics
+from pe_sweeps.runs.records import RunRecord
+from pe_sweeps.runs.wandb_records import read_wandb
+
+__all__ = ["CompareOptions", "compare_main", "print_comparison", "read_records", "run_compare"]
+
+
+@dataclass
+class CompareOptions:
+    """Options of `cli.py compare`."""
+
+    CHOICES: ClassVar[dict] = {"value": VALUES, "aggregate": AGGREGATES, "format": FORMATS}
+
+    out_dir: str = "out"  # records are read recursively from here (runs/ and sweeps/)
+    sweep: str | None = None  # keep runs of this sweep / study only (a,b: of several); its metric becomes the default
+    metric: str | None = None  # M[,M...]; default: the sweep's metric(s) with --sweep, else val/acc, each with
+    # its in-distribution / beyond-length companion (val/acc_ood) as the sweep's ending shows; several
+    # metrics: side by side, then their Pareto front (non-dominated rows)
+    value: str = "final"  # "final" (last validation), "best" (best validation, by the metric's goal) or
+    # "step=N" (the validation at global step N: a learning curve's point)
+    aggregate: str = "mean"  # over seeds: mean or median (TUPE's rule)
+    best_over: str | None = None  # KEY (e.g. model.init_args.lr): per cell keep the KEY value aggregating best
+    rows: str | None = None  # comma-separated record fields or dotted config paths; default: encoding, and
+    # with --sweep also the parameters that the sweep varies (other than seed, encoding and task)
+    cols: str = "task"  # comma-separated record fields or dotted config paths, one column per value
+    format: str = "table"  # table (rich, to the console), csv, json, markdown, latex (to stdout)
+    per_seed: bool = False  # table, markdown, latex: list every cell's per-seed values under it (csv, json: always)
+    latex_interval: bool = False  # --format latex: each cell's interval after its aggregate
+    latex_rank: bool = False  # --format latex: a rank column beside each column
+    report: str | None = None  # write the plots (PNG, SVG, PDF) of every metric and index.html to this folder
+    wandb: str | None = None  # ENTITY/PROJECT: read runs from the W&B API instead of --out_dir
+    save_runs: str | None = None  # write the runs compared (the left-out ones too) and the sweep's spec to this JSON
+    from_runs: str | None = None  # (or --from) FILE of --save_runs: read runs and the sweep's spec from it instead
+    # of --out_dir and the sweep's study
+
+
+def shown_metrics(metrics: list[tuple[str, str]], records, value: str = "final") -> tuple[list[str], list]:
+    """The metrics a comparison shows and their goals (None: by the name): for one objective on the
+    synthetic tasks, in-distribution and beyond-length accuracy side by side (`side_by_side`), else the
+    objectives. `cli.py compare` without --metric and the end of `cli.py sweep` show the same."""
+    declared = dict(metrics)
+    shown = side_by_side(metrics[0][0], records, value) if len(metrics) == 1 else list(declared)
+    return shown, [declared.get(m) for m in shown]  # the companion (e.g. val/acc_ood) goes by its name
+
+
+def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
+    """Read, aggregate and print; write the report (of every metric shown) when asked. Returns the
+    Comparison, or one per metric for several."""
+    if opts.format not in FORMATS:
+        raise ConfigError(f"--format {opts.format!r}; choose one of: {', '.join(FORMATS)}")
+    records, spec = runs_and_spec(opts)
+    metrics = objectives(spec, opts.metric)
+    shown, goals = (
+        shown_metrics(metrics, records, opts.value)
+        if not opts.metric
+        else ([m for m, _ in metrics], [d for _, d in metrics])
+    )
+    comps = compare_metrics(
+        records, shown, value=opts.value, rows=opts.rows or default_rows(spec, opts.best_over),
+        cols=opts.cols, aggregate=opts.aggregate, best_over=opts.best_over, goals=goals, tuned=tuned_keys(spec),
+    )  # fmt: skip
+    if opts.save_runs:
+        out_dir = None if opts.wandb or opts.from_runs else opts.out_dir
+        size = save_runs(opts.save_runs, records, spec, opts.sweep, shown, command_of(opts), out_dir)
+        print(f"saved {len(records)} runs to {opts.save_runs} ({size / 1000:.1f} kB)", file=sys.stderr)
+    output(comps, opts.format, per_seed=opts.per_seed, interval=opts.latex_interval, rank=opts.latex_rank)
+    if opts.format == "table":
+        print_front(comps[: len(metrics)], [d for _, d in metrics], Console())
+    if opts.report:
+        from pe_sweeps.compare.report import write_report
+
+        page = write_report(comps, Path(opts.report))
+        print(f"report: {page}", file=sys.stderr)
+    return comps[0] if len(comps) == 1 else comps
+
+
+def runs_and_spec(opts: CompareOptions) -> tuple[list[RunRecord], dict]:
+    """The runs to compare (of --sweep, when given) and the sweep's spec: from a --from file, from W&B, or
+    from --out_dir's records and the sweep's manifest or study."""
+    if opts.from_runs:
+        if opts.wandb:
+            raise ConfigError("--from reads runs from a file and --wandb from W&B: pass one of them")
+        if opts.save_runs and Path(opts.save_runs).resolve() == Path(opts.from_runs).resolve():
+            raise ConfigError(f"--save_runs {opts.save_runs} would overwrite the --from file: name another file")
+        saved = read_saved_runs(opts.from_runs)
+        return select(saved.records, opts.sweep, f"in {opts.from_runs!r}"), saved.spec
+    if opts.wandb:
+        records = select(read_wandb(opts.wandb), opts.sweep, f"in W&B project {opts.wandb!r}")
+    else:
+        records = read_records(opts.out_dir, opts.sweep)
+    return records, sweep_spec(opts.out_dir, opts.sweep)
+
+
+def command_of(opts: CompareOptions) -> str:
+    """The compare command line of these options (those left at their default omitted)."""
+    default = CompareOptions()
+    changed = [
+        (f.name, getattr(opts, f.name)) for f in fields(opts) if getattr(opts, f.name) != getattr(default, f.name)
+    ]
+    args = [f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changed]
+    return shlex.join(["python", "cli.py", "compare", *args])
+
+
+def from_alias(arg: str) -> str:
+    """`--from FILE` is `--from_runs FILE` (`from` is a Python keyword, so not an option field's name)."""
+    return "--from_runs" + arg[len("--from") :] if arg == "--from" or arg.startswith("--from=") else arg
+
+
+def compare_main(args: list[str]) -> Comparison | list[Comparison]:
+    """`cli.py compare [--out_dir DIR] [--sweep NAME] [--metric M[,M]] [--format F] [--report DIR] ...`"""
+    from pe_sweeps.cli_options import parse_options
+
+    return run_compare(parse_options(CompareOptions, [from_alias(a) for a in args]))
+
+
+def print_comparison(
+    out_dir: str = "out",
+    sweep: str | None = None,
+    metric: str | list[str] | None = None,
+    console=None,
+    rows: str | None = None,
+) -> None:
+    """Print the comparison table of a sweep's runs (called at the end of `cli.py sweep`): for one
+    objective on the synthetic tasks, in-distribution and beyond-length accuracy side by side; for several
+    objectives, each of them and their Pareto front. A problem such as no finished run yet is one line,
+    never an exception: whatever fails here is one warning line, so the comparison never changes the exit
+    status of the sweep that printed it."""
+    console = console or Console()
+    try:
+        comparison_of(out_dir, sweep, metric, console, rows)
+    except Exception as error:  # a bug in the comparison must not fail a sweep whose trials all ran
+        command = shlex.join(
+            ["python", "cli.py", "compare", f"--out_dir={out_dir}", *([f"--sweep={sweep}"] if sweep else [])]
+        )
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        print(f"warning: the comparison could not be printed ({type(error).__name__}: {reason}); the runs are "
+              f"saved, compare them with: {command}", file=sys.stderr)  # fmt: skip
+
+
+def comparison_of(out_dir: str, sweep: str | None, metric, console: Console, rows: str | None) -> None:
+    """`print_comparison`'s work, which may raise."""
+    try:
+        records = read_records(out_dir, sweep)
+        spec = sweep_spec(out_dir, sweep)
+        metrics = objectives(spec, ",".join(metric) if isinstance(metric, list) else metric)
+        shown, goals = shown_metrics(metrics, records)
+        comps = compare_metrics(records, shown, rows=rows or default_rows(spec), goals=goals, tuned=tuned_keys(spec))
+    except ConfigError as error:
+        console.print(f"compare: {error}")
+        return
+    console.print(render_table(comps))
+    print_front(comps[: len(metrics)], [d for _, d in metrics], console)

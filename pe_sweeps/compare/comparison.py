@@ -1,0 +1,290 @@
+"""What a comparison holds and how one cell reads: shared by the formats (compare/render.py) and the
+report (compare/report.py), so that neither imports the other."""
+
+import functools
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+from lightning_modules.metric_names import bounds, goal
+from pe_sweeps.compare.across_tasks import IQM_INTERVAL
+from pe_sweeps.runs.records import RunRecord
+
+IDENTITY = ("name", "group", "task", "encoding", "seed", "sweep", "subcommand", "status")
+LEVEL = 0.95  # every interval's nominal coverage
+FEW_SEEDS = 5  # below this many seeds a cell's interval is wide by design (the footer says so)
+CLIPPED = "†"  # marks an interval's end clipped to the metric's range
+
+
+def interval_method(aggregate: str, metric: str) -> str:
+    """The name of the interval `compare` prints, for the table's footer and the JSON."""
+    low, high = bounds(metric)
+    clip = f"; clipped to the metric's range [{low:g}, {high:g}] ({CLIPPED} marks a clipped end)"
+    clip = "" if math.isinf(low) and math.isinf(high) else clip
+    if aggregate == "median":
+        return (f"{LEVEL:.0%} distribution-free interval of the median over seeds (order statistics, "
+                f"scipy.stats.quantile_test); below n=6 none reaches {LEVEL:.0%}: [min, max] at its exact level, "
+                f"printed after it{clip}")  # fmt: skip
+    return f"{LEVEL:.0%} Student-t interval of the mean over seeds (scipy.stats.t, n-1 degrees of freedom){clip}"
+
+
+def t_interval(values, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Student's t interval of the mean over the last axis: mean +- t_{(1+level)/2, n-1} s / sqrt(n).
+    Exact coverage for normal values at any n >= 2 (tests/test_compare.py simulates it); vectorised so
+    that a coverage simulation is one call."""
+    values = np.asarray(values, dtype=float)
+    n = values.shape[-1]
+    center = values.mean(axis=-1)
+    half = stats.t.ppf((1 + level) / 2, n - 1) * values.std(axis=-1, ddof=1) / math.sqrt(n)
+    return center - half, center + half
+
+
+def median_interval(values: list[float]) -> tuple[float, float, float]:
+    """(low, high, level): the distribution-free order-statistic interval of the median (a binomial
+    argument, scipy.stats.quantile_test) at LEVEL for n >= 6; below that no pair of order statistics
+    reaches it, and [min, max] is returned with its exact coverage 1 - 2^(1-n) (n=3: 75 %)."""
+    ci = stats.quantile_test(values, q=0.0, p=0.5).confidence_interval(LEVEL)
+    if math.isnan(ci.low):
+        return min(values), max(values), 1.0 - 2.0 ** (1 - len(values))
+    return float(ci.low), float(ci.high), LEVEL
+
+
+@dataclass
+class Interval:
+    """A cell's interval: its ends, its nominal coverage and which end was clipped to the metric's range."""
+
+    low: float
+    high: float
+    level: float = LEVEL
+    clipped: tuple[bool, bool] = (False, False)
+
+
+@dataclass
+class Cell:
+    """The runs of one (row, column) cell and their statistics over seeds."""
+
+    records: list[dict]
+    values: list[float]
+    aggregate: str = "mean"
+    chosen: str | None = None  # the --best-over value this cell kept
+    bounds: tuple[float, float] = (-math.inf, math.inf)  # the metric's range: intervals are clipped to it
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values))
+
+    @property
+    def center(self) -> float:
+        """The aggregate over seeds: mean or median."""
+        return float(np.median(self.values)) if self.aggregate == "median" else self.mean
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.values, ddof=1)) if self.n > 1 else math.nan
+
+    @functools.cached_property
+    def interval(self) -> Interval:
+        """The interval of the aggregate (NaN for n < 2): Student's t for the mean, order statistics for
+        the median (see `interval_method`), clipped to the metric's range."""
+        if self.n < 2:
+            return Interval(math.nan, math.nan)
+        if self.aggregate == "median":
+            low, high, level = median_interval(self.values)
+        else:
+            low, high = (float(x) for x in t_interval(self.values))
+            level = LEVEL
+        floor, ceiling = self.bounds
+        return Interval(max(low, floor), min(high, ceiling), level, (low < floor, high > ceiling))
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        return self.interval.low, self.interval.high
+
+    @property
+    def decimals(self) -> int | None:
+        """Decimal places the interval justifies (two significant digits of its width); None without one."""
+        low, high = self.ci
+        width = high - low
+        if not math.isfinite(width) or width <= 0:
+            return None
+        return min(8, max(0, 1 - math.floor(math.log10(width))))
+
+
+@dataclass
+class Excluded:
+    """A run left out of the table, and why."""
+
+    row: str
+    col: str
+    reason: str
+    run: str
+
+
+@dataclass
+class Comparison:
+    """Everything the table, the machine formats and the report show."""
+
+    metric: str
+    value: str
+    row_keys: list[str]
+    col_keys: list[str]
+    cells: dict[tuple[str, str], Cell]
+    excluded: list[Excluded]
+    rows: list[str] = field(default_factory=list)
+    cols: list[str] = field(default_factory=list)
+    ranks: dict[tuple[str, str], float] = field(default_factory=dict)
+    mean_rank: dict[str, float] = field(default_factory=dict)
+    mrr: dict[str, float] = field(default_factory=dict)  # mean reciprocal rank
+    tests: dict[str, str] = field(default_factory=dict)
+    pairs: dict[str, list[dict]] = field(default_factory=dict)  # per column: every tested pair, raw and Holm p
+    aggregate: str = "mean"
+    best_over: str | None = None
+    alternatives: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # best-over candidates
+    declared_goal: str | None = None  # "max"/"min" from the sweep file's metric(s); else by the metric's name
+    # across-column aggregates (mean rank, MRR, IQM) cover only the rows with a cell in every column, and only
+    # when every column holds one kind of run (see compare/statistics.py `aggregate_rows`)
+    missing: dict[str, list[str]] = field(default_factory=dict)  # row -> the columns it lacks (no aggregate)
+    kinds: dict[str, str] = field(default_factory=dict)  # column -> its kind of run (the task module's class)
+    no_aggregate: str | None = None  # why no across-column aggregate is shown (columns of different kinds)
+    iqm: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # row -> (IQM, low, high)
+
+    @property
+    def goal(self) -> str:
+        return self.declared_goal or goal(self.metric)
+
+    @property
+    def interval(self) -> str:
+        """The name of the cells' interval method."""
+        return interval_method(self.aggregate, self.metric)
+
+    def is_best(self, row: str, col: str) -> bool:
+        return self.ranks.get((row, col)) == min(self.ranks[r, col] for r in self.rows if (r, col) in self.ranks)
+
+
+def config_entry(config: dict, key: str) -> tuple[bool, object]:
+    """(found, value) of a dotted config path, as written (`model.dim`) or under `init_args`
+    (`model.init_args.dim`); found with a null value when the key is there and null, and the first
+    non-null of the two paths otherwise."""
+    parts = key.split(".")
+    found = False
+    for path in (parts, parts[:1] + ["init_args"] + parts[1:]):
+        node = config
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and path[-1] in node:
+            if node[path[-1]] is not None:
+                return True, node[path[-1]]
+            found = True
+    return found, None
+
+
+def lookup(record: RunRecord, key: str):
+    """A record field (`encoding`) or a dotted config path (`model.init_args.dim`, or `model.dim`);
+    None when absent. Flat configs (W&B) are looked up by the whole key, then by its last part."""
+    if key in IDENTITY or ("." not in key and record.value_of(key) is not None):
+        return record.value_of(key)
+    config = record.config
+    _, value = config_entry(config, key)
+    if value is not None:
+        return value
+    parts = key.split(".")
+    return config.get(key, config.get(parts[-1]) if len(parts) > 1 else None)
+
+
+def is_set(record: RunRecord, key: str) -> bool:
+    """Does the run's config hold `key`, null included (`encoding_options: null`, the encoding's defaults)? A
+    comparison of several sweeps shows such a run in its own row rather than leaving it out."""
+    return lookup(record, key) is not None or config_entry(record.config, key)[0]
+
+
+def fmt(x: float) -> str:
+    return "nan" if math.isnan(x) else f"{x:.4g}"
+
+
+def cell_number(x: float, cell: Cell) -> str:
+    """A number of this cell to the precision its interval justifies (3 significant digits without one)."""
+    if math.isnan(x):
+        return "nan"
+    decimals = cell.decimals
+    return f"{x:.3g}" if decimals is None else f"{x:.{decimals}f}"
+
+
+def interval_text(cell: Cell) -> str:
+    """`[low, high]`, a clipped end marked, the level after it when it is not the nominal one (a median
+    of fewer than 6 seeds); empty for one seed."""
+    if cell.n < 2:
+        return ""
+    ci = cell.interval
+    low, high = (cell_number(x, cell) + (CLIPPED if clip else "") for x, clip in zip(cell.ci, ci.clipped))
+    level = "" if ci.level == LEVEL else f" {ci.level:.0%}"
+    return f" [{low}, {high}]{level}"
+
+
+def cell_text(cell: Cell, rank: float, best: bool, compact: bool = False) -> str:
+    """`center ± std (n=N) [low, high] #rank`; compact (narrow terminals): `center [low, high]`, or
+    `center (n=1)` for a single seed."""
+    if compact:
+        return f"{'* ' if best else ''}{cell_number(cell.center, cell)}{interval_text(cell) or ' (n=1)'}"
+    spread = "" if cell.n < 2 else f" ± {cell_number(cell.std, cell)}"
+    ci = interval_text(cell)
+    chosen = "" if cell.chosen is None else f" @{cell.chosen}"
+    return f"{'* ' if best else ''}{cell_number(cell.center, cell)}{spread} (n={cell.n}){ci} #{rank:g}{chosen}"
+
+
+def legend(comp: Comparison, best: str = "*", compact: bool = False) -> str:
+    chosen = f"; @value: the {comp.best_over} whose {comp.aggregate} is best in that cell" if comp.best_over else ""
+    if compact:
+        return (f"{best}: best in column ({comp.goal} of {comp.value} {comp.metric}); compact cells for this "
+                f"terminal's width: {comp.aggregate} [{comp.interval}] (a wider terminal, --format csv or json "
+                "add std, n and ranks)")  # fmt: skip
+    return (
+        f"{best}: best in column ({comp.goal} of {comp.value} {comp.metric}); {comp.aggregate} ± std (n) "
+        f"[{comp.interval}] #rank in column{chosen}; digits: two significant digits of the interval's width"
+    )
+
+
+def seed_lines(comp: Comparison) -> list[str]:
+    """Every cell's per-seed values (`--per_seed`; the csv and json always carry them)."""
+    lines = []
+    for (row, col), cell in sorted(comp.cells.items()):
+        shown = ", ".join(f"{fmt(v)} (seed {r.seed})" for r, v in zip(cell.records, cell.values))
+        lines.append(f"{row} / {col} [{comp.metric}]: {shown}")
+    return lines
+
+
+def aggregate_lines(comp: Comparison) -> list[str]:
+    """What the across-column aggregates cover: which rows were left out, or why there are none."""
+    if comp.no_aggregate:
+        return [f"no mean rank, MRR or IQM: {comp.no_aggregate}"]
+    lines = []
+    if comp.missing:
+        left = "; ".join(f"{row} (no {', '.join(cols)})" for row, cols in sorted(comp.missing.items()))
+        lines.append(f"mean rank, MRR and IQM over the rows with every column; left out: {left}")
+    if comp.iqm:
+        shown = ", ".join(f"{row} {fmt(v)} [{fmt(lo)}, {fmt(hi)}]" for row, (v, lo, hi) in comp.iqm.items())
+        lines.append(f"IQM over columns x seeds [{IQM_INTERVAL}]: {shown}")
+    return lines
+
+
+def notes(comp: Comparison) -> list[str]:
+    """Lines printed under the table: the tests, the --best-over candidates, then excluded runs by cell and reason."""
+    lines = [comp.tests[c] for c in comp.cols]
+    few = sum(cell.n < FEW_SEEDS for cell in comp.cells.values())
+    if few:
+        lines.append(f"few seeds (n < {FEW_SEEDS} in {few} of {len(comp.cells)} cells): intervals are wide by design")
+    lines += aggregate_lines(comp)
+    for (row, col), candidates in sorted(comp.alternatives.items()):
+        shown = ", ".join(f"{k}: {fmt(v)}" for k, v in candidates.items())
+        lines.append(f"{row} / {col}: {comp.best_over} -> {comp.cells[row, col].chosen} ({comp.aggregate}s {shown})")
+    by_reason = Counter((e.row, e.col, e.reason) for e in comp.excluded)
+    if by_reason:
+        lines.append(f"excluded {len(comp.excluded)} run(s) [{comp.metric}]:")
+        lines += [f"  {row} / {col}: {n} x {reason}" for (row, col, reason), n in sorted(by_reason.items())]
+    return lines

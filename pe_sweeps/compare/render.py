@@ -1,0 +1,283 @@
+"""The five formats of `cli.py compare`: a rich table (to the console), csv, json, markdown and a LaTeX
+booktabs table (to stdout); the report's plots are compare/report.py."""
+
+import csv
+import io
+import json
+import math
+import re
+
+import numpy as np
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pe_sweeps.compare.across_tasks import IQM_INTERVAL
+from pe_sweeps.compare.comparison import CLIPPED, Comparison, cell_text, legend, notes, seed_lines
+from pe_sweeps.compare.statistics import compare
+
+FORMATS = ("table", "csv", "json", "markdown", "latex")
+
+
+def as_list(comps) -> list[Comparison]:
+    return [comps] if isinstance(comps, Comparison) else list(comps)
+
+
+def grid_of(comps, compact: bool = False) -> tuple[list[str], list[tuple[str, list[tuple[str, bool]], list[str]]]]:
+    """Header and rows shared by the table, markdown and LaTeX: one column per (column, metric), then per
+    metric the mean rank and mean reciprocal rank. Rows follow the first metric's mean rank. `compact`: cells
+    as `center [low, high]` (comparison.cell_text)."""
+    comps = as_list(comps)
+    many = len(comps) > 1
+    header = [", ".join(comps[0].row_keys)]
+    header += [f"{c} {comp.metric}" if many else c for comp in comps for c in comp.cols]
+    header += [f"{k} {comp.metric}" if many else k for comp in comps for k in ("mean rank", "MRR")]
+    rows = list(dict.fromkeys(r for comp in comps for r in comp.rows))
+    out = []
+    for row in rows:
+        texts = [
+            (cell_text(comp.cells[row, c], comp.ranks[row, c], False, compact), comp.is_best(row, c))
+            if (row, c) in comp.cells else ("-", False)
+            for comp in comps for c in comp.cols
+        ]  # fmt: skip
+        ranks = [f"{comp.mean_rank[row]:.2f}" if row in comp.mean_rank else "-" for comp in comps]
+        mrr = [f"{comp.mrr[row]:.2f}" if row in comp.mrr else "-" for comp in comps]
+        out.append((row, texts, [x for pair in zip(ranks, mrr) for x in pair]))
+    return header, out
+
+
+def footer(comps, best: str = "*", per_seed: bool = False, compact: bool = False) -> list[str]:
+    lines = [line for comp in as_list(comps) for line in [legend(comp, best, compact), *notes(comp)]]
+    return lines + ([line for comp in as_list(comps) for line in seed_lines(comp)] if per_seed else [])
+
+
+def columns_of(header: list[str], rows: list) -> list[list[str]]:
+    """Each column's texts as the table shows them (header first; a best cell with its "* " mark)."""
+    columns = [[name_] for name_ in header]
+    for row, texts, ranks in rows:
+        for column, text in zip(columns, [row, *(("* " if best else "") + t for t, best in texts), *ranks]):
+            column.append(text)
+    return columns
+
+
+def fits(header: list[str], rows: list, width: int) -> bool:
+    """Whether a table of these cells fits `width` columns with each cell on one line (borders included)."""
+    return sum(max(map(len, column)) + 3 for column in columns_of(header, rows)) + 1 <= width
+
+
+class ComparisonTable:
+    """The comparison as a rich renderable that fits the console it is printed on (`table_for`)."""
+
+    def __init__(self, comps, per_seed: bool = False):
+        self.comps, self.per_seed = as_list(comps), per_seed
+
+    def __rich_console__(self, console, options):
+        yield table_for(self.comps, self.per_seed, options.max_width)
+
+
+def render_table(comps, per_seed: bool = False) -> ComparisonTable:
+    """One or several comparisons (metrics side by side) as a table, tests and exclusions as its caption."""
+    return ComparisonTable(comps, per_seed)
+
+
+def table_for(comps, per_seed: bool, width: int) -> Table:
+    """The rich Table for a console `width` columns wide. Cells wrap only between words, so a number is never
+    split; when the full cells do not fit on one line each, they are compact (`center [low, high]`), as the
+    caption says."""
+    first = comps[0]
+    header, rows = grid_of(comps)
+    compact = not fits(header, rows, width)
+    if compact:
+        header, rows = grid_of(comps, compact=True)
+    metrics = ", ".join(c.metric for c in comps)
+    spread = "" if compact else " ± std"
+    title = f"{first.value} {metrics} ({'/'.join(c.goal for c in comps)}), {first.aggregate}{spread} over seeds"
+    caption = [escape(line) for line in footer(comps, per_seed=per_seed, compact=compact)]  # "[...]": text
+    table = Table(title=title, caption="\n".join(caption), caption_justify="left", min_width=min(width, 160))
+    for name_, column in zip(header, columns_of(header, rows)):
+        # the longest word of a column is its minimum width: rich wraps at spaces, never inside a number (a
+        # column with no cells, or only empty ones, e.g. every run excluded or a row value "", has none)
+        longest = max((len(word) for text in column[1:] for word in text.split()), default=1)
+        table.add_column(name_, overflow="fold", min_width=longest,
+                         justify="right" if "rank" in name_ or "MRR" in name_ else "left")  # fmt: skip
+    for row, texts, ranks in rows:
+        table.add_row(
+            escape(row), *[f"[bold green]* {escape(t)}[/]" if best else escape(t) for t, best in texts], *ranks
+        )
+    return table
+
+
+def comparison_table(records: list, metric: str, value: str = "final", rows="encoding", cols="task") -> Table:
+    """The rich comparison table of records (see `compare` for what is aggregated and excluded)."""
+    return render_table(compare(records, metric, value, rows, cols))
+
+
+def _num(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def cell_rows(comp: Comparison) -> list[dict]:
+    """One dict per cell: the long format behind csv and json."""
+    out = []
+    for (row, col), cell in sorted(comp.cells.items()):
+        lo, hi = cell.ci
+        out.append({
+            "metric": comp.metric, "row": row, "col": col, "mean": cell.mean, "median": float(np.median(cell.values)),
+            "std": _num(cell.std), "n": cell.n, "ci_low": _num(lo), "ci_high": _num(hi),
+            "ci_level": cell.interval.level if cell.n > 1 else None, "ci_clipped": list(cell.interval.clipped),
+            "rank": comp.ranks[row, col], "best": comp.is_best(row, col), "mean_rank": comp.mean_rank.get(row),
+            "mrr": comp.mrr.get(row), "chosen": cell.chosen, "seeds": [r.seed for r in cell.records],
+            "values": cell.values,
+        })  # fmt: skip
+    return out
+
+
+def to_csv(comps) -> str:
+    buffer = io.StringIO()
+    rows = [row for comp in as_list(comps) for row in cell_rows(comp)]
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["metric", "row", "col"])
+    writer.writeheader()
+    for row in rows:
+        lists = {k: " ".join(map(str, row[k])) for k in ("seeds", "values", "ci_clipped")}
+        writer.writerow({**row, **lists})
+    return buffer.getvalue()
+
+
+def comparison_dict(comp: Comparison) -> dict:
+    return {
+        "metric": comp.metric, "value": comp.value, "goal": comp.goal, "aggregate": comp.aggregate,
+        "interval": comp.interval, "best_over": comp.best_over, "rows": comp.row_keys, "cols": comp.col_keys,
+        "cells": cell_rows(comp), "mean_rank": comp.mean_rank, "mrr": comp.mrr,
+        "iqm": {row: dict(zip(("iqm", "ci_low", "ci_high"), v)) for row, v in comp.iqm.items()},
+        "iqm_interval": IQM_INTERVAL, "missing": comp.missing, "kinds": comp.kinds,
+        "no_aggregate": comp.no_aggregate, "tests": comp.tests,
+        "pairs": comp.pairs, "excluded": [vars(e) for e in comp.excluded],
+    }  # fmt: skip
+
+
+def to_json(comps) -> str:
+    """One metric: its comparison; several: {"comparisons": [one per metric]}."""
+    comps = as_list(comps)
+    data = comparison_dict(comps[0]) if len(comps) == 1 else {"comparisons": [comparison_dict(c) for c in comps]}
+    return json.dumps(data, indent=1)
+
+
+def to_markdown(comps, per_seed: bool = False) -> str:
+    header, rows = grid_of(comps)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row, texts, ranks in rows:
+        lines.append("| " + " | ".join([row, *[f"**{t}**" if best else t for t, best in texts], *ranks]) + " |")
+    lines += ["", *[re.sub(r"^( *)", r"\1- ", line) for line in footer(comps, "bold", per_seed)]]
+    return "\n".join(lines) + "\n"
+
+
+LATEX_ESCAPES = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$",
+                 "†": r"$^\dagger$"}  # fmt: skip
+
+
+def latex_escape(text: str) -> str:
+    return "".join(LATEX_ESCAPES.get(ch, ch) for ch in text)
+
+
+def column_decimals(comp: Comparison, col: str) -> int:
+    """One number format per column: the most decimals any of its cells' intervals justify (two significant
+    digits of the interval's width, `Cell.decimals`); three significant digits of its largest value when no
+    cell has an interval (one seed each)."""
+    cells = [comp.cells[r, col] for r in comp.rows if (r, col) in comp.cells]
+    justified = [c.decimals for c in cells if c.decimals is not None]
+    if justified:
+        return max(justified)
+    largest = max((abs(c.center) for c in cells), default=0.0) or 1.0
+    return max(0, 2 - math.floor(math.log10(largest)))
+
+
+def latex_cell(comp: Comparison, row: str, col: str, decimals: int, interval: bool) -> str:
+    """`center` (bold when best in its column), `center [low, high]` with the interval; `-` for no cell."""
+    if (row, col) not in comp.cells:
+        return "-"
+    cell = comp.cells[row, col]
+    text = f"{cell.center:.{decimals}f}"
+    if interval and cell.n > 1:
+        low, high = (f"{x:.{decimals}f}" + (CLIPPED if c else "") for x, c in zip(cell.ci, cell.interval.clipped))
+        text += f" [{low}, {high}]"
+    text = latex_escape(text)
+    return r"\textbf{" + text + "}" if comp.is_best(row, col) else text
+
+
+def rank_format(comp: Comparison, col: str) -> str:
+    """Ranks as integers, or to one decimal in a column with a tie (2.5)."""
+    ranks = [comp.ranks[r, col] for r in comp.rows if (r, col) in comp.ranks]
+    return ".0f" if all(float(k).is_integer() for k in ranks) else ".1f"
+
+
+def latex_caption(comps: list[Comparison], interval: bool) -> str:
+    """What a reader needs beside the numbers: the aggregate, n (runs per cell), the interval method and the
+    test under the table."""
+    first = comps[0]
+    ns = sorted({cell.n for comp in comps for cell in comp.cells.values()}) or [0]
+    n = f"n = {ns[0]}" if len(ns) == 1 else f"n = {ns[0]} to {ns[-1]}"
+    goals = ", ".join(f"{c.metric} ({'higher' if c.goal == 'max' else 'lower'} is better)" for c in comps)
+    where = "in brackets" if interval else "in the report's error bars"
+    methods = "; ".join(dict.fromkeys(c.interval for c in comps))
+    return (
+        f"{first.value.capitalize()} {goals}: {first.aggregate} over {n} runs (seeds) per cell; best per column in "
+        f"bold. Intervals ({where}): {methods}. Below the table, per column: Welch t-test of the best row "
+        f"against the runner-up over seeds, Holm-adjusted over the column's pairs when it has more than two rows."
+    )
+
+
+def to_latex(comps, per_seed: bool = False, interval: bool = False, rank: bool = False) -> str:
+    """A booktabs table (needs \\usepackage{booktabs}) with a caption naming n, the interval and the test:
+    per (metric, column) the aggregate to one number format (`column_decimals`), `interval` adds each
+    cell's interval, `rank` a rank column beside each; per metric the mean rank and MRR; best cells bold;
+    the tests, the exclusions (and with per_seed the values) as its footer."""
+    comps = as_list(comps)
+    many = len(comps) > 1
+    columns = [(comp, col) for comp in comps for col in comp.cols]
+    header = [", ".join(comps[0].row_keys)]
+    for comp, col in columns:
+        header += [f"{col} {comp.metric}" if many else col] + (["rank"] if rank else [])
+    header += [f"{k} {comp.metric}" if many else k for comp in comps for k in ("mean rank", "MRR")]
+    lines = [r"\begin{table}[t]", r"\centering", r"\small",
+             r"\caption{" + latex_escape(latex_caption(comps, interval)) + "}", r"\label{tab:compare}",
+             r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}", r"\toprule",
+             " & ".join(map(latex_escape, header)) + r" \\", r"\midrule"]  # fmt: skip
+    decimals = {(id(comp), col): column_decimals(comp, col) for comp, col in columns}
+    ranks = {(id(comp), col): rank_format(comp, col) for comp, col in columns}
+    for row in dict.fromkeys(r for comp in comps for r in comp.rows):
+        texts = [latex_escape(row)]
+        for comp, col in columns:
+            texts.append(latex_cell(comp, row, col, decimals[id(comp), col], interval))
+            if rank:
+                texts.append(f"{comp.ranks[row, col]:{ranks[id(comp), col]}}" if (row, col) in comp.ranks else "-")
+        for comp in comps:
+            texts += [f"{getattr(comp, k)[row]:.2f}" if row in getattr(comp, k) else "-" for k in ("mean_rank", "mrr")]
+        lines.append(" & ".join(texts) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip\footnotesize"]
+    notes_ = [line for comp in comps for line in notes(comp)]
+    notes_ += [line for comp in comps for line in seed_lines(comp)] if per_seed else []
+    lines += [latex_escape(line.strip()) + r"\\" for line in notes_]
+    return "\n".join(lines + [r"\end{table}"]) + "\n"
+
+
+def output(
+    comps, fmt_name: str, console: Console | None = None, per_seed: bool = False, interval=False, rank=False
+) -> None:
+    """Print the comparison in a format; `interval` and `rank` are LaTeX's optional columns."""
+    if fmt_name == "table":
+        (console or Console()).print(render_table(comps, per_seed))
+    elif fmt_name == "latex":
+        print(to_latex(comps, per_seed, interval=interval, rank=rank), end="")
+    elif fmt_name == "markdown":
+        print(to_markdown(comps, per_seed), end="")
+    else:
+        print({"csv": to_csv, "json": to_json}[fmt_name](comps), end="")
+
+
+def print_front(comps: list[Comparison], directions: list[str], console: Console) -> None:
+    """The Pareto front beside the per-metric tables (several objectives only)."""
+    if len(comps) > 1:
+        from pe_sweeps.compare.pareto import front_table
+
+        console.print(front_table(comps, directions))

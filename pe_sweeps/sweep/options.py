@@ -1,0 +1,58 @@
+"""The options of `cli.py sweep` (`SweepOptions`), apart from the sweep's code so that every module of the
+sweep can name them without importing the runner (sweep/run.py checks them: `check_options`)."""
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from annotated_types import Ge, Le
+
+from pe_core.errors import ConfigError
+from pe_core.ranges import check_ranges
+from pe_sweeps.sweep.slurm_options import SlurmOptions
+
+SamplerSeed = Annotated[int, Ge(0), Le(2**32 - 1)]  # Optuna's samplers seed numpy, which takes [0, 2^32 - 1]
+# beyond an hour, a dead trial would be found after hours; far beyond, the heartbeat thread's wait overflows
+HeartbeatSeconds = Annotated[int, Ge(1), Le(3600)]
+
+
+@dataclass
+class SweepOptions:
+    """Options of `cli.py sweep`."""
+
+    file: str  # a W&B sweep file (sweeps/*.yaml)
+    study_name: str | None = None  # default: the file's `name:`, else its file name (plus the --set values)
+    storage: str | None = None  # default: $PE_SWEEP_STORAGE, else sqlite:///<out_dir>/sweeps/<name>/optuna.db,
+    # one per sweep file (its `name:` or file name), shared by the studies --set and --reseed make; per
+    # --study_name when given
+    workers: int | Literal["auto"] = 1  # trials run in parallel by this process; auto: see `resolve_workers`
+    devices_per_trial: int | None = None  # GPUs given to each trial (of this sweep's CUDA_VISIBLE_DEVICES);
+    # default 1 when GPUs are visible (trials side by side, never DDP over all of them), or the number the
+    # sweep's own trainer.devices sets; 0: not pinned (every visible GPU; the CPU without GPUs)
+    threads_per_trial: int = 0  # each trial's OMP_NUM_THREADS; 0 = the cores split evenly among the running trials
+    trials_per_device: int = 1  # with --devices-per-trial: trials that share each GPU (small models)
+    cold_start: bool = False  # start every trial as a new interpreter, never from the fork server
+    warm_any: bool = False  # fork any Python program the sweep's interpreter runs, not only cli.py (tests)
+    out_dir: str = "out"  # studies, trial folders and their runs go under <out_dir>/sweeps/
+    seed: SamplerSeed = 0  # sampler seed
+    heartbeat: HeartbeatSeconds = 10  # seconds between heartbeats; a trial silent for 3x this (+ 20 s) is dead
+    max_retries: int = 2  # times a trial whose child was killed or crashed is re-queued
+    retry_failed: bool = False  # grid: queue again every point failed for good (a child that crashed more than
+    # --max_retries times, or a failure that is not retried), each with a fresh --max_retries
+    storage_outage: int = 300  # seconds a storage outage (a database restarting) is ridden out, retrying with
+    # backoff; longer, the sweep stops its trials and exits 1 in one line, and the same command resumes them
+    max_failures_in_a_row: int = 10  # stop the sweep after this many trials failed with the same reason; 0: never
+    set: str | None = None  # KEY=VALUE[,KEY=VALUE]: fix parameters (one study per value, e.g. per encoding)
+    reseed: int = 0  # with --per: tune per group, then run each group's best config x N fresh seeds (reseed.py)
+    per: str | None = None  # KEY[,KEY]: the parameters whose values are tuned separately (with --reseed)
+    reseed_data: bool = True  # with --reseed: stage 2's data seed follows each fresh seed; --no-reseed-data: stage 1's
+    launcher: Literal["local", "slurm"] = "local"  # slurm: --jobs SLURM tasks run this sweep (launchers/slurm.py)
+    jobs: int = 1  # with --launcher slurm: the tasks of the job array, each one sweep process of the same study
+    dry_run: bool = False  # with --launcher slurm: print the sbatch script and exit, submitting nothing
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)  # with --launcher slurm: each task's sbatch options
+
+    def __post_init__(self) -> None:
+        """The options that nothing later checks before they are used, also when built in code (--reseed's
+        stages, tests): one line naming the option and its range."""
+        check_ranges(SweepOptions, {"seed": self.seed, "heartbeat": self.heartbeat}, prefix="--")
+        if not isinstance(self.out_dir, str) or not self.out_dir.strip():  # '' would be the working folder
+            raise ConfigError(f"--out_dir must name a folder, got {self.out_dir!r}")
