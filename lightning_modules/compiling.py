@@ -15,7 +15,7 @@ from torch import nn
 from pe_core.errors import ConfigError
 
 # encoding -> why torch.compile cannot serve it. Empty: every registered encoding compiles on CPU (inductor)
-# and matches eager (tests/test_compile.py).
+# and matches eager (tests/models/test_compile.py).
 NOT_COMPILABLE: dict[str, str] = {}
 
 

@@ -1,4 +1,4 @@
-"""Named points where the fault tests kill a sweep process (tests/test_faults.py): the windows between two
+"""Named points where the fault tests kill a sweep process (tests/sweep/test_faults.py): the windows between two
 writes that must look atomic to the next process. `PE_FAULT_AT=NAME` (layout.FAULT_ENV) SIGKILLs this
 process the first time it reaches `failpoint(NAME)`, `PE_FAULT_AT=NAME@stop` freezes it there (SIGSTOP: a
 test then kills the processes around it); unset, a failpoint costs one dictionary lookup."""

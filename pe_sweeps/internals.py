@@ -5,7 +5,7 @@ The sweep needs a few things their public APIs do not give: the storage and ids 
 own exit steps (a forked warm trial exits as the interpreter would, without its module teardown), and W&B's
 media staging folder (which forked trials would otherwise share). Each function below names what it
 reaches into; nothing outside this module touches a private name of these libraries, so an upgrade is
-checked here and in tests/test_internals.py, which runs each function on real objects.
+checked here and in tests/app/test_internals.py, which runs each function on real objects.
 
 Checked against: optuna 5.1 (pyproject pins optuna>=5.0,<6), wandb 0.31 (pinned >=0.31,<0.32), pytorch-lightning
 2.6 (WandbLogger's init arguments), submitit 1.5 (its sbatch script),

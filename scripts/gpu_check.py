@@ -305,7 +305,7 @@ def pytest_section(setup, result: dict) -> None:
     workers = "4" if setup.device == "cuda" else "0"
     # quiet (-q) already, from pyproject's addopts: a second -q would drop the summary line
     # only the files that hold a gpu-marked test: collecting all of tests/ costs ~15 s of imports
-    files = [str(path) for path in sorted((ROOT / "tests").glob("test_*.py")) if "mark.gpu" in path.read_text()]
+    files = [str(path) for path in sorted((ROOT / "tests").rglob("test_*.py")) if "mark.gpu" in path.read_text()]
     argv = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-n", workers, *files]
     code, output = run(argv, setup.limit("pytest_gpu"))
     lines = [line for line in output.splitlines() if re.search(r"\d+ (passed|skipped|failed|deselected)", line)]

@@ -1,4 +1,4 @@
-"""A fake `cli.py fit` for tests/test_faults.py (tests/fake_trial.py is the sweep-method tests' one): takes
+"""A fake `cli.py fit` for tests/sweep/test_faults.py (tests/fake_trial.py is the sweep-method tests' one): takes
 the sweep's --key=value arguments, validates twice
 within about a second (writing its run record as a real run does) and finishes with val/acc = x.
 FAKE_SLEEP=S: S seconds per validation; FAKE_CRASH_X=N: the trial with x=N prints a warning and crashes.

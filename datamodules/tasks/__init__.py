@@ -3,7 +3,7 @@
 A generator is `fn(rng, n, num_symbols, train_max_len, **options) -> (prompt, answer)` (token id lists, see
 tokens.py; the prompt and answer lengths depend on n and the options only). Its reference recomputes the
 answer from the prompt: `reference(prompt, n, num_symbols, train_max_len, **options) -> answer`; the shared
-test (tests/test_tasks.py) checks every entry against it. A task's options are its generator's keyword-only
+test (tests/data/test_tasks.py) checks every entry against it. A task's options are its generator's keyword-only
 arguments; `eval_options` override them in the validation and test splits (flip-flop's sparse and dense
 evaluations, the addition tasks' offsets drawn at training time only).
 

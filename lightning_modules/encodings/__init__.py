@@ -5,7 +5,7 @@ options (a variant a paper reports under its own name, so sweeps, run names and 
 and adds it to `ENCODINGS`. `build_encoding` builds either with a clear error for an unknown name or
 option. An option's type, choices (`Literal`) and range (`Annotated`, pe_core/ranges.py) are declared on the
 encoding's own constructor and checked from there (`check_encoding`); `python -m lightning_modules.encodings
-NAME` lists them. The registry-wide tests (tests/test_encodings_contract.py and others) run over this registry.
+NAME` lists them. The registry-wide tests (tests/models/test_encodings_contract.py and others) run over this registry.
 """
 
 import inspect

@@ -5,7 +5,7 @@ Positions are an explicit LongTensor of shape (L,) shared by the batch, or (B, L
 
 A new encoding is one file holding a subclass of `PositionalEncoding` plus one line in `ENCODINGS`
 (lightning_modules/encodings/__init__.py); the registry-parametrised tests then pick it up with no edit
-(tests/test_extension.py checks this for a stateful and a stateless encoding). The subclass:
+(tests/models/test_extension.py checks this for a stateful and a stateless encoding). The subclass:
 - overrides only the hooks it needs: `embed`, `bias`, `rotate`, `content_bias`, `attention_scale`, `attend`
   (and, for FlexAttention, `score_mod` / `content_score_mod`); the rest are the identity;
 - sets `name` (its registry name) and declares its capabilities, the class attributes the model and the
@@ -97,7 +97,7 @@ class PositionalEncoding(nn.Module):
     classification); TUPE's [CLS] untying is on by default only then.
     Initialisation: every trainable tensor starts as the method's reference code does, stated with its
     source in the encoding's docstring and declared, per tensor, in the class attribute `init_reference`
-    (specs from encodings/init_reference.py), which tests/test_encodings_contract.py checks.
+    (specs from encodings/init_reference.py), which tests/models/test_encodings_contract.py checks.
 
     Position-only tensors (depending on positions and fixed options, never on a parameter) are position
     tables, as torchtune's RoPE cache: `self.register_position_table("rotations", "cos_sin_table")` in

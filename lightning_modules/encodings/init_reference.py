@@ -1,7 +1,7 @@
 """Reference initialisations: the vocabulary of `PositionalEncoding.init_reference`.
 
 Each encoding declares, for every trainable tensor it has with default options (its state_dict key), how the
-method's reference code initialises it; tests/test_encodings_contract.py builds the encoding and checks each
+method's reference code initialises it; tests/models/test_encodings_contract.py builds the encoding and checks each
 tensor's values against its spec. A spec is ("normal", std), ("uniform", low, high), ("const", value) or
 ("exact", table); any value may be a function of the built encoding (e.g. of its width).
 """

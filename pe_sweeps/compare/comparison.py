@@ -33,7 +33,7 @@ def interval_method(aggregate: str, metric: str) -> str:
 
 def t_interval(values, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
     """Student's t interval of the mean over the last axis: mean +- t_{(1+level)/2, n-1} s / sqrt(n).
-    Exact coverage for normal values at any n >= 2 (tests/test_compare.py simulates it); vectorised so
+    Exact coverage for normal values at any n >= 2 (tests/compare/test_compare.py simulates it); vectorised so
     that a coverage simulation is one call."""
     values = np.asarray(values, dtype=float)
     n = values.shape[-1]
