@@ -171,22 +171,22 @@ def test_lightning_tips_are_dropped(caplog):
     assert [r.getMessage() for r in caplog.records] == ["GPU available: False"]
 
 
-@pytest.mark.parametrize("readme_line", ["wandb sync out/sweeps/*/trial-*/runs/*/wandb/offline-run-*"])
-def test_readme_sync_hint_matches_where_sweep_trials_write(readme_line, tmp_path):
-    """The README's glob matches the folder a sweep trial's offline run is in, as the sweep prints it."""
+@pytest.mark.parametrize("docs_line", ["wandb sync out/sweeps/*/trial-*/runs/*/wandb/offline-run-*"])
+def test_the_docs_sync_hint_matches_where_sweep_trials_write(docs_line, tmp_path):
+    """docs/training.md's glob matches the folder a sweep trial's offline run is in, as the sweep prints it."""
     from pathlib import Path
 
     from pe_sweeps import layout
     from pe_sweeps.sweep.display import where_lines
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert readme_line in readme
+    training = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
+    assert docs_line in training
     offline = tmp_path / "out" / "sweeps" / "st" / "trial-0" / "runs" / "r-1" / "wandb" / "offline-run-1"
     offline.mkdir(parents=True)
-    assert sorted((tmp_path / "out").glob(readme_line.split(" ", 2)[2][len("out/") :])) == [offline]
+    assert sorted((tmp_path / "out").glob(docs_line.split(" ", 2)[2][len("out/") :])) == [offline]
     sync, leet = where_lines("sqlite:///x.db", layout.offline_runs_view(tmp_path / "out" / "sweeps" / "st"))[-2:]
     assert sync.endswith("sweeps/st/trial-*/runs/*/wandb/offline-run-*") and leet.endswith("sweeps/st/wandb")
-    assert "wandb leet out/sweeps/quickstart/wandb" in readme  # the README names the folder leet browses
+    assert "wandb leet out/sweeps/quickstart/wandb" in training  # the page names the folder leet browses
 
 
 def test_progress_bar_shows_steps_not_epoch_of_minus_two():
