@@ -1,7 +1,7 @@
 """Validation under DDP counts every example once and weights every loss by its tokens, so each logged
 validation metric is the same with 1, 2 or 3 processes (gloo on CPU, Lightning's ddp_fork).
 
-README claim covered here: "validation metrics do not depend on the number of processes".
+Claim of docs/tasks.md covered here: "validation metrics do not depend on the number of processes".
 """
 
 import copy

@@ -1,10 +1,10 @@
 """`cli.py fit` end to end on the tiny config: every encoding trains, records are written, bad input
 is one clear line, runs are reproducible.
 
-README claims covered here:
+Claims of docs/training.md, docs/tasks.md and docs/encodings.md covered here:
 - "any --trainer.*, --model.*, --data.* key can be set on the command line or in a YAML file passed with repeated
-  --config" (the README's fit commands: every encoding, causal or not, every task): test_fit_every_encoding,
-  test_fit_every_task
+  --config" (the fit commands of docs/training.md and docs/tasks.md: every encoding, causal or not, every task):
+  test_fit_every_encoding, test_fit_every_task
 - "The data's vocabulary size and longest sequence are linked into the model and --model.causal into the data, so
   they cannot disagree": test_fit_every_encoding, test_config_saved_with_record,
   test_linked_model_arguments_cannot_be_given

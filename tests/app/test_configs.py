@@ -2,7 +2,7 @@
 is an overlay), so a broken YAML key is caught before anyone trains on it; and every preset runs on a GPU
 when there is one and on the CPU otherwise.
 
-README claims covered here:
+Claims of docs/training.md and docs/sweeps.md covered here:
 - "the same commands scale to GPUs with Lightning" / "--devices-per-trial 2 # GPUs per trial
   (CUDA_VISIBLE_DEVICES)" / "one agent per GPU with CUDA_VISIBLE_DEVICES=0 wandb agent ...":
   test_presets_pick_the_gpu_when_present, test_devices_per_trial_and_one_agent_per_gpu_resolve

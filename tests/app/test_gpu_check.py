@@ -1,7 +1,7 @@
 """scripts/gpu_check.sh, the prepared GPU check (issue 26): its CPU dry run (GPU_CHECK_CPU=1, as CI runs it) runs
 every section at tiny sizes and writes the JSON a GPU session pastes from; sections fail alone.
 
-README claims covered here:
+Claims of docs/benchmarks.md covered here:
 - "GPU_CHECK_CPU=1 bash scripts/gpu_check.sh runs the same sections on the CPU at tiny sizes":
   test_dry_run_runs_every_section, test_dry_run_covers_the_encoding_registry, test_dry_run_sweep_ddp_and_benchmarks
 - "each section has its own time limit; one that fails records its error and the others still run":

@@ -1,30 +1,30 @@
-"""What ships besides the code says what the README says it does: the setup script and CI, the package's
+"""What ships besides the code says what the README and docs/ say it does: the setup script and CI, the package's
 version ranges and extras, the shipped sweep files' grids and the presets' settings, and the throughput
 benchmark's options. Each test reads files only (no training, no process started).
 
-README claims covered here:
-- Quick start "sweeps rope, t5_bias, learned x copy x 2 seeds ... val/acc (lengths <= 8, the sweep's selection
+Claims covered here (README.md, docs/index.md, docs/tasks.md, docs/benchmarks.md):
+- README Quick start "sweeps rope, t5_bias, learned x copy x 2 seeds ... val/acc (lengths <= 8, the sweep's selection
   metric) and ... val/acc_ood (every second length from 9 to 31, and 32)": test_quickstart_sweep_and_its_lengths
-- "scripts/setup.sh installs the CPU build of PyTorch 2.13.0 first (the project accepts torch>=2.2,<2.15), then the
-  project with its dev extra (pytest, ruff, ... x-transformers and sacrebleu, pinned ..., and transformers ...);
-  pip install -e '.[hf]' adds transformers alone": test_setup_installs_cpu_torch_first_then_the_dev_extra
-- "CI (.ci/run) runs exactly these two steps' setup and test command": test_ci_runs_the_readmes_setup_and_test_command
-- Chomsky "The sweep runs every encoding an encoder can (not xpos, cope, fox) x the 15 tasks x 3 seeds (855 runs)";
-  LM "6 encodings x 2 corpora x 2 seeds"; "TUPE's five models are registry entries: BERT-A learned, BERT-R bert_r,
-  TUPE-A tupe_a, TUPE-R tupe_r, TUPE-A with tied [CLS] tupe_a_tied" (both TUPE sweeps, the GLUE one sending each
-  trial to its own encoding's pre-training with {encoding}); "{sinusoidal, learned, none} x {MR, CR, SUBJ, MPQA} x
-  3 seeds"; "PE-Study's encoder x decoder combinations": test_sweep_grids_are_the_readmes
+- docs/index.md "scripts/setup.sh installs the CPU build of PyTorch 2.13.0 first (the project accepts
+  torch>=2.2,<2.15), then the project with its dev extra (pytest, ruff, ... x-transformers and sacrebleu, pinned ...,
+  and transformers ...); pip install -e '.[hf]' adds transformers alone":
+  test_setup_installs_cpu_torch_first_then_the_dev_extra
+- README "CI (.ci/run) runs exactly these two steps' setup and test command":
+  test_ci_runs_the_readmes_setup_and_test_command
+- docs/tasks.md: Chomsky "The sweep runs every encoding an encoder can (not xpos, cope, fox) x the 15 tasks x 3 seeds
+  (855 runs)"; LM "6 encodings x 2 corpora x 2 seeds"; "TUPE's five models are registry entries: BERT-A learned,
+  BERT-R bert_r, TUPE-A tupe_a, TUPE-R tupe_r, TUPE-A with tied [CLS] tupe_a_tied" (both TUPE sweeps, the GLUE one
+  sending each trial to its own encoding's pre-training with {encoding}); "{sinusoidal, learned, none} x {MR, CR,
+  SUBJ, MPQA} x 3 seeds"; "PE-Study's encoder x decoder combinations": test_sweep_grids_are_the_documented_ones
 - Causal LM "PE-Study's LM setting (block size 128)": test_lm_presets_train_on_blocks_of_128
 - MLM "every block is [CLS] + 127 tokens ...; post-LN layers, linear warm-up then linear decay":
   test_mlm_preset_is_tupes_setting
 - "configs/glue_from_scratch.yaml is PE-Study's classifier (1 layer, d=256, 8 heads, FFN 512, length 128, batch 32)";
-  "configs/pe_study_cls.yaml is PE-Study's setting: 1 layer, d=256, 8 heads, FFN 512, length 128, Adam lr 1e-4
-  (AdamW with weight decay 0, betas 0.9/0.98), batch 32, 30 epochs, BPE word pieces":
-  test_classifier_presets_are_pe_studys
-- Throughput "python benchmarks/throughput.py (options: --dim --depth --heads --length --batch --encodings --threads
-  --device cpu|cuda --preset bert-base --precision bf16|fp32 --repeats) ... writes JSON and markdown under
-  benchmarks/results/ ... --compile":
-  test_throughput_benchmark_takes_the_readmes_options
+  "configs/pe_study_cls.yaml is PE-Study's setting: 1 layer, d=256, 8 heads, FFN 512, length 128, Adam lr 1e-4 (AdamW
+  with weight decay 0, betas 0.9/0.98), batch 32, 30 epochs, BPE word pieces": test_classifier_presets_are_pe_studys
+- docs/benchmarks.md: Throughput "python benchmarks/throughput.py (options: --dim --depth --heads --length --batch
+  --encodings --threads --device cpu|cuda --preset bert-base --precision bf16|fp32 --repeats) ... writes JSON and
+  markdown under benchmarks/results/ ... --compile": test_throughput_benchmark_takes_the_documented_options
 """
 
 import importlib.util
@@ -133,7 +133,7 @@ TUPE_FIVE = {"learned", "bert_r", "tupe_a", "tupe_r", "tupe_a_tied"}
         ("pe_study_mt.yaml", {"#encoder x decoder": 36}),
     ],
 )  # fmt: skip
-def test_sweep_grids_are_the_readmes(name, expected):
+def test_sweep_grids_are_the_documented_ones(name, expected):
     axes = grid(name)
     assert not [n for n in CHOMSKY_ENCODINGS if ENCODINGS[n].causal_only]  # an encoder runs each
     for key, value in expected.items():
@@ -177,7 +177,7 @@ def test_classifier_presets_are_pe_studys():
     assert "betas=(0.9, 0.98)" in Path(optim.__file__).read_text() and "AdamW" in Path(optim.__file__).read_text()
 
 
-def test_throughput_benchmark_takes_the_readmes_options():
+def test_throughput_benchmark_takes_the_documented_options():
     spec = importlib.util.spec_from_file_location("throughput", ROOT / "benchmarks" / "throughput.py")
     throughput = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(throughput)

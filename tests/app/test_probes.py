@@ -1,7 +1,7 @@
 """PE-Study probes (Wang & Chen 2020): the sinusoid's published scores, every encoding probed and labelled,
 figure shapes, a trained checkpoint, W&B logging and one-line errors.
 
-README claims covered here:
+Claims of docs/probes.md covered here:
 - "cli.py probe --encoding sinusoidal --max-length 512 --dim 768 # MAE 0.0, relative error ~5-6 %":
   test_sinusoid_scores_as_in_the_paper
 - "cli.py probe --ckpt out/runs/<run>/checkpoints/last.ckpt --report out/probe": test_trained_learned_checkpoint

@@ -2,7 +2,7 @@
 requested metric, axes, ticks and legends that need no edit, error bars that are the table's interval,
 300-dpi PNG + SVG + PDF, and a LaTeX table with one number format per column and a caption.
 
-README claims covered here:
+Claims of docs/compare.md covered here:
 - "`--report DIR` writes, for every metric shown, ...": test_the_report_has_a_figure_per_requested_metric
 - "`compare --sweep NAME` shows every metric the sweep's ending shows":
   test_compare_sweep_defaults_to_the_metrics_its_ending_shows

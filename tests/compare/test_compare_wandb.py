@@ -2,7 +2,8 @@
 what went wrong (no or rejected API key, W&B unreachable, a malformed path), never the advice to set
 WANDB_MODE=offline, which has nothing to do with reading runs.
 
-README claim covered here: "a malformed path, no API key, a key W&B rejects or no network is one line saying which":
+Claim of docs/compare.md covered here: "a malformed path, no API key, a key W&B rejects or no network is one line
+saying which":
 test_wandb_read_errors_say_what_went_wrong
 """
 

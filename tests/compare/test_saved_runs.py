@@ -1,7 +1,7 @@
 """`cli.py compare --save_runs FILE` / `--from FILE` (compare/saved_runs.py): the runs a comparison considered and
 the sweep's spec, kept small, recompute the same output without the run folders or the sweep's manifest.
 
-README claims covered here ("Comparing runs"):
+Claims of docs/compare.md covered here:
 - "`--save_runs FILE` writes every run the comparison considered, the left-out ones too, ... and what it read
   of the sweep ...; `--from FILE` reads them back instead of --out_dir and the sweep, and every other option works
   as usual": test_from_the_saved_file_prints_what_the_runs_printed, test_other_options_work_on_a_saved_file

@@ -1,7 +1,7 @@
 """The Chomsky-hierarchy config (Ruoss et al. 2023's encoder protocol) and bad input through cli.py: an option a
 variant does not have, a task option out of range, a causal-only encoding in an encoder -> one line, exit 2.
 
-README claims covered here:
+Claims of docs/tasks.md covered here:
 - "Chomsky hierarchy, Ruoss et al. 2023's protocol (configs/chomsky.yaml, sweeps/chomsky.yaml): encoder (causal:
   false), 5 layers, width 64, 8 heads, train lengths 1-40, evaluation every 20 lengths up to 500; score =
   val/tok_acc_ood ...; the config defaults to 10,000 steps": test_config_is_the_ruoss_protocol, test_a_tiny_chomsky_run

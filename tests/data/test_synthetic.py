@@ -1,6 +1,6 @@
 """Tests for datamodules/synthetic.py; every test runs over the TASKS registry (and both formattings).
 
-README claims covered here:
+Claims of docs/tasks.md covered here:
 - "Generated deterministically from data.seed": test_deterministic
 - "train lengths in [min_len, train_max_len], validation and test at every eval_length_stride-th length up to
   eval_max_len (default 4x; stride default 1), always including train_max_len and eval_max_len": test_lengths,

@@ -2,7 +2,7 @@
 lengths depend on n only, its output is deterministic given the seed, and its tokens fit the vocabulary. A new
 task needs no edit here (only its generator, its reference and its registry line).
 
-README claims covered here:
+Claims of docs/tasks.md covered here:
 - the task list "copy, reverse, sort, addition, lookup; the Chomsky-hierarchy suite (regular: 4 ...; context-free:
   4 ...; context-sensitive: 7 ...); and flip-flop language modelling (flip_flop, flip_flop_sparse, flip_flop_dense)":
   test_families_cover_the_paper_suites

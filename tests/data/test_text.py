@@ -1,6 +1,6 @@
 """Text LM data (tokenizers, cache, packed blocks, evaluation windows) and the causal LM module.
 
-README claims covered here:
+Claims of docs/tasks.md covered here:
 - "train on packed blocks of data.block_size tokens, evaluate perplexity at block_size * f for every f in
   data.eval_factors (default 1, 2, 4) on NON-overlapping windows (stride = window)"; "data.max_train_blocks /
   data.max_eval_tokens cut slices": test_training_blocks_are_packed_and_targets_shifted_by_one,

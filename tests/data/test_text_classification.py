@@ -1,7 +1,7 @@
 """Text classification from TSV / CSV / JSON-lines files: classes, quoting, unicode, header-less files, splits,
 PE-Study's presets, one-line errors naming file and row, multi-class metrics and a CLI run.
 
-README claims covered here:
+Claims of docs/tasks.md covered here:
 - "Files: TSV (read unquoted), CSV (standard quoting) or JSON lines, by suffix or data.format; a text column,
   optionally data.text_pair_column for pairs, and a label column with any number of string or integer classes":
   test_every_format_reads_the_same_rows_and_classes, test_header_less_file_integer_labels_and_pairs
@@ -264,7 +264,7 @@ def test_cli_trains_three_classes_and_saves_the_label_set(tmp_path):
     (checkpoint,) = (tmp_path / "runs").glob("cls-*/checkpoints/last.ckpt")
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)["hyper_parameters"]
     assert saved["labels"] == ["alpha", "beta", "gamma"] and saved["num_labels"] == 3 and saved["task"] == "cls-train"
-    cli_main([  # the README's test command: the same data options and the run's checkpoint
+    cli_main([  # docs/tasks.md's test command: the same data options and the run's checkpoint
         "test", "--config=configs/pe_study_cls.yaml", "--model.arch.dim=32", "--model.arch.num_heads=4", *QUIET,
         "--data.preset=null", f"--data.train_file={train}", "--data.text_column=text", "--data.vocab_size_limit=300",
         "--data.max_length=16", "--data.batch_size=8", f"--ckpt_path={checkpoint}", f"--run.out_dir={tmp_path}",

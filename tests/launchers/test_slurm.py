@@ -5,7 +5,7 @@ skipped without one) a 12-point grid of fake trials (tests/fake_fit.py) and coun
 completed: each exactly once, also when a task is cancelled mid-run and requeued, and when a task is told it
 nears its time limit (SIGUSR2) and requeues itself.
 
-README claims covered here:
+Claims of docs/clusters.md covered here:
 - "`--launcher slurm --jobs N` submits N tasks of one job array, each an ordinary `cli.py sweep` of the same
   study": test_a_job_array_runs_each_grid_point_once
 - "a task cancelled mid-run and requeued (or the command run again) finishes the grid, each point once":

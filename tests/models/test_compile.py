@@ -4,7 +4,7 @@ Tiny models (C 16, 2 layers) so that compiling dominates; `dynamic=True` so one 
 lengths. Dynamo's caches are reset per test: all encodings share the Block code, and past the recompile
 limit dynamo would silently fall back to eager.
 
-README claims covered here:
+Claims of docs/benchmarks.md covered here:
 - "--compile compiles both models' blocks (torch.compile, opt-in; every task module also takes --model.compile=true,
   and every registered encoding compiles and matches eager)": test_compiled_forward_matches_eager,
   test_compiled_training_step_matches_eager, test_task_modules_compile_flag,

@@ -1,7 +1,7 @@
 """Absolute encodings (added to the token embeddings): NoPE, the sinusoid and its variants, and the learned
 table with PE-Study's transfer (Vaswani et al. 2017; Wang & Chen 2020); closed forms and parity with x-transformers.
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "none | no positional information (NoPE)": test_none_adds_no_position
 - "sinusoidal | fixed sin/cos table, interleaved, no scaling": test_sinusoid_hand_computed_entries,
   test_sinusoid_formula

@@ -4,7 +4,7 @@ fla-core's pure-torch references (`naive_path_attn`, `naive_stickbreaking_attn`)
 fla-core is installed without its dependencies (scripts/setup.sh: `import fla` pulls triton), so the reference
 files are loaded by path from the installed package; without fla-core those tests skip, saying so.
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "path | q_i^T H_ij k_j, H_ij = prod (I - beta_t w_t w_t^T) over t in (j, i] ...; causal only":
   test_path_matches_fla_naive, test_path_model_attention_matches_fla_naive, test_path_is_a_product_of_householders,
   test_causal_only_refuses_an_encoder

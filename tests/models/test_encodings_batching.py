@@ -9,7 +9,7 @@
   `randomize_positions_eval` samples at evaluation too (the official code), off by default (0..L-1, the
   paper's Figure 1).
 
-README claims covered here:
+Claims of docs/encodings.md and docs/tasks.md covered here:
 - "teacher-forced, which equals greedy exact match" needs batch-invariant logits:
   test_evaluation_is_padding_and_batch_invariant
 - "randomize_positions: N (... sorted random positions from [0, N) at training time, 0..L-1 at evaluation)":

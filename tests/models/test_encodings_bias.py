@@ -1,7 +1,7 @@
 """Additive logit biases, functions of the distance: ALiBi, T5's buckets, KERPLE, FIRE and Sandwich; closed forms and
 parity with x-transformers.
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "t5_bias | bucketed relative bias (32 buckets, max distance 128)": test_t5_bucket_table_bidirectional,
   test_t5_bucket_table_causal, test_t5_bias_is_table_lookup_of_bucket, test_t5_bias_matches_x_transformers
 - "a max_distance beyond the training length leaves the far buckets untrained (one warning line)":

@@ -7,17 +7,17 @@ A new encoding (one file and one line in lightning_modules/encodings/__init__.py
 edit: everything per-encoding these tests need is read from the class (`causal_only`, `shift_invariant`,
 `max_positions`, `init_reference`).
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "declares its capabilities (causal_only, shift_invariant, max_positions)":
   test_causal_only_and_head_split_checked_at_build, test_shift_invariance_of_hooks,
   test_max_positions_refused_with_config_error
 - "learned | ... positions beyond max_length are a clear error": test_max_positions_refused_with_config_error
 - "positional_logits(L) returns exactly the logit term it adds": test_positional_logits_is_the_bias
 - "tupe_a | untied positional attention, 1/sqrt(2 d_head)"; "deberta | ... 1/sqrt(3 d_head)": test_attention_scale
-- the options the README lists per encoding and their defaults (t5_bias 32 buckets, max distance 128; cope max_pos
-  64; sandwich sandwich_dim 128; scale_tokens off), and "python -m lightning_modules.encodings rope lists an
+- the options docs/encodings.md lists per encoding and their defaults (t5_bias 32 buckets, max distance 128; cope
+  max_pos 64; sandwich sandwich_dim 128; scale_tokens off), and "python -m lightning_modules.encodings rope lists an
   encoding's options" (its ranges: tests/core/test_ranges.py):
-  test_the_readmes_options_and_defaults_are_the_encodings, test_every_option_is_accepted,
+  test_the_documented_options_and_defaults_are_the_encodings, test_every_option_is_accepted,
   test_unknown_option_names_the_valid_ones
 - "an encoding option of the wrong type or range" is one line: test_bad_options_are_one_line
 - "Initialisation: every trainable position tensor starts as its method's reference code does ... init_reference
@@ -249,7 +249,7 @@ def test_bad_options_are_one_line(name, options, message):
     assert "\n" not in str(err.value)
 
 
-README_OPTIONS = {  # the options the README names, per encoding (each also takes randomize_positions)
+DOCUMENTED_OPTIONS = {  # the options docs/encodings.md names, per encoding (each also takes randomize_positions)
     "rope": {"base", "rotary_dim", "interpolation_factor", "ntk_base_rescale", "yarn_factor", "dynamic_ntk_factor",
              "original_length", "rope_fraction", "rotary_heads", "llama3_factor", "low_freq_factor", "high_freq_factor",
              "longrope_short_factor", "longrope_long_factor", "longrope_factor"},
@@ -262,26 +262,26 @@ README_OPTIONS = {  # the options the README names, per encoding (each also take
 }  # fmt: skip
 
 
-README_DEFAULTS = {("t5_bias", "num_buckets"): 32, ("t5_bias", "max_distance"): 128, ("cope", "max_pos"): 64,
+DOCUMENTED_DEFAULTS = {("t5_bias", "num_buckets"): 32, ("t5_bias", "max_distance"): 128, ("cope", "max_pos"): 64,
                    ("sandwich", "sandwich_dim"): 128, ("tupe_a_tied", "untie_cls"): False,
                    ("sinusoidal", "scale_tokens"): False, ("scaled_sinusoidal", "scale_tokens"): False,
                    ("dd_alibi_row", "gate_dim"): 8, ("pope", "bias_uniform_init"): False}  # fmt: skip
 
 
-def test_the_readmes_options_and_defaults_are_the_encodings():
-    """Every option the README's table and option list name is one `encoding_options` lists (the command the
-    README gives to list them), with the default the README states; every encoding takes randomize_positions
+def test_the_documented_options_and_defaults_are_the_encodings():
+    """Every option docs/encodings.md's table and option lists name is one `encoding_options` lists (the command the
+    page gives to list them), with the default the page states; every encoding takes randomize_positions
     and randomize_positions_eval (off)."""
     for name in NAMES:
         assert {"randomize_positions", "randomize_positions_eval"} <= set(encoding_options(name)), name
         assert option_parameters(name)["randomize_positions_eval"].default is False  # 0..L-1 at evaluation
-    for name, options in README_OPTIONS.items():
+    for name, options in DOCUMENTED_OPTIONS.items():
         assert options <= set(encoding_options(name)), (name, options - set(encoding_options(name)))
-    for (name, option), default in README_DEFAULTS.items():
+    for (name, option), default in DOCUMENTED_DEFAULTS.items():
         assert option_parameters(name)[option].default == default, (name, option)
     for name in ("t5_bias", "cope", "sandwich"):  # the defaults really are what gets built
         enc = build_encoding(name, dim=DIM, num_heads=HEADS, max_length=MAX_LEN, causal=True)
-        for (owner, option), default in README_DEFAULTS.items():
+        for (owner, option), default in DOCUMENTED_DEFAULTS.items():
             if owner == name:
                 assert getattr(enc, option) == default, (name, option)
 

@@ -5,7 +5,7 @@ The reference: github.com/chuanyang-Zheng/DAPE, DAPE.py at commit bde344a844f2bd
 caches, the model-parallel slicing and the one-query inference branch: x (B, H, L, L) are the scaled, unmasked
 logits q.k / sqrt(D) (GPT-NeoX's `attention_scores`, which the official transformer.py hands them).
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "dape_alibi, dape_kerple | ... logits + bias + MLP([logits, bias]) ...": test_dape_matches_official_forward
 - the MLP's PyTorch Linear init (init_reference): tests/models/test_encodings_contract.py (registry-wide)
 """

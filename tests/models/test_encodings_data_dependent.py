@@ -1,7 +1,7 @@
 """Encodings computed from the data or by an MLP: CoPE (gate counts), forgetting attention (fox) and the dynamic
 position bias; parity with x-transformers.
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "cope | contextual positions: gate sums sum_t sigmoid(q.k), interpolated q.e[p] ...; causal only":
   test_cope_matches_x_transformers, test_cope_counts_gates, test_causal_only_refuses_an_encoder
 - "cope | ... (max_pos, 64) ... one table for all layers": test_cope_keeps_one_table_for_all_layers

@@ -1,7 +1,7 @@
 """Relative-vector encodings, whose logit terms involve q or k or a learned position projection: Shaw, DeBERTa,
 TUPE (and its BERT-R baseline); written-out copies of the official code.
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "shaw | relative key (and optionally value, values) embeddings clipped at max_relative":
   test_shaw_key_term_written_out, test_shaw_values_attend_matches_written_out
 - "... except shaw with values: true, whose value term needs the attention weights":

@@ -2,7 +2,7 @@
 rotary_heads, Llama 3, LongRoPE), xPos and PoPE; parity with x-transformers and with transformers' RoPE
 initialisation where they coincide.
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "rope | rotary q/k (interleaved pairs), option base": test_rope_matches_x_transformers,
   test_rope_logits_depend_on_distance_only
 - "rope also takes rotary_dim, interpolation_factor, ntk_base_rescale": test_rope_options_match_x_transformers,

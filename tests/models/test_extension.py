@@ -12,7 +12,7 @@ parameter, no buffer and no FlexAttention score_mod), which once met two traps: 
 without a FlexAttention path (tests/models/test_flex.py) and `positional_logits` building its positions on the CPU for
 a module with no tensors.
 
-README claims covered here:
+Claims of docs/encodings.md and docs/tasks.md covered here:
 - "A new encoding is one file ... plus one line in ENCODINGS; the registry-parametrised tests ... pick it up
   with no edit": test_a_toy_encoding_and_task_touch_two_files_and_pass_the_registry_tests
 - "A new task is one generator, one reference ... and one line in TASKS":
@@ -52,9 +52,9 @@ REGISTRY_TESTS = [
 # the tests that loop over a whole registry inside one test (a new entry must not break them either)
 REGISTRY_WIDE = [
     "test_flex_flag_matches_the_score_mod_hooks", "test_only_shaw_replaces_sdpa", "test_every_option_is_accepted",
-    "test_the_readmes_options_and_defaults_are_the_encodings", "test_unknown_encoding_names_the_choices",
+    "test_the_documented_options_and_defaults_are_the_encodings", "test_unknown_encoding_names_the_choices",
     "test_cacheable_declarations", "test_families_cover_the_paper_suites", "test_paper_sweeps_list_registered_entries",
-    "test_sweep_grids_are_the_readmes",
+    "test_sweep_grids_are_the_documented_ones",
 ]  # fmt: skip
 
 TOY_ENCODING_SOURCE = '''"""A toy encoding (test_extension.py): the scaled sinusoid, its scale starting at 1."""

@@ -5,7 +5,7 @@ per-row positions; the backend choice and its errors; the dense mask built once 
 FlexAttention runs eagerly on the CPU here (torch.compile of it works on the CPU too, but takes ~40 s), forward
 only: it has no backward on the CPU (the gradient test runs on CUDA).
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "`attention_backend: flex` ... equal to the reference attention": test_flex_attention_matches_reference,
   test_flex_model_matches_sdpa_model
 - "auto: FlexAttention on CUDA only": test_auto_backend_uses_sdpa_on_cpu

@@ -1,6 +1,6 @@
 """Masked-LM pre-training data and module, GLUE data, metrics and fine-tuning from an MLM checkpoint.
 
-README claims covered here:
+Claims of docs/tasks.md covered here:
 - "every block is [CLS] + 127 tokens of the packed stream, so [CLS] is always at position 0":
   test_blocks_start_with_cls_and_pack_the_stream (block_size 128: test_presets.py)
 - "each non-special token is selected with probability 0.15 (80 % [MASK], 10 % random token, 10 % kept)":

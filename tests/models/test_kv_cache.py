@@ -3,7 +3,7 @@ full recompute for every causal encoding (cached, or recomputed where the encodi
 cached); the translation model's greedy decoding and beam search give the same hypotheses with and without
 the cache.
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "decoding keeps each layer's keys and values ... equal to the full recompute": test_cached_decoding_equals_recompute
 - "xpos, dynamic NTK, LongRoPE, shaw with values and randomize_positions_eval are not cacheable and recompute":
   test_cacheable_declarations, test_cached_decoding_equals_recompute (their variants but the random one)

@@ -1,7 +1,7 @@
 """`length_scale`, an option of every encoding: SSMax's s log n (Nakanishi 2025) and Llama 4's attention
 temperature, applied to each query row in the Transformer.
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "logits of query i times s_h log n (n = i + 1 causal, the real length bidirectional)":
   test_ssmax_scales_each_row_of_logits
 - "Llama 4: log(floor((p + 1) / 8192) + 1) 0.1 + 1, as transformers": test_llama4_factor_is_transformers_formula,

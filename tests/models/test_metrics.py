@@ -2,7 +2,7 @@
 summary (`val/acc`, `val/acc_ood`, token accuracy), `val/acc_best`, the LM's `inf` context, BLEU against
 sacrebleu's own scorer, and the absolute-position probe on a random table.
 
-README claims covered here:
+Claims of docs/tasks.md covered here:
 - "Logged: val/acc_len_<n> and val/tok_acc_len_<n> (exact match, token accuracy ...), val/acc (lengths <=
   train_max_len), val/acc_ood (beyond) ... val/acc_best": test_per_length_exact_and_token_accuracy,
   test_summary_splits_at_train_max_len, test_acc_best_is_the_best_val_acc_so_far

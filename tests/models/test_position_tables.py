@@ -2,7 +2,7 @@
 read exactly (RoBERTa without its padding offset), probed, and transferred into `learned`; .npy / .pt tables;
 an unreachable hub name is one line.
 
-README claims covered here:
+Claims of docs/probes.md and docs/encodings.md covered here:
 - "cli.py probe --hf-model path/to/bert-base-uncased ... # a pre-trained table"; "--hf-model takes a folder saved by
   transformers (save_pretrained) or a hub name (online only; an unreachable name is one line asking for a local
   folder, exit 2)": test_probe_reads_hf_models_and_tables, test_unreachable_hub_and_bad_sources_are_one_line

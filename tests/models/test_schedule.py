@@ -1,6 +1,6 @@
 """Per-layer encoding schedules (issue 27): `arch.encoding` as a list, `arch.nope_every`, `arch.window`.
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "`arch.encoding` may list one encoding per layer ... `arch.nope_every: k` makes layers k, 2k, ... none":
   test_schedules_resolve_per_layer
 - "a schedule that does not fit is one line naming the problem and the valid choices":

@@ -1,6 +1,6 @@
 """Task-supplied position ids (Abacus, position coupling), addition_zhou, passkey depth bins, mqar.
 
-README claims covered here:
+Claims of docs/tasks.md covered here:
 - "`positions: abacus`: each digit's id is its 1-based index within its number, 0 for other tokens, plus an offset
   drawn per example in [0, max_offset) at training time (0 at evaluation)": test_abacus_by_hand,
   test_abacus_matches_the_reference_helper, test_offsets_at_training_time_only

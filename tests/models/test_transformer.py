@@ -2,11 +2,11 @@
 bidirectional: shapes, SDPA == a plain reference attention, causal no-leak, padding, explicit positions,
 shift invariance of the whole model.
 
-README claims covered here:
+Claims of docs/encodings.md covered here:
 - "bias (content-independent logit term, computed once per forward and shared by all layers)"; t5_bias "shared by
   all layers": test_bias_is_computed_once_per_forward_and_shared_by_all_layers
 - "A causal model without a logit term (rope, xpos, none, absolute encodings) passes no mask and is_causal=True ...
-  also with padding": test_the_readmes_encodings_without_a_logit_term_take_the_fused_causal_path,
+  also with padding": test_the_documented_encodings_without_a_logit_term_take_the_fused_causal_path,
   test_sdpa_gets_no_mask_unless_a_bias_or_padding_needs_one
 - "batches are right-padded, so no real query sees a padded key": test_right_padding_does_not_change_real_tokens,
   test_fully_masked_rows_stay_finite_and_do_not_touch_real_tokens (test_encodings_contract.py)
@@ -304,8 +304,8 @@ def test_shift_invariance_of_the_model(name, causal):
 @pytest.mark.parametrize(
     "name", ["rope", "xpos", "none", "learned", "sinusoidal", "scaled_sinusoidal", "sinusoidal_learnable"]
 )
-def test_the_readmes_encodings_without_a_logit_term_take_the_fused_causal_path(name, monkeypatch):
-    """The README names rope, xpos, none and the absolute encodings as causal models without a logit term:
+def test_the_documented_encodings_without_a_logit_term_take_the_fused_causal_path(name, monkeypatch):
+    """docs/encodings.md names rope, xpos, none and the absolute encodings as causal models without a logit term:
     SDPA gets no mask and is_causal=True, also with (right) padding."""
     calls, sdpa = [], torch.nn.functional.scaled_dot_product_attention
 

@@ -1,7 +1,7 @@
 """Multi30k translation: joint tokenizer and cache, shifted batches, greedy and beam decoding, BLEU, source
 padding, every encoding on the decoder side, and `cli.py fit` with independent encoder/decoder encodings.
 
-README claims covered here:
+Claims of docs/tasks.md covered here:
 - "Encoder-decoder Transformer whose encoder and decoder self-attention carry independent registered encodings
   (cross-attention has no positional term)": test_few_step_fit_with_independent_encodings,
   test_every_encoding_decodes, test_source_padding_changes_nothing_at_real_positions,

@@ -1,7 +1,8 @@
 """The end of `cli.py fit` when no validation ran (issue 29, point 8): a smoke fit with max_steps below the
 validation interval says so in one line naming the options to change, instead of an empty metrics table.
 
-README claim covered here: "a fit that ended before its first validation says so and which option to change":
+Claim of docs/training.md covered here: "a fit that ended before its first validation says so and which option to
+change":
 test_a_fit_without_validation_says_so_and_names_the_option
 """
 

@@ -2,7 +2,7 @@
 best by the metric's direction, history), the status of each way a run ends, the diverged-loss line, and
 which run a `run:NAME` reference picks.
 
-README claims covered here:
+Claims of docs/training.md covered here:
 - "record.json: identity (task, encoding, seed, sweep), status (running, finished, failed, diverged, interrupted),
   final and best value of every metric, and the validation history. It is rewritten at every validation, so a
   killed run keeps what it measured": test_record_is_rewritten_at_every_validation, test_status_of_each_ending

@@ -1,7 +1,7 @@
 """Fault injection: sweeps killed at random never lose or repeat a grid point; files never run code;
 names never leave the output folder; corrupt or unwritable records never break a command.
 
-README claims covered here:
+Claims of docs/training.md covered here:
 - "Records are written atomically (a temporary file, then os.replace; the temporary file is removed if the write
   fails)": test_disk_full_leaves_no_temp_file_and_the_old_record
 - "A record.json that cannot be read is skipped with a warning naming the file by compare, run:NAME and the sweep's

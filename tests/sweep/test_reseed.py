@@ -2,7 +2,7 @@
 group keeps, the reseed study it builds, and the input it refuses. The protocol end to end (a fake trial program,
 kill -9, re-runs) is in tests/sweep/test_sweep.py.
 
-README claims covered here (and in test_sweep.py, named so):
+Claims of docs/sweeps.md covered here (and in test_sweep.py, named so):
 - "--reseed N --per KEY[,KEY] is that protocol in one command"; "Tune: the file's search runs once per value of the
   --per keys, each a study <study>-<value> with the file's full budget"; "The choices are printed as a table":
   test_reseed_protocol_end_to_end_and_rerun_starts_nothing (test_sweep.py), test_groups_fix_each_per_value

@@ -1,7 +1,7 @@
 """Issue 25, findings 5 and 6: a run's scale is recorded, a sweep gives each trial one GPU, and a run resumes
 as itself (its folder, record and W&B run), one folder whatever the launcher.
 
-README claims covered here:
+Claims of docs/training.md covered here:
 - "the record and the W&B config hold what `devices: auto` resolved to (world_size, num_devices, num_nodes,
   precision, global_batch_size = batch_size x world size x accumulate_grad_batches); a fit over several
   processes says so in one line": test_scale_and_its_line, test_the_wandb_config_holds_the_scale,

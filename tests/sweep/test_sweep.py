@@ -1,7 +1,7 @@
 """`cli.py sweep` end to end on seconds-long trials: resume, kill -9, failures, NaN, parallel workers, and every
 method on a fake trial program.
 
-README claims covered here:
+Claims of docs/sweeps.md covered here:
 - "Resume: run the same command again. Finished trials are never repeated":
   test_sweep_runs_and_resumes_without_repeating
 - "a grid is queued once ... workers ... take distinct points": test_two_workers_never_repeat_a_grid_point,

@@ -1,6 +1,6 @@
 """W&B sweep file -> Optuna translation: grid product, distributions, pruner, and clear errors.
 
-README claims covered here:
+Claims of docs/sweeps.md covered here:
 - "grid -> GridSampler over the full product": test_grid_is_the_exact_product
 - "values -> categorical, int_uniform, uniform, ... -> the matching suggest_*":
   test_each_distribution_maps_to_its_suggest_call

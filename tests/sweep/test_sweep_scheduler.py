@@ -2,7 +2,7 @@
 and define-by-run space loaded from `source` as W&B loads them, multi-objective studies and their Pareto
 front, and every bad input as one line with exit code 2.
 
-README claims covered here:
+Claims of docs/sweeps.md covered here:
 - "parameter distributions and directions are W&B's own (wandb.sdk.sweeps.scheduler.optuna)":
   test_every_distribution_w_b_documents_is_w_b_s_own, test_untranslatable_distributions_are_one_line,
   test_directions_are_w_b_s
