@@ -18,6 +18,7 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.checkpoint_io import load_checkpoint
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import LRDecay
+from lightning_modules.outcomes import ExampleOutcomes, content_hash
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_core.errors import ConfigError
@@ -114,6 +115,8 @@ class SequenceClassifier(TaskModule):
         self.head = nn.Sequential(nn.Dropout(self.arch.dropout), nn.Linear(self.arch.dim, num_labels))
         self.metrics = nn.ModuleDict({s: task_metrics(task, num_labels) for s in ("val", "test")})
         self.losses = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
+        columns = ("id", "hash", "label", "nll") + (("score",) if num_labels == 1 else ("correct",))
+        self.outcomes = nn.ModuleDict({s: ExampleOutcomes(columns) for s in ("val", "test")})
         if init_from:
             self.load_encoder(init_from)
 
@@ -144,12 +147,20 @@ class SequenceClassifier(TaskModule):
         out = self.head(pooled)
         return out.squeeze(-1) if self.hparams.num_labels == 1 else out
 
-    def loss_and_predictions(self, batch: dict) -> tuple[Tensor, Tensor]:
+    def loss_and_predictions(self, batch: dict, stage: str | None = None) -> tuple[Tensor, Tensor]:
+        """The batch's mean loss and predictions; with an evaluation `stage`, its per-example outcomes too."""
         out = self(batch["tokens"], batch["padding_mask"]).float()
         if self.hparams.num_labels == 1:
-            return F.mse_loss(out, batch["labels"].float()), out
-        labels = batch["labels"].long()
-        return F.cross_entropy(out, labels), out.argmax(-1)
+            losses, predictions = F.mse_loss(out, batch["labels"].float(), reduction="none"), out
+            kept = {"score": out}
+        else:
+            losses = F.cross_entropy(out, batch["labels"].long(), reduction="none")
+            predictions = out.argmax(-1)
+            kept = {"correct": predictions == batch["labels"].long()}
+        if stage is not None:
+            digest = content_hash((batch["tokens"], batch["padding_mask"]))
+            self.record_outcomes(stage, hash=digest, label=batch["labels"], nll=losses, **kept)
+        return losses.mean(), predictions
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         loss, _ = self.loss_and_predictions(batch)
@@ -158,7 +169,7 @@ class SequenceClassifier(TaskModule):
         return loss
 
     def _eval_step(self, batch: dict, stage: str) -> None:
-        loss, predictions = self.loss_and_predictions(batch)
+        loss, predictions = self.loss_and_predictions(batch, stage)
         labels = batch["labels"] if self.hparams.num_labels == 1 else batch["labels"].long()
         self.losses[stage].update(loss, weight=len(labels))
         self.metrics[stage].update(predictions, labels)
@@ -171,6 +182,7 @@ class SequenceClassifier(TaskModule):
         values[M.name(stage, M.LOSS)] = self.losses[stage].compute().item()
         self.metrics[stage].reset()
         self.losses[stage].reset()
+        self.finish_outcomes(stage)
         self.log_evaluation(values)
 
     def warmup(self, total_steps: float) -> int:

@@ -8,6 +8,7 @@ from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import LRDecay
+from lightning_modules.outcomes import ExampleOutcomes, content_hash
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_core.errors import ConfigError
@@ -55,6 +56,8 @@ class SyntheticTaskModel(TaskModule):
         # by depth bin (the bins in place of lengths); updated only by batches with a depth
         self.per_depth = nn.ModuleDict({s: M.PerLengthAccuracy(DEPTH_BINS - 1) for s in ("val", "test")})
         self.best_acc = MaxMetric()
+        columns = ("id", "hash", "correct", "tok_acc", "nll", "length")
+        self.outcomes = nn.ModuleDict({s: ExampleOutcomes(columns) for s in ("val", "test")})
 
     @property
     def train_max_len(self) -> int:
@@ -98,6 +101,20 @@ class SyntheticTaskModel(TaskModule):
         if "depth" in batch:
             bins = (batch["depth"] * DEPTH_BINS).long().clamp(max=DEPTH_BINS - 1)  # (B,)
             self.per_depth[stage].update(logits.argmax(-1), batch["targets"], bins)
+        self._record_outcomes(batch, logits, stage)
+
+    def _record_outcomes(self, batch: dict, logits: Tensor, stage: str) -> None:
+        """Per example: exact match, token accuracy, mean answer-token NLL and its task length."""
+        targets = batch["targets"]
+        supervised = targets != -100  # (B, L)
+        tokens = supervised.sum(1)  # (B,)
+        right = ((logits.argmax(-1) == targets) & supervised).sum(1)
+        nll = F.cross_entropy(logits.float().transpose(1, 2), targets, ignore_index=-100, reduction="none").sum(1)
+        self.record_outcomes(
+            stage, hash=content_hash((batch["tokens"], batch["padding_mask"]), (targets, supervised)),
+            correct=right == tokens, tok_acc=right / tokens.clamp(min=1), nll=nll / tokens.clamp(min=1),
+            length=batch["length"],
+        )  # fmt: skip
 
     def _eval_epoch_end(self, stage: str) -> dict[str, float]:
         per_length = self.per_length[stage].compute()
@@ -109,6 +126,7 @@ class SyntheticTaskModel(TaskModule):
         values |= self._depth_values(stage)
         for metric in (self.per_length[stage], self.losses[stage], self.examples[stage], self.per_depth[stage]):
             metric.reset()
+        self.finish_outcomes(stage)
         self.log_evaluation(values)
         return values
 

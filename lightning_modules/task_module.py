@@ -3,7 +3,11 @@
 import inspect
 
 import pytorch_lightning as pl
+import torch
+from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from pytorch_lightning.utilities import rank_zero_warn
+from torch import Tensor
+from torch.utils.data import SequentialSampler
 
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import PositionalEncoding
@@ -114,6 +118,59 @@ class TaskModule(pl.LightningModule):
         evaluation, none in a single process."""
         self.log_dict(values, sync_dist=True, reduce_fx="max")
 
+    def record_outcomes(self, stage: str, **columns: Tensor) -> None:
+        """Keep an evaluation batch's per-example outcomes (`columns`, (B,) each) in `self.outcomes[stage]` (an
+        `outcomes.ExampleOutcomes`), each example with its `id`: its index in the evaluation dataset. The loaders
+        never shuffle an evaluation set, and under DDP process r of W gets the examples r, r + W, r + 2W, ...
+        (datamodules/loaders.py's UnrepeatedDistributedSampler), so the ids follow from the examples each
+        process has seen, with no host sync. A loader in any other order (checked at its first batch) keeps
+        none, with one warning."""
+        size = len(next(iter(columns.values())))
+        key = (stage, getattr(self, "_loader_index", 0))
+        counts = self.__dict__.setdefault("_outcome_counts", {})
+        if key not in counts:
+            counts[key] = 0 if self._in_dataset_order(stage, key[1]) else -1
+        start = counts[key]
+        if start < 0:
+            return
+        counts[key] = start + size
+        rank, world = self.global_rank, self.trainer.world_size
+        ids = rank + world * (start + torch.arange(size, device=next(iter(columns.values())).device))
+        self.outcomes[stage].update(id=ids, **columns)
+
+    def _in_dataset_order(self, stage: str, index: int) -> bool:
+        """Whether the stage's `index`-th loader yields its dataset in order (this process's share under DDP)."""
+        loaders = self.trainer.val_dataloaders if stage == "val" else self.trainer.test_dataloaders
+        loader = loaders[index] if isinstance(loaders, (list, tuple)) else loaders
+        sampler = getattr(loader, "sampler", None)
+        if self.trainer.world_size > 1:
+            ordered = isinstance(sampler, UnrepeatedDistributedSampler) and not sampler.shuffle
+        else:
+            ordered = isinstance(sampler, SequentialSampler)
+        if not ordered:
+            rank_zero_warn(
+                f"per-example outcomes of {stage} are not kept: its loader's sampler {type(sampler).__name__} does "
+                "not give the examples in dataset order, so they would have no stable ids"
+            )
+        return ordered
+
+    def finish_outcomes(self, stage: str) -> None:
+        """At an evaluation's end (every process: it gathers): its per-example outcomes, sorted by id, into
+        `evaluation_outcomes[stage]` (what the run's record writer saves); none for a sanity check."""
+        metric = self.outcomes[stage]
+        table = metric.compute() if metric.update_called else {}
+        metric.reset()
+        counts = self.__dict__.setdefault("_outcome_counts", {})
+        for key in [k for k in counts if k[0] == stage]:
+            del counts[key]
+        if not self.trainer.sanity_checking:
+            self.evaluation_outcomes[stage] = table
+
+    @property
+    def evaluation_outcomes(self) -> dict[str, dict]:
+        """{stage: {column: numpy array}}: the per-example outcomes of the last evaluation of each stage."""
+        return self.__dict__.setdefault("_evaluation_outcomes", {})
+
     def watch_loss(self, loss) -> None:
         """Note a non-finite training loss for the next divergence check (no host sync)."""
         if getattr(self, "divergence", None) is None:
@@ -143,12 +200,14 @@ class TaskModule(pl.LightningModule):
         raise NotImplementedError
 
     def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._loader_index = dataloader_idx
         self._eval_step(batch, "val")
 
     def on_validation_epoch_end(self) -> None:
         self._eval_epoch_end("val")
 
     def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._loader_index = dataloader_idx
         self._eval_step(batch, "test")
 
     def on_test_epoch_end(self) -> None:
