@@ -14,21 +14,7 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
 fi
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 
-# The password in $1, made once (0600, this user's); refuses a file someone else could read or swap.
-kept_password() {
-  local file=$1 made
-  if [ ! -e "$file" ]; then
-    made=$(mktemp "$file.XXXXXX")  # 0600
-    head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$made"
-    mv -n "$made" "$file" || true  # -n: a file made meanwhile by another run wins
-    rm -f "$made"
-  fi
-  if [ -L "$file" ] || [ ! -f "$file" ] || [ "$(stat -c %u:%a "$file")" != "$(id -u):600" ]; then
-    echo "error: $file must be a plain file of user $(id -un) with mode 600 (it holds the server's password)" >&2
-    exit 1
-  fi
-  cat "$file"
-}
+source "$(dirname "$0")/kept_password.sh"  # kept_password FILE: the server's password, made once
 
 # psql `select 1` on the port, with the password ($1) or none (''); ~/.pgpass and $PGPASSWORD ignored.
 answers() {

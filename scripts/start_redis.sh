@@ -11,21 +11,7 @@ if ! command -v redis-server >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 fi
 
-# The password in $1, made once (0600, this user's); refuses a file someone else could read or swap.
-kept_password() {
-  local file=$1 made
-  if [ ! -e "$file" ]; then
-    made=$(mktemp "$file.XXXXXX")  # 0600
-    head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$made"
-    mv -n "$made" "$file" || true  # -n: a file made meanwhile by another run wins
-    rm -f "$made"
-  fi
-  if [ -L "$file" ] || [ ! -f "$file" ] || [ "$(stat -c %u:%a "$file")" != "$(id -u):600" ]; then
-    echo "error: $file must be a plain file of user $(id -un) with mode 600 (it holds the server's password)" >&2
-    exit 1
-  fi
-  cat "$file"
-}
+source "$(dirname "$0")/kept_password.sh"  # kept_password FILE: the server's password, made once
 
 # redis-cli on the port with the password $1 ('' for none; in the environment, not in `ps`), then the command
 cli() {
