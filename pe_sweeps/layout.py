@@ -169,7 +169,7 @@ def is_project_program(path: str | Path) -> bool:
 
 def shipped_path(path: str) -> str:
     """`path` as given when it exists; else, when it names a file the project ships (`configs/x.yaml`,
-    `sweeps/x.yaml`), that file in the checkout or the installed package, so the README's commands run from
+    `sweeps/x.yaml`), that file in the checkout or the installed package, so the documented commands run from
     any working folder."""
     relative = Path(path)
     if relative.exists() or relative.is_absolute() or relative.parts[:1] not in [(name,) for name in SHIPPED]:

@@ -1,7 +1,7 @@
 """Who may read what this project writes. Every command (`fit`, `sweep`, a sweep's trials, `compare`) runs
 under umask 077, so the run and sweep folders it makes are 0700 and their files 0600: another user on the
 machine can neither read a study, its records, logs, checkpoints or W&B files, nor open (and so hold) its lock.
-`PE_UMASK` replaces that umask, e.g. `PE_UMASK=007` to share a sweep with the group of its folder (README,
+`PE_UMASK` replaces that umask, e.g. `PE_UMASK=007` to share a sweep with the group of its folder (docs/sweeps.md,
 "Sharing a sweep with a group"). Trials inherit the sweep's umask and environment."""
 
 import os

@@ -20,7 +20,7 @@ class Sinusoidal(PositionalEncoding):
     sin/cos, w_i = 10000^(-2i/d), the table itself unscaled). No parameters; serves any length.
     `scale_tokens`: multiply the token embeddings by sqrt(C) before adding the table, as Vaswani et al.
     do (section 3.4); off by default, so N(0, 0.02) token embeddings meet amplitude-1 sinusoids, which
-    slows early training (the README's reverse and Multi30k numbers show it).
+    slows early training (the reverse and Multi30k numbers of docs/single-runs.md show it).
     """
 
     name = "sinusoidal"
