@@ -144,3 +144,13 @@ def test_wandb_init_arguments_of_lightning_s_logger_can_be_dropped(tmp_path):
     assert "anonymous" in logger._wandb_init  # Lightning passes it (None) on every run: W&B then warns
     internals.drop_wandb_init_argument(logger, "anonymous")
     assert "anonymous" not in logger._wandb_init
+
+
+def test_submitit_writes_the_sbatch_script_of_a_job_array(tmp_path):
+    pytest.importorskip("submitit")
+    script = internals.submitit_sbatch_script(
+        command="python cli.py sweep x.yaml", folder=tmp_path, map_count=3, array_parallelism=2,
+        additional_parameters={}, setup=["export A=1"],
+    )  # fmt: skip
+    assert script.startswith("#!/bin/bash\n") and "#SBATCH --array=0-2%2" in script
+    assert "export A=1" in script and "python cli.py sweep x.yaml" in script
