@@ -10,7 +10,9 @@ file, so that its tables can be recomputed without the run folders or the sweep'
 roles, a reseed study's rows), so `--from FILE` shows the sweep's default metrics and rows. `records` are
 every run the comparison considered, the ones it left out included (their status and metrics say why):
 each a RunRecord less its W&B and timing fields (SAVED_FIELDS) and with only the shown metrics of its
-history (for `--value step=N`), its `run_dir` relative to the --out_dir it was read from. `final` and `best`
+history (for `--value step=N`), its `run_dir` relative to the --out_dir it was read from, and its latest
+per-example evaluation outcomes of each stage packed in (`outcomes`: runs/outcomes.py, read back with
+`outcome_table`; about 2 bytes per example and float column). `final` and `best`
 keep every summary metric but, of the per-length families (`val/acc_len_<n>`, `val/ppl_ctx_<n>`), only the
 metrics the comparison showed: a Ruoss run logs hundreds.
 `commit` is the source checkout's `git rev-parse --short HEAD` (null outside a git checkout), `dirty`
@@ -25,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pe_core.errors import ConfigError
+from pe_sweeps.runs.outcomes import outcome_table, pack
 from pe_sweeps.runs.records import RunRecord, write_atomic
 
 SCHEMA_VERSION = 1
@@ -32,9 +35,9 @@ SCHEMA_VERSION = 1
 SAVED_FIELDS = ("name", "group", "task", "encoding", "distinct", "seed", "data_seed", "sweep", "subcommand", "status",
                 "config", "final", "best", "world_size", "num_devices", "num_nodes", "precision",
                 "global_batch_size", "matmul_precision", "updated_at", "run_dir", "schema_version",
-                "history")  # fmt: skip
-# what spec's objectives, default_rows and tuned_keys read of a sweep
-SPEC_KEYS = ("metric", "metrics", "parameters", "roles", "compare_rows")
+                "history", "outcomes")  # fmt: skip
+# what spec's objectives, default_rows and tuned_keys read of a sweep, and its `compare:` block (margin, primary)
+SPEC_KEYS = ("metric", "metrics", "parameters", "roles", "compare_rows", "compare")
 PER_LENGTH = re.compile(r"_\d+$")  # val/acc_len_8, val/ppl_ctx_64 (selection.check_metric's `_<n>`)
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,7 +81,24 @@ def reduced(record: RunRecord, shown: list[str], out_dir: str | None) -> dict:
         kept[key] = {m: v for m, v in data[key].items() if m in shown or not PER_LENGTH.search(m)}
     rows = [{k: v for k, v in row.items() if k in shown or k == "step"} for row in data["history"]]
     kept["history"] = [row for row in rows if len(row) > 1]
+    kept["outcomes"] = packed_outcomes(record)
     return kept
+
+
+def packed_outcomes(record: RunRecord) -> dict:
+    """The run's latest per-example outcomes of each stage, packed into the file (runs/outcomes.py `pack`), so
+    `--from FILE` can resample the evaluation examples without the run folder; without the per-example content
+    digests (the pointer's `fingerprint` says which examples were evaluated). A table no longer on disk is left
+    out (its pointer kept, without `table`)."""
+    packed = {}
+    for stage, pointer in (record.outcomes or {}).items():
+        if "table" in pointer:  # read from a saved file: already packed
+            packed[stage] = pointer
+            continue
+        table = outcome_table(record, stage)
+        table = None if table is None else {k: v for k, v in table.items() if k != "hash"}
+        packed[stage] = dict(pointer) | ({"table": pack(table)} if table is not None else {})
+    return packed
 
 
 def save_runs(path: str, records: list[RunRecord], spec: dict, sweep: str | None, shown: list[str],

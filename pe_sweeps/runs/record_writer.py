@@ -14,6 +14,7 @@ from pe_core.errors import DivergedError
 from pe_sweeps.failpoints import failpoint
 from pe_sweeps.layout import RECORD_FILE
 from pe_sweeps.runs.length_tables import log_by_length
+from pe_sweeps.runs.outcomes import write_table
 from pe_sweeps.runs.records import RunRecord, write_record
 from pe_sweeps.runs.wandb_setup import describe_run
 
@@ -64,8 +65,9 @@ class RecordWriter(Callback):
         if self.resumed:
             record = self.record
             record.final, record.best, record.history = previous.final, previous.best, previous.history
-            record.wandb = previous.wandb
+            record.wandb, record.outcomes = previous.wandb, previous.outcomes
             record.resumes = [*previous.resumes, {"at": time.time(), "previous_status": previous.status}]
+            record.checkpoints = previous.checkpoints
 
     def write(self) -> None:
         self.record.updated_at = time.time()
@@ -117,6 +119,13 @@ class RecordWriter(Callback):
         checkpoint["pe_run_dir"] = str(self.path.parent.resolve())
         self.checkpointed = True
 
+    def checkpoint_saved(self, trainer: pl.Trainer, path: str) -> None:
+        """A checkpoint was written (LastCheckpoint, checkpointing.py): the record names it by its file's stem
+        ("last") with the step it holds."""
+        if trainer.is_global_zero:
+            self.record.checkpoints[Path(path).stem] = {"path": path, "step": trainer.global_step}
+            self.write()
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         """Progress for the sweep's live view: the step and max_steps, written every PROGRESS_EVERY_S."""
         if not trainer.is_global_zero:
@@ -133,10 +142,18 @@ class RecordWriter(Callback):
             better = max if goal(key) == "max" else min
             self.record.best[key] = value if best is None else better(best, value)
 
+    def save_outcomes(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """The evaluation's per-example outcomes (the task module's `evaluation_outcomes`), written to
+        `outcomes/<stage>-step<k>.npz` and pointed to by the record (runs/outcomes.py)."""
+        table = getattr(pl_module, "evaluation_outcomes", {}).get(stage)
+        if table:
+            self.record.outcomes[stage] = write_table(self.path.parent, stage, trainer.global_step, table)
+
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         self._update(trainer)
+        self.save_outcomes(trainer, pl_module, "val")
         if trainer.state.fn == "validate":  # `cli.py validate`: the run is this evaluation
             self.record.status = "finished"
         evals = {k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val/")}
@@ -158,6 +175,7 @@ class RecordWriter(Callback):
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
             self._update(trainer)
+            self.save_outcomes(trainer, pl_module, "test")
             if trainer.state.fn != "fit":  # `cli.py test`: the run is this evaluation
                 self.record.status = "finished"
             self.write()

@@ -53,6 +53,9 @@ class RunRecord:
     history: list = field(default_factory=list)  # one row per validation: step, wandb_step, val/* metrics
     resumes: list = field(default_factory=list)  # {at, previous_status, step} per resume from a checkpoint
     wandb: dict = field(default_factory=dict)  # the W&B run: id, path, mode, dir, dirs
+    checkpoints: dict = field(default_factory=dict)  # name ("last") -> {path, step}: the step each one holds
+    # stage -> the latest evaluation's per-example outcomes: {path, step, examples, fingerprint} (runs/outcomes.py)
+    outcomes: dict = field(default_factory=dict)
     # what `devices: auto` resolved to (compare's SETUP), and TF32
     world_size: int | None = None
     num_devices: int | None = None
@@ -88,7 +91,7 @@ class RunRecord:
         )
         record.schema_version = SCHEMA_VERSION  # read into this version's fields: written back as such
         for name, kind in (("distinct", dict), ("config", dict), ("final", dict), ("best", dict), ("history", list),
-                           ("resumes", list), ("wandb", dict)):  # fmt: skip
+                           ("resumes", list), ("wandb", dict), ("checkpoints", dict), ("outcomes", dict)):  # fmt: skip
             value = getattr(record, name)
             if value is None:
                 setattr(record, name, kind())
