@@ -1,8 +1,24 @@
-"""What Lightning prints to the console and run logs: its "Tip:" advertisements filtered out, and two warnings
-that are about the installed libraries or the machine, not about the run (each named exactly)."""
+"""The console the commands print to (`app_console`: nothing wrapped or cut in a file), and what Lightning
+prints to the console and run logs: its "Tip:" advertisements filtered out, and two warnings that are about the
+installed libraries or the machine, not about the run (each named exactly)."""
 
 import logging
 import warnings
+
+# wider than any line or table the commands print: in a file, a line is as long as it is
+FILE_WIDTH = 10_000
+
+
+def app_console(**kwargs):
+    """A rich Console for a command's output. On a terminal, rich's own: its width (or $COLUMNS), tables fit it.
+    In a file or pipe (`> out.txt`, nohup, sbatch, CI), rich would assume 80 columns (or $COLUMNS) and wrap or
+    cut lines there, splitting paths, names and numbers: there, lines are never wrapped (`soft_wrap`) and tables
+    are as wide as their cells (a width no table reaches). `kwargs` go to Console (a `file`, `force_terminal`)."""
+    from rich.console import Console
+
+    console = Console(**kwargs)
+    return console if console.is_terminal else Console(soft_wrap=True, width=FILE_WIDTH, **kwargs)
+
 
 # (message regex, module) of warnings that say nothing about the run:
 KNOWN_WARNINGS = (

@@ -13,6 +13,7 @@ from pe_sweeps.sweep.slurm_options import SlurmOptions
 SamplerSeed = Annotated[int, Ge(0), Le(2**32 - 1)]  # Optuna's samplers seed numpy, which takes [0, 2^32 - 1]
 # beyond an hour, a dead trial would be found after hours; far beyond, the heartbeat thread's wait overflows
 HeartbeatSeconds = Annotated[int, Ge(1), Le(3600)]
+ProgressSeconds = Annotated[int, Ge(1), Le(86400)]
 
 
 @dataclass
@@ -40,6 +41,8 @@ class SweepOptions:
     # --max_retries times, or a failure that is not retried), each with a fresh --max_retries
     storage_outage: int = 300  # seconds a storage outage (a database restarting) is ridden out, retrying with
     # backoff; longer, the sweep stops its trials and exits 1 in one line, and the same command resumes them
+    progress_every: ProgressSeconds = 60  # when the output is a file or pipe (nohup, sbatch, CI): seconds between
+    # progress lines (counts, best, elapsed, ETA); a line per trial started or ended is written as it happens
     max_failures_in_a_row: int = 10  # stop the sweep after this many trials failed with the same reason; 0: never
     set: str | None = None  # KEY=VALUE[,KEY=VALUE]: fix parameters (one study per value, e.g. per encoding)
     reseed: int = 0  # with --per: tune per group, then run each group's best config x N fresh seeds (reseed.py)
@@ -53,6 +56,10 @@ class SweepOptions:
     def __post_init__(self) -> None:
         """The options that nothing later checks before they are used, also when built in code (--reseed's
         stages, tests): one line naming the option and its range."""
-        check_ranges(SweepOptions, {"seed": self.seed, "heartbeat": self.heartbeat}, prefix="--")
+        check_ranges(
+            SweepOptions,
+            {"seed": self.seed, "heartbeat": self.heartbeat, "progress_every": self.progress_every},
+            prefix="--",
+        )
         if not isinstance(self.out_dir, str) or not self.out_dir.strip():  # '' would be the working folder
             raise ConfigError(f"--out_dir must name a folder, got {self.out_dir!r}")

@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pe_core.errors import ConfigError
+from pe_sweeps.runs.console import app_console
 from pe_sweeps.runs.manifest import set_compare_rows
 from pe_sweeps.runs.records import check_name
 from pe_sweeps.runs.run_naming import short_value
@@ -96,7 +97,7 @@ def group_study_name(base: str, group: dict) -> str:
 
 def run_study(sweep: dict, opts: SweepOptions, name: str, console: Console) -> optuna.Study:
     runner = Sweep(sweep, dataclasses.replace(opts, study_name=name))
-    with LiveStatus(console, runner.url) as live:
+    with LiveStatus.for_runner(console, runner) as live:
         runner.run(on_tick=live.tick)
     return runner.study
 
@@ -202,7 +203,7 @@ def run_reseed(opts: SweepOptions) -> optuna.Study:
     if opts.storage is None:  # every study of the protocol in the file's one database (one dashboard)
         opts.storage = storage_url(opts, base_name(opts, sweep))
     metric = sf.metric_names(sweep)[0]
-    console = Console()
+    console = app_console()  # in a file or pipe: a line per trial, nothing wrapped or cut
     studies, choices = [], []
     for group, group_sweep in group_sweeps(sweep, keys):
         name = group_study_name(base, group)

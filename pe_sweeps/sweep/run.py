@@ -103,16 +103,15 @@ def run_sweep(opts: SweepOptions, argv: list[str] | None = None) -> optuna.Study
         check_devices(opts, sweep)
     name_study(opts, sweep, suffix)
 
-    from rich.console import Console
-
     from pe_sweeps.compare.command import print_comparison
+    from pe_sweeps.runs.console import app_console
     from pe_sweeps.sweep.display import LiveStatus, print_lines, trial_table, where_lines
 
     runner = Sweep(sweep, opts)
     handlers = {sig: signal.signal(sig, runner.request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    console = Console()
+    console = app_console()  # in a file or pipe: a line per trial, nothing wrapped or cut
     try:
-        with LiveStatus(console, runner.url) as live:
+        with LiveStatus.for_runner(console, runner) as live:
             runner.run(on_tick=live.tick)
     finally:
         for sig, handler in handlers.items():
