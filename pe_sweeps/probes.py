@@ -524,14 +524,14 @@ def run_probe(opts: ProbeOptions) -> ProbeResult:
 def probe_main(args: list[str]) -> ProbeResult:
     """`cli.py probe (--encoding NAME | --ckpt PATH | --hf-model NAME_OR_DIR | --table FILE) [--max-length N]
     [--pairs 512] [--seeds 5] ...`"""
-    from rich.console import Console
+    from pe_sweeps.runs.console import app_console
 
     opts = parse_options(ProbeOptions, args)
     result = run_probe(opts)
-    console = Console()
+    console = app_console()  # in a file or pipe, nothing wrapped or cut
     console.print(results_table(result))
-    for note in result.notes:
-        console.print(f"note: {note}")
-    if result.figures:
-        console.print(f"figures: {Path(opts.report) / 'index.html'}")
+    lines = [f"note: {note}" for note in result.notes]
+    lines += [f"figures: {Path(opts.report) / 'index.html'}"] if result.figures else []
+    for line in lines:  # whole lines (paths): only a terminal wraps them, on screen
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     return result

@@ -6,22 +6,37 @@ import re
 from rich.console import Console
 from rich.table import Table
 
+from pe_sweeps.runs.console import app_console
 from pe_sweeps.runs.records import RunRecord
 from pe_sweeps.runs.wandb_setup import sync_command
 
 PER_LENGTH = re.compile(r"_(len|ctx)_\d+")  # one value per length or context: the record has them all
 
 
-def summary_table(record: RunRecord) -> Table:
-    """One row per validation metric (per-length ones aside): final and best value."""
+def summary_table(record: RunRecord, width: int | None = None) -> Table:
+    """One row per validation metric (per-length ones aside): final and best value. Names and numbers never
+    split: given the console's `width`, a name too long for it is shortened (…), never a number."""
     final, best = record.final, record.best
+    rows = [(key, f"{final[key]:.4g}", "" if best.get(key) is None else f"{best[key]:.4g}")
+            for key in sorted(k for k in final if k.startswith("val/") and not PER_LENGTH.search(k))]  # fmt: skip
+    numbers = [max([len(name)] + [len(row[i]) for row in rows]) for i, name in ((1, "final"), (2, "best"))]
     table = Table()
-    table.add_column("metric", overflow="fold")  # a long name wraps; the numbers never split
+    table.add_column("metric", no_wrap=True, max_width=None if width is None else max(width - 10 - sum(numbers), 8))
     for column in ("final", "best"):
         table.add_column(column, justify="right", no_wrap=True)
-    for key in sorted(k for k in final if k.startswith("val/") and not PER_LENGTH.search(k)):
-        table.add_row(key, f"{final[key]:.4g}", "" if best.get(key) is None else f"{best[key]:.4g}")
+    for row in rows:
+        table.add_row(*row)
     return table
+
+
+class SummaryTable:
+    """`summary_table` at the width of the console it is printed on."""
+
+    def __init__(self, record: RunRecord):
+        self.record = record
+
+    def __rich_console__(self, console, options):
+        yield summary_table(self.record, options.max_width)
 
 
 def summary_lines(record: RunRecord, record_path) -> list[str]:
@@ -55,13 +70,13 @@ def no_validation(record: RunRecord) -> str | None:
 
 
 def print_fit_summary(record: RunRecord, record_path, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or app_console()  # in a file or pipe, nothing wrapped or cut
     step = "?" if record.global_step is None else record.global_step
-    console.print(f"{record.name}: {record.status} at step {step}")
+    console.print(f"{record.name}: {record.status} at step {step}", highlight=False, soft_wrap=True, markup=False)
     hint = no_validation(record)
     if hint:  # instead of an empty table
-        console.print(hint, highlight=False, soft_wrap=True)
+        console.print(hint, highlight=False, soft_wrap=True, markup=False)
     else:
-        console.print(summary_table(record))
+        console.print(SummaryTable(record))
     for line in summary_lines(record, record_path):
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
