@@ -3,8 +3,9 @@ csv, json, markdown, LaTeX or an HTML report.
 
 Public: `command` (`run_compare`, `CompareOptions`, `print_comparison`) and `pareto` (a multi-objective sweep's
 front). Private: `selection` (which runs), `spec` (the sweep's metrics and parameters), `statistics`,
-`across_tasks` (rliable aggregates), `comparison` (what a comparison holds), `render` (the formats), `report`
-(the HTML report) and `saved_runs` (`--save_runs` / `--from`).
+`resampling` (two-stage bootstrap over seeds and evaluation examples), `across_tasks` (rliable aggregates),
+`comparison` (what a comparison holds), `render` (the formats), `report` (the HTML report) and `saved_runs`
+(`--save_runs` / `--from`).
 """
 
 __all__ = ["command", "pareto"]
