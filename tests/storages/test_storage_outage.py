@@ -17,8 +17,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-import yaml
 from optuna.trial import TrialState
+from sweep_helpers import fake_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "fake_fit.py"
@@ -73,13 +73,8 @@ def postgres():
 
 
 def grid(tmp_path: Path, points: int) -> Path:
-    path = tmp_path / "o.yaml"
-    path.write_text(yaml.safe_dump({
-        "program": str(FAKE), "method": "grid", "metric": {"name": "val/acc", "goal": "maximize"},
-        "parameters": {"x": {"values": list(range(1, points + 1))}},
-        "command": ["${env}", "${interpreter}", "${program}", "${args}"],
-    }))  # fmt: skip
-    return path
+    """A grid of `points` fake trials (tests/fake_fit.py, val/acc = x)."""
+    return fake_sweep(tmp_path, points, "o")
 
 
 def start_sweep(path: Path, out: Path, url: str, *extra: str) -> subprocess.Popen:

@@ -17,6 +17,7 @@ import yaml
 from helpers import fresh_postgres_database
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
+from sweep_helpers import fake_sweep
 
 from pe_core.errors import ConfigError
 from pe_sweeps.storages.storage import check_clock
@@ -272,13 +273,7 @@ def test_a_full_disk_is_named_not_optunas_max_length_guess():
 
 def grid_file(tmp_path: Path, points: int) -> Path:
     """A grid of `points` fake trials (tests/fake_fit.py, val/acc = x)."""
-    path = tmp_path / "g.yaml"
-    path.write_text(yaml.safe_dump({
-        "program": str(FAKE), "method": "grid", "metric": {"name": "val/acc", "goal": "maximize"},
-        "parameters": {"x": {"values": list(range(1, points + 1))}},
-        "command": ["${env}", "${interpreter}", "${program}", "${args}"],
-    }))  # fmt: skip
-    return path
+    return fake_sweep(tmp_path, points, "g")
 
 
 @pytest.mark.slow
