@@ -27,7 +27,7 @@ from pydoc import locate  # noqa: E402
 
 import yaml  # noqa: E402
 from jsonargparse import set_parsing_settings  # noqa: E402
-from pytorch_lightning.callbacks import ModelCheckpoint, ModelSummary, ProgressBar  # noqa: E402
+from pytorch_lightning.callbacks import ModelSummary, ProgressBar  # noqa: E402
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI  # noqa: E402
 
 from datamodules.base import TaskDataModule  # noqa: E402
@@ -67,6 +67,7 @@ from pe_sweeps.layout import (  # noqa: E402
 )
 from pe_sweeps.light_commands import compare_main, sweep_main  # noqa: E402
 from pe_sweeps.runs.callbacks import LogLearningRate, ModelSummaryWithFlops, StepProgressBar  # noqa: E402
+from pe_sweeps.runs.checkpointing import LastCheckpoint  # noqa: E402
 from pe_sweeps.runs.console import quiet_lightning_tips  # noqa: E402
 from pe_sweeps.runs.record_writer import RecordWriter  # noqa: E402
 from pe_sweeps.runs.records import check_name, find_checkpoint, read_record  # noqa: E402
@@ -294,11 +295,10 @@ class PECLI(LightningCLI):
         self.run_record = RecordWriter(run_dir, identity, resolved, previous)
         callbacks = [self.run_record]
         if config.trainer.enable_checkpointing is not False:
-            # one file, the last state, rewritten at each validation (a "best" needs a metric a plain fit does not
-            # choose; the records keep each metric's best value, `compare --value best`)
-            callbacks.append(
-                ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last", enable_version_counter=False)
-            )
+            # one file, the last state, rewritten at each validation and at the end (a "best" needs a metric a plain
+            # fit does not choose; the records keep each metric's best value, `compare --value best`)
+            saved = self.run_record.checkpoint_saved
+            callbacks.append(LastCheckpoint(run_dir / "checkpoints", on_saved=saved, resuming=resumed is not None))
         configured = self.config_init[self.subcommand].trainer.callbacks or []
         configured = configured if isinstance(configured, list) else [configured]
         if config.trainer.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in configured):
