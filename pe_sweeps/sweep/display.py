@@ -257,11 +257,17 @@ class LiveStatus:
     def __exit__(self, *exc):
         return self.live.__exit__(*exc) if self.live is not None else None
 
-    def tick(self, study: optuna.Study) -> None:
+    def tick(self, study: optuna.Study, final: bool = False) -> None:
+        """Refresh the view; `final`: the sweep's work is over, so a file gets its last counts too."""
         if self.live is not None:
             self.live.update(StatusView(study), refresh=True)
         else:
-            self.plain.tick(study)
+            self.plain.tick(study, force_progress=final)
+
+    def final(self, study: optuna.Study) -> None:
+        """The last refresh, once the workers are done: the view ends on the final counts, in a file as on a
+        terminal."""
+        self.tick(study, final=True)
 
 
 def seconds_of(trial: FrozenTrial, now: datetime | None = None) -> float | None:
@@ -287,7 +293,7 @@ class PlainProgress:
         self.started = time.monotonic()
         self.last_progress: float | None = None
 
-    def tick(self, study: optuna.Study) -> None:
+    def tick(self, study: optuna.Study, force_progress: bool = False) -> None:
         trials = study.get_trials(deepcopy=False)
         first = self.states is None
         known = self.states or {}
@@ -296,7 +302,7 @@ class PlainProgress:
         lines = [line for t in shown if (line := self.event(t, known.get(t.number)))]
         self.states = {t.number: t.state for t in trials if not starting(t)}  # started: once its log is named
         now = time.monotonic()
-        if self.last_progress is None or now - self.last_progress >= self.every:
+        if force_progress or self.last_progress is None or now - self.last_progress >= self.every:
             self.last_progress = now
             lines.append(self.progress_line(study, trials))
         print_lines(self.console, lines)

@@ -99,6 +99,7 @@ def run_study(sweep: dict, opts: SweepOptions, name: str, console: Console) -> o
     runner = Sweep(sweep, dataclasses.replace(opts, study_name=name))
     with LiveStatus.for_runner(console, runner) as live:
         runner.run(on_tick=live.tick)
+        runner.show(live.final)
     return runner.study
 
 

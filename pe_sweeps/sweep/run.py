@@ -113,6 +113,8 @@ def run_sweep(opts: SweepOptions, argv: list[str] | None = None) -> optuna.Study
     try:
         with LiveStatus.for_runner(console, runner) as live:
             runner.run(on_tick=live.tick)
+            if not storage.OUTAGE.gave_up:
+                runner.show(live.final)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
