@@ -8,8 +8,14 @@ significant digits of the interval's width. Per column a rank (1 = best by the m
 cell marked); per row, over the columns, the mean rank, the mean reciprocal rank (the headline of
 Kazemnejad et al. 2023) and rliable's IQM over columns x seeds with its stratified-bootstrap interval
 (Agarwal et al. 2021), only for the rows with every column and only when every column holds one kind of
-run; under the table Welch t-tests of the best row against the runner-up, Holm-adjusted over all pairs
-of the column when it has more than two rows, so one noisy seed is not over-read. `--best-over KEY`
+run, its interval's real coverage at the table's shape simulated and printed. Every pair of rows in a column gets
+a verdict under a declared protocol (statistics.py `judge`): Welch t-tests over seeds (on log values for
+perplexity), Holm-adjusted over one family (every pair x column x metric shown, its size printed; with
+`--primary METRIC` that metric's pairs, the others exploratory): better / worse at alpha 0.05, equivalent within
+a margin declared beforehand (the sweep file's `compare: {margin: M}` or `--margin`) by two one-sided tests, else
+inconclusive; under the table the best row against the runner-up, in --format json every pair. `--value best`
+or `--best-over` on a beyond-training-length metric (`val/acc_ood`, a length past training) is refused unless
+`--allow_ood_selection`, and then labelled. `--best-over KEY`
 applies TUPE's fine-tuning rule (Ke et al. 2021: median over seeds per learning rate, then the best
 learning rate): per cell only the value of KEY with the best aggregate is kept, and named. `--metric a,b`
 shows several metrics side by side (a `--best-over` choice is made on the first and kept for the others).
@@ -40,6 +46,8 @@ To run:
     python cli.py compare --from docs/results/alibi.json --format markdown         # recompute the table
 """
 
+import math
+import re
 import shlex
 import sys
 from dataclasses import dataclass, fields
@@ -49,7 +57,7 @@ from typing import ClassVar
 from rich.console import Console
 
 from pe_core.errors import ConfigError
-from pe_sweeps.compare.comparison import Comparison
+from pe_sweeps.compare.comparison import Comparison, lookup
 from pe_sweeps.compare.render import FORMATS, output, print_front, render_table
 from pe_sweeps.compare.saved_runs import read_saved_runs, save_runs
 from pe_sweeps.compare.selection import read_records, select, side_by_side
@@ -88,6 +96,10 @@ class CompareOptions:
     save_runs: str | None = None  # write the runs compared (the left-out ones too) and the sweep's spec to this JSON
     from_runs: str | None = None  # (or --from) FILE of --save_runs: read runs and the sweep's spec from it instead
     # of --out_dir and the sweep's study
+    margin: str | None = None  # M (every metric) or METRIC=M[,METRIC=M]: equivalence margin of the pair verdicts
+    # (TOST; on the log scale for perplexity); default: the sweep file's `compare: {margin: ...}`, else none
+    primary: str | None = None  # METRIC: the family of tests is this metric's pairs; the other metrics are exploratory
+    allow_ood_selection: bool = False  # allow --value best / --best-over on a beyond-training-length metric (labelled)
 
 
 def shown_metrics(metrics: list[tuple[str, str]], records, value: str = "final") -> tuple[list[str], list]:
@@ -111,10 +123,15 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
         if not opts.metric
         else ([m for m, _ in metrics], [d for _, d in metrics])
     )
+    selection = ood_selection(shown, records, opts.value, opts.best_over, opts.allow_ood_selection)
+    margins, source = declared_margins(opts.margin, spec, shown)
     comps = compare_metrics(
         records, shown, value=opts.value, rows=opts.rows or default_rows(spec, opts.best_over),
         cols=opts.cols, aggregate=opts.aggregate, best_over=opts.best_over, goals=goals, tuned=tuned_keys(spec),
+        margins=margins, primary=opts.primary or (spec.get("compare") or {}).get("primary"), margin_source=source,
     )  # fmt: skip
+    for comp in comps:
+        comp.ood_selection = selection.get(comp.metric)
     if opts.save_runs:
         out_dir = None if opts.wandb or opts.from_runs else opts.out_dir
         size = save_runs(opts.save_runs, records, spec, opts.sweep, shown, command_of(opts), out_dir)
@@ -128,6 +145,73 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
         page = write_report(comps, Path(opts.report))
         print(f"report: {page}", file=sys.stderr)
     return comps[0] if len(comps) == 1 else comps
+
+
+def parse_margin(text: str, where: str) -> float:
+    """A margin: a positive finite number, else one line naming `where` it came from."""
+    try:
+        margin = float(text)
+    except (TypeError, ValueError):
+        margin = math.nan
+    if isinstance(text, bool) or not (math.isfinite(margin) and margin > 0):
+        raise ConfigError(f"{where} {text!r}: an equivalence margin is a positive number (e.g. 0.01)")
+    return margin
+
+
+def declared_margins(option: str | None, spec: dict, shown: list[str]) -> tuple[dict, str | None]:
+    """({metric or "*": margin}, where it was declared): --margin M or METRIC=M[,...], else the sweep file's
+    `compare: {margin: M}` or `{margin: {METRIC: M}}`; ({}, None) when neither declares one."""
+    declared = (spec.get("compare") or {}).get("margin")
+    if option is None and declared is None:
+        return {}, None
+    if option is not None:
+        entries, source = [e.strip() for e in str(option).split(",") if e.strip()], "with --margin on the command line"
+        pairs = [e.rpartition("=")[::2] if "=" in e else ("*", e) for e in entries]
+    else:
+        source = "in the sweep file"
+        pairs = list(declared.items()) if isinstance(declared, dict) else [("*", declared)]
+    margins = {}
+    for metric, value in pairs:
+        metric = metric.strip() or "*"
+        if metric != "*" and metric not in shown:
+            raise ConfigError(f"margin for {metric!r} ({source}): not a metric shown; choose among: {', '.join(shown)}")
+        margins[metric] = parse_margin(value, "--margin" if option is not None else "sweep file compare.margin")
+    return margins, source
+
+
+def beyond_training(metric: str, records: list[RunRecord]) -> str | None:
+    """Why `metric` is measured beyond the training length (None if it is not): an `_ood` metric, a per-length
+    accuracy past the runs' `train_max_len`, or a perplexity at a context past their `block_size`."""
+    short = metric.rsplit("/", 1)[-1]
+    if "_ood" in short:
+        return f"{metric} is measured beyond the training length"
+    for pattern, key in ((r"_len_(\d+)$", "data.train_max_len"), (r"_ctx_(\d+)", "data.block_size")):
+        found = re.search(pattern, short)
+        trained = [v for v in (lookup(r, key) for r in records) if isinstance(v, int) and not isinstance(v, bool)]
+        if found and trained and int(found[1]) > min(trained):
+            return f"{metric} is measured at length {found[1]}, beyond the training length {min(trained)}"
+    return None
+
+
+def ood_selection(shown: list[str], records, value: str, best_over: str | None, allowed: bool) -> dict[str, str]:
+    """Selection on a beyond-training-length metric (each run's best validation of it with --value best, or the
+    --best-over choice, made on the first metric) is test-set selection: refused in one line unless
+    --allow_ood_selection, and then {metric: what was selected on it} for the output to say so."""
+    selected = {}
+    for i, metric in enumerate(shown):
+        why = beyond_training(metric, records)
+        if why is None:
+            continue
+        how = ["--value best picks each run's best validation of it"] if value == "best" else []
+        how += [f"--best-over {best_over} is chosen on it"] if best_over and i == 0 else []
+        if how and not allowed:
+            raise ConfigError(
+                f"{why}: {' and '.join(how)}, which selects checkpoints on held-out lengths; use --value final "
+                "(or --metric without it), or --allow_ood_selection to show it labelled"
+            )
+        if how:
+            selected[metric] = f"{why}; {' and '.join(how)} (--allow_ood_selection): an optimistic number"
+    return selected
 
 
 def runs_and_spec(opts: CompareOptions) -> tuple[list[RunRecord], dict]:
@@ -200,7 +284,11 @@ def comparison_of(out_dir: str, sweep: str | None, metric, console: Console, row
         spec = sweep_spec(out_dir, sweep)
         metrics = objectives(spec, ",".join(metric) if isinstance(metric, list) else metric)
         shown, goals = shown_metrics(metrics, records)
-        comps = compare_metrics(records, shown, rows=rows or default_rows(spec), goals=goals, tuned=tuned_keys(spec))
+        margins, source = declared_margins(None, spec, shown)
+        comps = compare_metrics(
+            records, shown, rows=rows or default_rows(spec), goals=goals, tuned=tuned_keys(spec), margins=margins,
+            primary=(spec.get("compare") or {}).get("primary"), margin_source=source,
+        )  # fmt: skip
     except ConfigError as error:
         console.print(f"compare: {error}")
         return

@@ -128,6 +128,19 @@ class Excluded:
 
 
 @dataclass
+class Protocol:
+    """The declared protocol behind every verdict of a comparison (compare/statistics.py `judge`): the test, its
+    level, the equivalence margins and the family its p-values are Holm-adjusted over."""
+
+    alpha: float
+    margins: dict[str, float] = field(default_factory=dict)  # metric -> margin (on the log scale for perplexity)
+    margin_source: str | None = None  # where the margins were declared: in the sweep file, or with --margin
+    family: int = 0  # tests in the (confirmatory) family
+    primary: str | None = None  # --primary METRIC: the family is its pairs only, the other metrics exploratory
+    exploratory: int = 0  # tests of the exploratory metrics (Holm over their own family)
+
+
+@dataclass
 class Comparison:
     """Everything the table, the machine formats and the report show."""
 
@@ -143,7 +156,10 @@ class Comparison:
     mean_rank: dict[str, float] = field(default_factory=dict)
     mrr: dict[str, float] = field(default_factory=dict)  # mean reciprocal rank
     tests: dict[str, str] = field(default_factory=dict)
-    pairs: dict[str, list[dict]] = field(default_factory=dict)  # per column: every tested pair, raw and Holm p
+    pairs: dict[str, list[dict]] = field(default_factory=dict)  # per column: every pair, its p-values and verdict
+    protocol: Protocol | None = None  # the test, alpha, margin and family behind the verdicts
+    exploratory: bool = False  # not the --primary metric: its verdicts are exploratory
+    ood_selection: str | None = None  # why this comparison selects on a beyond-training-length metric (allowed)
     aggregate: str = "mean"
     best_over: str | None = None
     alternatives: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # best-over candidates
@@ -154,6 +170,7 @@ class Comparison:
     kinds: dict[str, str] = field(default_factory=dict)  # column -> its kind of run (the task module's class)
     no_aggregate: str | None = None  # why no across-column aggregate is shown (columns of different kinds)
     iqm: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # row -> (IQM, low, high)
+    iqm_level: dict[str, float] = field(default_factory=dict)  # row -> its IQM interval's simulated coverage
 
     @property
     def goal(self) -> str:
@@ -268,14 +285,59 @@ def aggregate_lines(comp: Comparison) -> list[str]:
         left = "; ".join(f"{row} (no {', '.join(cols)})" for row, cols in sorted(comp.missing.items()))
         lines.append(f"mean rank, MRR and IQM over the rows with every column; left out: {left}")
     if comp.iqm:
-        shown = ", ".join(f"{row} {fmt(v)} [{fmt(lo)}, {fmt(hi)}]" for row, (v, lo, hi) in comp.iqm.items())
-        lines.append(f"IQM over columns x seeds [{IQM_INTERVAL}]: {shown}")
+        levels = set(comp.iqm_level.values())
+        one = len(levels) == 1  # every row of one shape: its level said once
+        shown = ", ".join(f"{row} {fmt(v)} [{fmt(lo)}, {fmt(hi)}]" + ("" if one else f" {comp.iqm_level[row]:.0%}")
+                          for row, (v, lo, hi) in comp.iqm.items())  # fmt: skip
+        each = "each row's columns x seeds, simulated on normal data, after each interval"
+        where = f"{coverage_shape(comp)}, simulated on normal data: {levels.pop():.0%}" if one else each
+        level = f"its real coverage at {where}"
+        lines.append(f"IQM over columns x seeds [{IQM_INTERVAL}; {level}]: {shown}")
+    return lines
+
+
+def coverage_shape(comp: Comparison) -> str:
+    """`4 columns x 3 seeds` (or `x 2-3 seeds`): the shape an IQM interval's coverage was simulated at."""
+    row = next(iter(comp.iqm))
+    ns = sorted({comp.cells[row, col].n for col in comp.cols})
+    seeds = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+    return f"{len(comp.cols)} column{'s' if len(comp.cols) > 1 else ''} x {seeds} seed{'s' if ns[-1] > 1 else ''}"
+
+
+def protocol_lines(comps: list[Comparison]) -> list[str]:
+    """The declared protocol behind the verdicts, said once under the table(s): the test, the family and its
+    size, alpha, and the equivalence margin or that none was declared."""
+    protocol = comps[0].protocol
+    if protocol is None or not any(comp.pairs.get(col) for comp in comps for col in comp.cols):
+        return []
+    alpha = f"{protocol.alpha:g}"
+    logs = [c.metric for c in comps if any(p["scale"] == "log" for col in c.cols for p in c.pairs[col])]
+    on_log = f" (on log values for {', '.join(logs)}: its ratio of geometric means)" if logs else ""
+    if protocol.primary:
+        family = f"the {protocol.family} tests of the primary metric {protocol.primary} (every pair x column)"
+        if protocol.exploratory:
+            family += f"; the {protocol.exploratory} tests of the other metrics are exploratory (Holm over those)"
+    else:
+        family = f"the {protocol.family} tests of every pair x column x metric shown"
+    lines = [f"tests: per pair of rows in a column, Welch's t-test over seeds{on_log}, Holm-adjusted over one family: "
+             f"{family}; alpha {alpha}"]  # fmt: skip
+    if protocol.margins:
+        margins = ", ".join(f"{m} ±{v:g}" + (" (log scale)" if m in logs else "") for m, v in protocol.margins.items())
+        where = f" (declared {protocol.margin_source})" if protocol.margin_source else ""
+        lines.append(f"verdicts: better / worse: Holm p < {alpha}; equivalent within ±m: two one-sided Welch tests "
+                     f"(TOST), Holm p < {alpha}, margin {margins}{where}; otherwise inconclusive")  # fmt: skip
+    else:
+        lines.append(f"verdicts: better / worse: Holm p < {alpha}; otherwise inconclusive (no equivalence margin "
+                     "declared: --margin M or the sweep file's `compare: {margin: M}`; inconclusive is not evidence "
+                     "of no difference)")  # fmt: skip
     return lines
 
 
 def notes(comp: Comparison) -> list[str]:
     """Lines printed under the table: the tests, the --best-over candidates, then excluded runs by cell and reason."""
     lines = [comp.tests[c] for c in comp.cols]
+    if comp.ood_selection:
+        lines.append(f"selected on a beyond-training-length metric: {comp.ood_selection}")
     few = sum(cell.n < FEW_SEEDS for cell in comp.cells.values())
     if few:
         lines.append(f"few seeds (n < {FEW_SEEDS} in {few} of {len(comp.cells)} cells): intervals are wide by design")

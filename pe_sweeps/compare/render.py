@@ -13,8 +13,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from pe_sweeps.compare.across_tasks import IQM_INTERVAL
-from pe_sweeps.compare.comparison import CLIPPED, Comparison, cell_text, legend, notes, seed_lines
-from pe_sweeps.compare.statistics import compare
+from pe_sweeps.compare.comparison import (
+    CLIPPED,
+    Comparison,
+    cell_text,
+    legend,
+    notes,
+    protocol_lines,
+    seed_lines,
+)
+from pe_sweeps.compare.statistics import compare, log_scale
 
 FORMATS = ("table", "csv", "json", "markdown", "latex")
 
@@ -47,7 +55,9 @@ def grid_of(comps, compact: bool = False) -> tuple[list[str], list[tuple[str, li
 
 
 def footer(comps, best: str = "*", per_seed: bool = False, compact: bool = False) -> list[str]:
+    """The lines under a table: each metric's legend and notes (its verdicts), then the protocol once."""
     lines = [line for comp in as_list(comps) for line in [legend(comp, best, compact), *notes(comp)]]
+    lines += protocol_lines(as_list(comps))
     return lines + ([line for comp in as_list(comps) for line in seed_lines(comp)] if per_seed else [])
 
 
@@ -149,9 +159,32 @@ def comparison_dict(comp: Comparison) -> dict:
         "interval": comp.interval, "best_over": comp.best_over, "rows": comp.row_keys, "cols": comp.col_keys,
         "cells": cell_rows(comp), "mean_rank": comp.mean_rank, "mrr": comp.mrr,
         "iqm": {row: dict(zip(("iqm", "ci_low", "ci_high"), v)) for row, v in comp.iqm.items()},
-        "iqm_interval": IQM_INTERVAL, "missing": comp.missing, "kinds": comp.kinds,
-        "no_aggregate": comp.no_aggregate, "tests": comp.tests,
-        "pairs": comp.pairs, "excluded": [vars(e) for e in comp.excluded],
+        "iqm_interval": IQM_INTERVAL, "iqm_level": comp.iqm_level, "missing": comp.missing, "kinds": comp.kinds,
+        "no_aggregate": comp.no_aggregate, "tests": comp.tests, "protocol": protocol_dict(comp),
+        "pairs": {col: [{k: _num(v) if isinstance(v, float) else v for k, v in pair.items()} for pair in pairs]
+                  for col, pairs in comp.pairs.items()},
+        "ood_selection": comp.ood_selection, "excluded": [vars(e) for e in comp.excluded],
+    }  # fmt: skip
+
+
+def protocol_dict(comp: Comparison) -> dict | None:
+    """What every pair's verdict in the JSON was decided by: test, interval method, alpha, margin, family."""
+    protocol = comp.protocol
+    if protocol is None:
+        return None
+    log = log_scale(comp.metric)
+    family = "exploratory" if comp.exploratory else ("primary" if protocol.primary else "every pair x column x metric")
+    return {
+        "test": "Welch's t-test over seeds (scipy.stats.ttest_ind, equal_var=False)" + (" on log values" * log),
+        "equivalence_test": "two one-sided Welch tests (TOST) against ±margin",
+        "interval": f"{1 - protocol.alpha:.0%} Welch interval of the "
+        + ("ratio of geometric means (exponentiated from the log scale)" if log else "difference in means (a - b)"),
+        "adjustment": "Holm over the family", "alpha": protocol.alpha,
+        "margin": protocol.margins.get(comp.metric), "margin_scale": "log" if log else "raw",
+        "margin_source": protocol.margin_source, "family": family,
+        "family_size": protocol.exploratory if comp.exploratory else protocol.family,
+        "primary": protocol.primary,
+        "verdicts": ["better", "worse", "equivalent", "inconclusive", "not testable"],
     }  # fmt: skip
 
 
@@ -222,8 +255,8 @@ def latex_caption(comps: list[Comparison], interval: bool) -> str:
     methods = "; ".join(dict.fromkeys(c.interval for c in comps))
     return (
         f"{first.value.capitalize()} {goals}: {first.aggregate} over {n} runs (seeds) per cell; best per column in "
-        f"bold. Intervals ({where}): {methods}. Below the table, per column: Welch t-test of the best row "
-        f"against the runner-up over seeds, Holm-adjusted over the column's pairs when it has more than two rows."
+        f"bold. Intervals ({where}): {methods}. Below the table, per column: the verdict of the best row against the "
+        f"runner-up (Welch t-test over seeds, Holm-adjusted over one declared family), and the protocol."
     )
 
 
@@ -255,7 +288,7 @@ def to_latex(comps, per_seed: bool = False, interval: bool = False, rank: bool =
             texts += [f"{getattr(comp, k)[row]:.2f}" if row in getattr(comp, k) else "-" for k in ("mean_rank", "mrr")]
         lines.append(" & ".join(texts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip\footnotesize"]
-    notes_ = [line for comp in comps for line in notes(comp)]
+    notes_ = [line for comp in comps for line in notes(comp)] + protocol_lines(comps)
     notes_ += [line for comp in comps for line in seed_lines(comp)] if per_seed else []
     lines += [latex_escape(line.strip()) + r"\\" for line in notes_]
     return "\n".join(lines + [r"\end{table}"]) + "\n"

@@ -22,14 +22,15 @@ def sweep_spec(out_dir: str, sweep: str | None) -> dict:
         return merged_spec([sweep_spec(out_dir, name) for name in names])
     manifest = read_manifest(out_dir, sweep)
     if manifest is not None:
-        return {k: manifest.get(k) for k in ("metrics", "parameters", "roles", "compare_rows")}
+        return {k: manifest.get(k) for k in ("metrics", "parameters", "roles", "compare_rows", "compare")}
     return optuna_spec(out_dir, sweep)
 
 
 def merged_spec(specs: list[dict]) -> dict:
-    """Several sweeps compared as one: the first sweep's metrics; the parameters, roles and reseed rows of
-    all of them (a key any of them varies is a row or a tuned key of the comparison)."""
-    merged = {"metrics": specs[0].get("metrics"), "metric": specs[0].get("metric"), "parameters": {}, "roles": {}}
+    """Several sweeps compared as one: the first sweep's metrics and `compare:` block; the parameters, roles and
+    reseed rows of all of them (a key any of them varies is a row or a tuned key of the comparison)."""
+    merged = {"metrics": specs[0].get("metrics"), "metric": specs[0].get("metric"), "parameters": {}, "roles": {},
+              "compare": specs[0].get("compare")}  # fmt: skip
     rows = []
     for spec in specs:
         merged["parameters"].update(spec.get("parameters") or {})

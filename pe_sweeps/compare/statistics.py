@@ -1,19 +1,22 @@
 """The statistics of `cli.py compare`: per column ranks, per row mean rank, MRR (Kazemnejad et al. 2023)
-and IQM (rliable, Agarwal et al. 2021), Welch t-tests Holm-adjusted over the pairs of a column (Holm
-1979); `compare` builds a Comparison (compare/comparison.py) from run records."""
+and IQM (rliable, Agarwal et al. 2021); per pair of rows in a column a verdict under a declared protocol
+(`judge`): Welch t-tests (on log values for perplexity) Holm-adjusted (Holm 1979) over one family, every
+pair x column x metric shown (or the --primary metric's, the rest exploratory): better / worse at alpha,
+equivalent within a declared margin by two one-sided tests (TOST), else inconclusive. `compare` builds a
+Comparison (compare/comparison.py) from run records."""
 
 import itertools
 import math
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 from scipy import stats
 
 from lightning_modules.metric_names import goal
 from pe_core.errors import ConfigError
-from pe_sweeps.compare.across_tasks import iqm_interval
-from pe_sweeps.compare.comparison import Cell, Comparison, cell_number, lookup
+from pe_sweeps.compare.across_tasks import iqm_coverage, iqm_interval
+from pe_sweeps.compare.comparison import Cell, Comparison, Protocol, cell_number, lookup
 from pe_sweeps.compare.selection import (
     check_best_over,
     check_columns,
@@ -75,59 +78,175 @@ def aggregate_rows(comp: Comparison) -> None:
         comp.mean_rank[row] = float(np.mean(mine))
         comp.mrr[row] = float(np.mean([1.0 / k for k in mine]))
         comp.iqm[row] = iqm_interval([comp.cells[row, col].values for col in comp.cols])
+        comp.iqm_level[row] = iqm_coverage(tuple(sorted(comp.cells[row, col].n for col in comp.cols)))
 
 
-def holm(pvalues: list[float]) -> list[float]:
+def holm(pvalues) -> list[float]:
     """Holm's step-down adjustment (Holm 1979): the i-th smallest of m p-values times (m - i + 1),
     made monotone and capped at 1; returned in the input order."""
-    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
-    adjusted, running = [0.0] * len(pvalues), 0.0
-    for position, i in enumerate(order):
-        running = max(running, min(1.0, (len(pvalues) - position) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
+    return holm_array(np.asarray(pvalues, dtype=float)).tolist()
 
 
-def welch_p(a: Cell, b: Cell) -> float:
-    if a.n < 2 or b.n < 2:
-        return math.nan
+def holm_array(pvalues: np.ndarray) -> np.ndarray:
+    """`holm` over the last axis of an array (one family per row): a simulation adjusts all its draws at once."""
+    m = pvalues.shape[-1]
+    order = np.argsort(pvalues, axis=-1, kind="stable")
+    ranked = np.take_along_axis(pvalues, order, axis=-1) * (m - np.arange(m))
+    adjusted = np.minimum(1.0, np.maximum.accumulate(ranked, axis=-1))
+    out = np.empty_like(adjusted)
+    np.put_along_axis(out, order, adjusted, axis=-1)
+    return out
+
+
+def adjust(pvalues: list[float]) -> list[float]:
+    """Holm over one family: statsmodels' `multipletests(method="holm")` when statsmodels is installed, else `holm`
+    (the same numbers)."""
+    if not pvalues:
+        return []
+    try:
+        from statsmodels.stats.multitest import multipletests
+    except ImportError:
+        return holm(pvalues)
+    return [float(q) for q in multipletests(pvalues, method="holm")[1]]
+
+
+def log_scale(metric: str) -> bool:
+    """Perplexities are compared on the log scale (their seeds spread over orders of magnitude beyond the
+    training length, where a raw-scale t-test drowns a 30-fold gap in one seed's tail)."""
+    short = metric.rsplit("/", 1)[-1].lower()
+    return "ppl" in short or "perplexity" in short
+
+
+def tested_values(cell: Cell, log: bool) -> np.ndarray | None:
+    """A cell's values on its test's scale; None when they have no log (a value <= 0)."""
+    values = np.asarray(cell.values, dtype=float)
+    if not log:
+        return values
+    return np.log(values) if (values > 0).all() else None
+
+
+def welch(a: np.ndarray, b: np.ndarray, alternative: str = "two-sided", alpha: float = ALPHA):
+    """scipy's Welch t-test (unequal variances), warnings of degenerate samples silenced (their p is NaN)."""
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        return float(stats.ttest_ind(a.values, b.values, equal_var=False).pvalue)
+        return stats.ttest_ind(a, b, equal_var=False, alternative=alternative)
 
 
-def pairwise(comp: Comparison, col: str) -> list[dict]:
-    """Welch t-tests of every pair of rows in a column (in rank order), Holm-adjusted over the testable pairs."""
+def pair_test(a: Cell, b: Cell, log: bool, margin: float | None, alpha: float = ALPHA) -> dict:
+    """Welch's t-test of a against b (raw p), the (1 - alpha) Welch interval of the difference in means
+    (a ratio of geometric means on the log scale) and, with a margin, TOST's p: the larger p of the two one-sided
+    Welch tests of difference <= -margin and >= +margin (Schuirmann 1987). NaN p: not testable."""
+    out = {"p": math.nan, "p_equivalence": None, "difference": None, "ci_low": None, "ci_high": None}
+    x, y = tested_values(a, log), tested_values(b, log)
+    if a.n < 2 or b.n < 2 or x is None or y is None:
+        return out
+    result = welch(x, y)
+    if math.isnan(result.pvalue):
+        return out
+    ci = result.confidence_interval(1 - alpha)
+    to_raw = math.exp if log else float
+    out |= {"p": float(result.pvalue), "difference": to_raw(x.mean() - y.mean()), "ci_low": to_raw(ci.low),
+            "ci_high": to_raw(ci.high)}  # fmt: skip
+    if margin is not None:
+        above = welch(x + margin, y, "greater").pvalue  # H0: difference <= -margin
+        below = welch(x - margin, y, "less").pvalue  # H0: difference >= +margin
+        out["p_equivalence"] = float(max(above, below))
+    return out
+
+
+def pairwise(comp: Comparison, col: str, margin: float | None = None, alpha: float = ALPHA) -> list[dict]:
+    """Every pair of rows in a column (in rank order, a ranked above b) with its tests (`pair_test`); the Holm
+    adjustment over the family and the verdict are `judge`'s."""
     ordered = [r for _, r in sorted((comp.ranks[r, col], r) for r in comp.rows if (r, col) in comp.ranks)]
-    pairs = [{"a": a, "b": b, "p": welch_p(comp.cells[a, col], comp.cells[b, col])}
-             for a, b in itertools.combinations(ordered, 2)]  # fmt: skip
-    testable = [p for p in pairs if not math.isnan(p["p"])]
-    for pair, adjusted in zip(testable, holm([p["p"] for p in testable])):
-        pair["p_holm"] = adjusted
-    return pairs
+    log = log_scale(comp.metric)
+    return [{"a": a, "b": b, "col": col, **pair_test(comp.cells[a, col], comp.cells[b, col], log, margin, alpha)}
+            for a, b in itertools.combinations(ordered, 2)]  # fmt: skip
 
 
-def welch_statement(comp: Comparison, col: str) -> str:
-    """Is the best row of a column separated from the runner-up? Welch's t-test over seeds, Holm-adjusted
-    over all pairs of the column when it has more than two rows."""
+def verdict(pair: dict, goal_: str, alpha: float) -> str:
+    """better / worse (a against b: Holm-adjusted p < alpha, in the direction of the difference), equivalent
+    (TOST's Holm-adjusted p < alpha), else inconclusive; "not testable" without a p."""
+    if math.isnan(pair["p"]):
+        return "not testable"
+    if pair["p_holm"] < alpha:
+        ahead = pair["difference"] > (1.0 if pair["scale"] == "log" else 0.0)
+        return "better" if ahead == (goal_ == "max") else "worse"
+    if pair.get("p_equivalence_holm") is not None and pair["p_equivalence_holm"] < alpha:
+        return "equivalent"
+    return "inconclusive"
+
+
+def judge(
+    comps: list[Comparison], margins: dict | None = None, primary: str | None = None, alpha: float = ALPHA,
+    source: str | None = None,
+) -> None:  # fmt: skip
+    """Test every pair x column x metric of `comps` and give each pair its verdict under one declared family:
+    Holm over every testable pair of every comparison, or with `primary` over that metric's pairs only (the
+    other metrics' are exploratory: Holm over their own family). `margins`: {metric or "*": margin} for the
+    equivalence verdict (on the log scale for perplexity), declared in `source`."""
+    margins = dict(margins or {})
+    names = [c.metric for c in comps]
+    if primary is not None and primary not in names:
+        raise ConfigError(f"--primary {primary!r} is not a metric shown; choose one of: {', '.join(names)}")
+    families = {False: [], True: []}
+    for comp in comps:
+        comp.exploratory = primary is not None and comp.metric != primary
+        margin = margins.get(comp.metric, margins.get("*"))
+        comp.pairs = {col: pairwise(comp, col, margin, alpha) for col in comp.cols}
+        scale = "log" if log_scale(comp.metric) else "raw"
+        for pair in (p for col in comp.cols for p in comp.pairs[col]):
+            pair |= {"scale": scale, "margin": margin, "exploratory": comp.exploratory}
+            families[comp.exploratory].append(pair)
+    for family in families.values():
+        tested = [p for p in family if not math.isnan(p["p"])]
+        for pair, q in zip(tested, adjust([p["p"] for p in tested])):
+            pair["p_holm"] = q
+        equivalence = [p for p in tested if p["p_equivalence"] is not None]
+        for pair, q in zip(equivalence, adjust([p["p_equivalence"] for p in equivalence])):
+            pair["p_equivalence_holm"] = q
+    shown = {c.metric: margins.get(c.metric, margins.get("*")) for c in comps}
+    protocol = Protocol(alpha, {m: v for m, v in shown.items() if v is not None}, source,
+                        sum(not math.isnan(p["p"]) for p in families[False]), primary,
+                        sum(not math.isnan(p["p"]) for p in families[True]))  # fmt: skip
+    for comp in comps:
+        comp.protocol = protocol
+        for pair in (p for col in comp.cols for p in comp.pairs[col]):
+            pair["verdict"] = verdict(pair, comp.goal, alpha)
+        comp.tests = {col: statement(comp, col) for col in comp.cols}
+
+
+def verdict_text(pair: dict) -> str:
+    """`a better than b`, `a equivalent to b within ±m`, `a vs b: inconclusive`."""
+    word = pair["verdict"]
+    if word in ("better", "worse"):
+        return f"{pair['a']} {word} than {pair['b']}"
+    if word == "equivalent":
+        return f"{pair['a']} equivalent to {pair['b']} within ±{pair['margin']:g}"
+    return f"{pair['a']} vs {pair['b']}: {word}"
+
+
+def statement(comp: Comparison, col: str) -> str:
+    """The verdict of a column's best row against the runner-up, its p-values, and the verdicts of all the column's
+    pairs counted (`--format json` lists every pair)."""
     pairs = comp.pairs[col]
+    tag = "(exploratory) " if comp.exploratory else ""
     if not pairs:
-        return f"{col}: one row only, nothing to compare"
+        return f"{tag}{col}: one row only, nothing to compare"
     top = pairs[0]  # best vs runner-up
     a, b = comp.cells[top["a"], col], comp.cells[top["b"], col]
-    head = f"{col}: {top['a']} ({cell_number(a.center, a)}) vs runner-up {top['b']} ({cell_number(b.center, b)}):"
+    head = (f"{tag}{col}: {top['a']} ({cell_number(a.center, a)}) vs runner-up {top['b']} "
+            f"({cell_number(b.center, b)}):")  # fmt: skip
     if a.n < 2 or b.n < 2:
         return f"{head} n<2, not testable"
     if math.isnan(top["p"]):
         return f"{head} identical values, not testable"
-    tested = [p for p in pairs if "p_holm" in p]
-    p = top["p_holm"]
-    verdict = f"separated at {ALPHA}" if p < ALPHA else f"NOT separated at {ALPHA} (could be seed noise)"
-    if len(pairs) == 1:
-        return f"{head} Welch t-test p={p:.2g}, {verdict}"
-    separated = sum(q["p_holm"] < ALPHA for q in tested)
-    return (f"{head} Welch t-test p={top['p']:.2g}, Holm-adjusted over {len(tested)} pairs p={p:.2g}, {verdict}; "
-            f"{separated} of {len(tested)} pairs separated")  # fmt: skip
+    on = " on log values" if top["scale"] == "log" else ""
+    equivalence = "" if top.get("p_equivalence_holm") is None else f", TOST Holm p={top['p_equivalence_holm']:.2g}"
+    counts = Counter(p["verdict"] for p in pairs)
+    tally = ", ".join(f"{counts[w]} {w}" for w in ("better", "worse", "equivalent", "inconclusive", "not testable")
+                      if counts[w])  # fmt: skip
+    return (f"{head} Welch t-test{on} p={top['p']:.2g}, Holm p={top['p_holm']:.2g}{equivalence}: "
+            f"{verdict_text(top)}; the column's {len(pairs)} pairs: {tally}")  # fmt: skip
 
 
 def compare(
@@ -157,18 +276,22 @@ def compare(
     comp.cols = sorted({c for _, c in kept})
     rank_columns(comp)
     comp.rows.sort(key=lambda r: (comp.mean_rank.get(r, math.inf), r))
-    comp.pairs = {c: pairwise(comp, c) for c in comp.cols}
-    comp.tests = {c: welch_statement(comp, c) for c in comp.cols}
+    judge([comp])
     return comp
 
 
 def compare_metrics(
-    records: list[RunRecord], metrics: list[str], goals: list[str | None] | None = None, **kwargs
-) -> list["Comparison"]:
+    records: list[RunRecord], metrics: list[str], goals: list[str | None] | None = None, margins: dict | None = None,
+    primary: str | None = None, margin_source: str | None = None, **kwargs,
+) -> list["Comparison"]:  # fmt: skip
     """One Comparison per metric; a --best-over choice is made on the first metric and kept for the rest
     (so, e.g., a learning rate is never chosen on a beyond-length metric listed second). `goals`: per
-    metric, the sweep file's direction (maximize/minimize) or None (goal by the metric's name)."""
+    metric, the sweep file's direction (maximize/minimize) or None (goal by the metric's name). The verdicts
+    of every pair are judged as one family over all the metrics (`judge`: `margins`, `primary`)."""
     goals = list(goals or [None] * len(metrics))
     first = compare(records, metrics[0], direction=goals[0], **kwargs)
     chosen = {key: cell.chosen for key, cell in first.cells.items()} if kwargs.get("best_over") else None
-    return [first] + [compare(records, m, chosen=chosen, direction=d, **kwargs) for m, d in zip(metrics[1:], goals[1:])]
+    others = [compare(records, m, chosen=chosen, direction=d, **kwargs) for m, d in zip(metrics[1:], goals[1:])]
+    comps = [first, *others]
+    judge(comps, margins, primary, source=margin_source)
+    return comps

@@ -59,7 +59,7 @@ def describe(sweep: dict) -> dict:
     metrics = sweep.get("metrics") or ([sweep["metric"]] if sweep.get("metric") else [])
     parameters = dict(sweep.get("parameters") or {})
     return {"name": sweep.get("name"), "method": sweep.get("method"), "metrics": metrics,
-            "parameters": parameters, "roles": roles(parameters)}  # fmt: skip
+            "parameters": parameters, "roles": roles(parameters), "compare": sweep.get("compare")}  # fmt: skip
 
 
 def write_manifest(out_dir: str | Path, study: str, sweep: dict, sweep_file: str | Path, url: str) -> None:

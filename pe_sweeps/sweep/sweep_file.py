@@ -35,7 +35,10 @@ DISTRIBUTIONS = (
 EXPONENT_BOUNDS = {"log_uniform": "log_uniform_values", "inv_log_uniform": "inv_log_uniform_values",
                    "q_log_uniform": "q_log_uniform_values"}  # fmt: skip
 TOP_KEYS = {"program", "method", "metric", "metrics", "parameters", "command", "early_terminate", "run_cap", "name",
-            "description", "project", "entity", "scheduler"}  # fmt: skip
+            "description", "project", "entity", "scheduler", "compare"}  # fmt: skip
+# `compare:` is this runner's own key (W&B's schema has none): what `cli.py compare` judges the sweep's runs by,
+# declared before they run (compare/statistics.py `judge`)
+COMPARE_KEYS = ("margin", "primary")
 ENGINES = ("wandb", "optuna")  # `scheduler.engine`s the runner runs (W&B's scheduler also has `ax`)
 SCHEDULER_KEYS = ("engine", "optimizer", "search_space", "source")
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]
@@ -135,6 +138,7 @@ def load_sweep(path: str | Path) -> dict:
         if engine == "optuna" and "search_space" not in sweep["scheduler"]:
             wandb_distribution(name, spec)  # W&B's Optuna engine refuses what it cannot translate
     check_seeds_not_searched(sweep, path)
+    check_compare(sweep, path)
     check_command(sweep, path)
     check_grid_size(sweep, path)
     cap = sweep.get("run_cap")
@@ -204,10 +208,31 @@ def check_wandb_schema(sweep: dict, path: Path) -> None:
     validate = getattr(wandb_sweeps, "schema_violations_from_proposed_config", None)
     if validate is None:  # this project's sweeps/ folder, imported as a namespace package
         return
-    spec = {k: v for k, v in sweep.items() if k != "points"}  # `points`: the reseed protocol's own grid
+    spec = {k: v for k, v in sweep.items() if k not in ("points", "compare")}  # our own keys: the reseed grid, compare
     violations = validate(spec)
     if violations:
         raise ConfigError(f"sweep file {path}: W&B's sweep schema refuses it: {violations[0]}")
+
+
+def check_compare(sweep: dict, path: Path) -> None:
+    """`compare: {margin: M, primary: METRIC}`: the equivalence margin of compare's verdicts (a positive number,
+    or one per metric: {METRIC: M}) and the primary metric; anything else is one line."""
+    if "compare" not in sweep:
+        return
+    block = sweep["compare"]
+    if not isinstance(block, dict) or not block:
+        raise ConfigError(f"sweep file {path}: compare must be a mapping with keys {', '.join(COMPARE_KEYS)}")
+    if extra := sorted(set(block) - set(COMPARE_KEYS), key=str):
+        raise ConfigError(f"sweep file {path}: compare key {extra[0]!r} is unknown; known: {', '.join(COMPARE_KEYS)}")
+    margins = block.get("margin")
+    declared = margins.items() if isinstance(margins, dict) else [("", margins)] if "margin" in block else []
+    for metric, margin in declared:
+        where = f"compare.margin{'.' + str(metric) if metric else ''}"
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 < margin < math.inf:
+            raise ConfigError(f"sweep file {path}: {where} {margin!r}: an equivalence margin is a positive number "
+                              "(or one per metric: {METRIC: M})")  # fmt: skip
+    if "primary" in block and (not isinstance(block["primary"], str) or not block["primary"]):
+        raise ConfigError(f"sweep file {path}: compare.primary must name a metric, got {block['primary']!r}")
 
 
 def check_grid_size(sweep: dict, path: Path) -> None:

@@ -154,13 +154,14 @@ def test_min_goal_ranks_lowest_first_and_best_value():
 def test_welch_statement_per_column():
     comp = compare(grid(), "val/acc")
     assert comp.tests["copy"].startswith("copy: rope (0.90) vs runner-up alibi (0.55): Welch t-test p=")
-    assert "Holm-adjusted over 3 pairs p=" in comp.tests["copy"] and comp.tests["copy"].endswith("pairs separated")
+    assert "Holm p=" in comp.tests["copy"] and comp.tests["copy"].endswith("the column's 3 pairs: 3 better")
     (top, *_) = comp.pairs["copy"]
     raw = stats.ttest_ind([0.9, 0.8, 1.0], [0.5, 0.6, 0.55], equal_var=False).pvalue
-    assert (top["a"], top["b"], top["p"]) == ("rope", "alibi", pytest.approx(raw))
-    assert top["p_holm"] == pytest.approx(holm([p["p"] for p in comp.pairs["copy"]])[0])
+    assert (top["a"], top["b"], top["p"], top["verdict"]) == ("rope", "alibi", pytest.approx(raw), "better")
+    family = [p for col in comp.cols for p in comp.pairs[col] if not math.isnan(p["p"])]  # 3 on copy, 1 on reverse
+    assert top["p_holm"] == pytest.approx(holm([p["p"] for p in family])[0]) and comp.protocol.family == 4
     two_rows = compare([r for r in grid() if r.encoding != "none"], "val/acc")
-    assert "Holm" not in two_rows.tests["copy"] and "separated at 0.05" in two_rows.tests["copy"]
+    assert "rope better than alibi" in two_rows.tests["copy"]
     one_seed = compare([rec("rope", acc=0.9), rec("alibi", acc=0.5), rec("alibi", seed=1, acc=0.6)], "val/acc")
     assert one_seed.tests["copy"].endswith("n<2, not testable")
     assert any("Welch t-test p=" in line for line in notes(comp))
