@@ -283,3 +283,19 @@ def test_every_format_carries_the_pair_verdicts(capsys):
     for text in (to_markdown(comps), to_latex(comps)):
         assert "rope better than alibi" in text and "Holm-adjusted over one family: the 1 tests" in text
         assert "separated" not in text
+
+
+def test_best_over_chosen_on_a_beyond_training_length_metric_is_refused_unless_allowed(tmp_path, capsys):
+    """Point 5: --best-over chooses each cell's setting on the first metric; on val/acc_ood that is test-set
+    selection too."""
+    records = [rec(e, "copy", s, {"val/acc_ood": v + lr, "val/acc": v}) for e, v in (("rope", 0.8), ("alibi", 0.5))
+               for s in range(2) for lr in (0.0, 0.1)]  # fmt: skip
+    for r in records:
+        r.config["model"]["init_args"]["lr"] = 1e-3 if r.final["val/acc_ood"] == r.final["val/acc"] else 1e-2
+    write_records(tmp_path, records)
+    args = [f"--out_dir={tmp_path}", "--metric=val/acc_ood,val/acc", "--best-over=model.lr"]
+    with pytest.raises(ConfigError, match=r"^val/acc_ood is measured beyond the training length: --best-over model.lr"):
+        compare_main(args)
+    comps = compare_main([*args, "--allow_ood_selection"])
+    assert "--best-over model.lr is chosen on it" in comps[0].ood_selection and comps[1].ood_selection is None
+    assert compare_main([f"--out_dir={tmp_path}", "--metric=val/acc,val/acc_ood", "--best-over=model.lr"])
