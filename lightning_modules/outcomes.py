@@ -64,7 +64,7 @@ class ExampleOutcomes(Metric):
             getattr(self, name).append(values.detach().flatten())
 
     def compute(self) -> dict[str, np.ndarray]:
-        if not self.id:
+        if isinstance(self.id, list) and not self.id:  # nothing evaluated (after a DDP sync: one gathered tensor)
             return {}
         table = {name: dim_zero_cat(getattr(self, name)).cpu() for name in self.columns}
         order = torch.argsort(table["id"])
