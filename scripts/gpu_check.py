@@ -1,5 +1,6 @@
 """The prepared GPU check (issue 26, "fast on a GPU by construction"): one command that a session lent a GPU runs
-once, whose numbers then go into docs/benchmarks.md. Run it through scripts/gpu_check.sh (a time budget, the JSON's path).
+once, whose numbers then go into docs/benchmarks.md. Run it through scripts/gpu_check.sh (a time budget, the JSON's
+path).
 
 To run: bash scripts/gpu_check.sh [--only encodings,ddp] [--limit encodings=300] [--encodings rope,alibi]
         GPU_CHECK_CPU=1 bash scripts/gpu_check.sh    # the same sections on the CPU at tiny sizes (CI's dry run)
