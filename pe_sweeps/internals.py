@@ -105,6 +105,14 @@ def submitit_sbatch_script(**params) -> str | None:
     return _make_sbatch_string(**params)
 
 
+def save_checkpoint_now(callback, trainer) -> None:
+    """Save as a ModelCheckpoint saves at a validation, unless it would skip saving now (fast_dev_run, the sanity
+    check, a step already saved): `ModelCheckpoint._should_skip_saving_checkpoint`, `_save_topk_checkpoint`,
+    `_monitor_candidates`."""
+    if not callback._should_skip_saving_checkpoint(trainer):  # pytorch_lightning: ModelCheckpoint's own save
+        callback._save_topk_checkpoint(trainer, callback._monitor_candidates(trainer))
+
+
 def format_model_summary(*args) -> str:
     """Lightning's model summary table as its ModelSummary callback prints it
     (`pytorch_lightning.utilities.model_summary.model_summary._format_summary_table`)."""

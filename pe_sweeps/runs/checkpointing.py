@@ -8,6 +8,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from pe_sweeps import internals
+
 NOT_EMPTY = r"Checkpoint directory .* exists and is not empty"  # Lightning's warning at setup
 
 
@@ -36,18 +38,16 @@ class LastCheckpoint(ModelCheckpoint):
         it with more steps continues that epoch's data (saved at `on_train_end`, Lightning would count the epoch
         as finished and start the next one)."""
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        final = 0 < trainer.max_steps <= trainer.global_step
-        if final and not self._should_skip_saving_checkpoint(trainer):
-            self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
+        if 0 < trainer.max_steps <= trainer.global_step:
+            internals.save_checkpoint_now(self, trainer)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """A fit stopped otherwise (max_epochs, max_time, early stopping) saves its final step here, unless a
         validation or `on_train_batch_end` already did (or the fit is not saving: fast_dev_run)."""
         super().on_train_end(trainer, pl_module)
-        if not self._should_skip_saving_checkpoint(trainer):
-            self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))
+        internals.save_checkpoint_now(self, trainer)
 
-    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:  # Lightning's hook (internals.py)
         super()._save_checkpoint(trainer, filepath)
         if self.on_saved is not None:
             self.on_saved(trainer, str(Path(filepath).resolve()))

@@ -154,3 +154,39 @@ def test_submitit_writes_the_sbatch_script_of_a_job_array(tmp_path):
     )  # fmt: skip
     assert script.startswith("#!/bin/bash\n") and "#SBATCH --array=0-2%2" in script
     assert "export A=1" in script and "python cli.py sweep x.yaml" in script
+
+
+def test_lightning_checkpoints_through_the_hooks_last_checkpoint_uses(tmp_path):
+    """`save_checkpoint_now` writes ModelCheckpoint's file at the step it is called, and Lightning calls the
+    `_save_checkpoint` hook that runs/checkpointing.py's LastCheckpoint overrides, with the file written."""
+    import pytorch_lightning as pl
+    import torch
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    saved = []
+
+    class Spy(ModelCheckpoint):
+        def _save_checkpoint(self, trainer, filepath):
+            super()._save_checkpoint(trainer, filepath)
+            saved.append((trainer.global_step, Path(filepath).is_file()))
+
+        def on_train_batch_end(self, trainer, *args):
+            internals.save_checkpoint_now(self, trainer)
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=4)
+    spy = Spy(dirpath=tmp_path, filename="last", enable_version_counter=False)
+    trainer = pl.Trainer(logger=False, callbacks=[spy], enable_progress_bar=False, enable_model_summary=False,
+                         max_steps=2, limit_val_batches=0)  # fmt: skip
+    trainer.fit(Tiny(), data)
+    assert saved[:2] == [(1, True), (2, True)] and (tmp_path / "last.ckpt").is_file()
