@@ -142,14 +142,29 @@ def cell_rows(comp: Comparison) -> list[dict]:
     return out
 
 
+def key_column(keys: list[str], fallback: str, taken: set[str]) -> str:
+    """The csv column of a comparison's row or column label: named by its keys (`encoding`, `task`,
+    `encoding,model.lr`), else `fallback` where that name is one of the value columns."""
+    name = ",".join(keys) or fallback
+    return fallback if name in taken else name
+
+
 def to_csv(comps) -> str:
+    """One row per cell, the label columns named by their keys (`encoding`, `task`), lists (seeds, values,
+    ci_clipped) as JSON lists: `pandas.read_csv` reads it back, `json.loads` each list cell."""
     buffer = io.StringIO()
-    rows = [row for comp in as_list(comps) for row in cell_rows(comp)]
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["metric", "row", "col"])
+    out = []
+    for comp in as_list(comps):
+        for cell in cell_rows(comp):
+            taken = set(cell) - {"row", "col"}
+            named = {key_column(comp.row_keys, "row", taken): cell.pop("row")}
+            named[key_column(comp.col_keys, "col", taken | set(named))] = cell.pop("col")
+            lists = {k: json.dumps(cell[k]) for k in ("seeds", "values", "ci_clipped")}
+            out.append({"metric": cell.pop("metric"), **named, **cell, **lists})
+    fields = list(dict.fromkeys(key for row in out for key in row)) or ["metric", "row", "col"]
+    writer = csv.DictWriter(buffer, fieldnames=fields)
     writer.writeheader()
-    for row in rows:
-        lists = {k: " ".join(map(str, row[k])) for k in ("seeds", "values", "ci_clipped")}
-        writer.writerow({**row, **lists})
+    writer.writerows(out)
     return buffer.getvalue()
 
 

@@ -207,7 +207,7 @@ def test_mixed_configs_keep_the_majority_or_exclude_the_cell():
 def test_machine_formats_parse():
     comp = compare(grid() + [rec("rope", seed=5, status="running")], "val/acc")
     rows = list(csv.DictReader(io.StringIO(to_csv(comp))))
-    rope = next(r for r in rows if r["row"] == "rope" and r["col"] == "copy")
+    rope = next(r for r in rows if r["encoding"] == "rope" and r["task"] == "copy")
     assert float(rope["mean"]) == pytest.approx(0.9) and rope["n"] == "3" and rope["best"] == "True"
     data = json.loads(to_json(comp))
     assert data["metric"] == "val/acc" and data["goal"] == "max" and len(data["cells"]) == 6
@@ -639,14 +639,30 @@ def test_report_page_renders_every_image_in_headless_chromium(tmp_path):
     assert not [line for line in console if "rror" in line or "Uncaught" in line], console
 
 
+def test_csv_is_tidy_and_round_trips_through_pandas():
+    """The label columns are named by their keys and lists are JSON: pandas reads back what json holds."""
+    pd = pytest.importorskip("pandas")
+    comps = [compare(grid(), "val/acc"), compare(grid(), "val/loss", rows="encoding,model.lr")]
+    table = pd.read_csv(io.StringIO(to_csv(comps)))
+    assert list(table.columns[:3]) == ["metric", "encoding", "task"] and "encoding,model.lr" in table.columns
+    assert "row" not in table.columns and "col" not in table.columns
+    cells = json.loads(to_json(comps[0]))["cells"]
+    acc = table[table.metric == "val/acc"].reset_index()
+    for cell, (_, row) in zip(cells, acc.iterrows()):
+        assert (row.encoding, row.task, row["n"]) == (cell["row"], cell["col"], cell["n"])
+        assert row["mean"] == pytest.approx(cell["mean"])
+        assert json.loads(row["values"]) == cell["values"] and json.loads(row["seeds"]) == cell["seeds"]
+        assert json.loads(row["ci_clipped"]) == cell["ci_clipped"]
+
+
 def test_per_seed_values_in_csv_and_json_always_and_under_the_table_on_request(tmp_path, capsys):
     comp = compare(grid(), "val/acc")
     data = json.loads(to_json(comp))
     rope = next(c for c in data["cells"] if c["row"] == "rope" and c["col"] == "copy")
     assert rope["values"] == [0.9, 0.8, 1.0] and rope["seeds"] == [0, 1, 2] and rope["ci_clipped"] == [False, True]
     assert rope["ci_level"] == 0.95 and data["interval"].startswith("95% Student-t interval of the mean")
-    row = next(r for r in csv.DictReader(io.StringIO(to_csv(comp))) if r["row"] == "rope" and r["col"] == "copy")
-    assert row["values"] == "0.9 0.8 1.0" and row["seeds"] == "0 1 2"
+    row = next(r for r in csv.DictReader(io.StringIO(to_csv(comp))) if r["encoding"] == "rope" and r["task"] == "copy")
+    assert row["values"] == "[0.9, 0.8, 1.0]" and row["seeds"] == "[0, 1, 2]"
     assert "rope / copy [val/acc]: 0.9 (seed 0), 0.8 (seed 1), 1 (seed 2)" not in text_of(render_table(comp))
     write_records(tmp_path, grid())
     compare_main([f"--out_dir={tmp_path}", "--per_seed"])
