@@ -21,6 +21,7 @@ PROCESS_START = time.time()  # before the heavy imports: start-up cost is record
 import inspect  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+import textwrap  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from pydoc import locate  # noqa: E402
@@ -404,13 +405,18 @@ def probe_main(args: list[str]):
 EXTRA_COMMANDS = {"sweep": sweep_main, "compare": compare_main, "probe": probe_main}
 
 
-def overview() -> str:
-    """`cli.py --help`: every subcommand with one line, LightningCLI's and ours."""
+def overview(columns: int = 80) -> str:
+    """`cli.py --help`: every subcommand and what it does, LightningCLI's and ours, within `columns` (wrapped
+    between words, never inside an option)."""
     width = max(map(len, SUBCOMMANDS))
-    lines = [f"  {name:<{width}}  {text}" for name, text in SUBCOMMANDS.items()]
+    indent = " " * (width + 4)
+    lines = []
+    for name, text in SUBCOMMANDS.items():
+        wrapped = textwrap.wrap(text, columns - len(indent), break_long_words=False, break_on_hyphens=False)
+        lines += [f"  {name:<{width}}  {wrapped[0]}", *(indent + line for line in wrapped[1:])]
     return "\n".join([
-        "usage: cli.py SUBCOMMAND [options]      (cli.py SUBCOMMAND --help: its options)", "",
-        (__doc__ or "").splitlines()[0], "", "subcommands:", *lines,
+        "usage: cli.py SUBCOMMAND [options]   (cli.py SUBCOMMAND --help: its options)", "",
+        *textwrap.wrap((__doc__ or "").splitlines()[0], columns), "", "subcommands:", *lines,
     ])  # fmt: skip
 
 

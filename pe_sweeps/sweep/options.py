@@ -25,7 +25,8 @@ class SweepOptions:
     storage: str | None = None  # default: $PE_SWEEP_STORAGE, else sqlite:///<out_dir>/sweeps/<name>/optuna.db,
     # one per sweep file (its `name:` or file name), shared by the studies --set and --reseed make; per
     # --study_name when given
-    workers: int | Literal["auto"] = 1  # trials run in parallel by this process; auto: see `resolve_workers`
+    workers: int | Literal["auto"] = 1  # trials run in parallel by this process; auto: one per core on CPU
+    # (cores // --threads_per_trial), (GPUs // --devices_per_trial) x --trials_per_device on GPUs
     devices_per_trial: int | None = None  # GPUs given to each trial (of this sweep's CUDA_VISIBLE_DEVICES);
     # default 1 when GPUs are visible (trials side by side, never DDP over all of them), or the number the
     # sweep's own trainer.devices sets; 0: not pinned (every visible GPU; the CPU without GPUs)

@@ -560,3 +560,24 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_130(command, tmp_path):
         _, err = child.communicate(timeout=120)
         errors = [line for line in err.splitlines() if line.startswith("error: ")]
         assert child.returncode == 130 and "Traceback" not in err and len(errors) == 1, (delay, err[-2000:])
+
+
+def test_top_level_help_fits_80_columns_and_sweep_help_names_no_internal_function():
+    """`cli.py --help` wraps between words within 80 columns; `cli.py sweep --help` explains its options in the
+    user's terms, never by naming a function of the code (it said "auto: see `resolve_workers`")."""
+    import ast
+
+    from pe_sweeps.cli import SUBCOMMANDS, overview
+
+    text = overview()
+    assert max(map(len, text.splitlines())) <= 80
+    for description in SUBCOMMANDS.values():  # every word of every description, whole
+        assert all(word in text.split() for word in description.split())
+    functions = {
+        node.name for path in (ROOT / "pe_sweeps").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.FunctionDef)
+    }  # fmt: skip
+    out = subprocess.run([sys.executable, str(ROOT / "cli.py"), "sweep", "--help"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120).stdout  # fmt: skip
+    named = set(re.findall(r"`(\w+)`", out)) & functions
+    assert "--workers" in out and not named, named
