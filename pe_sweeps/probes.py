@@ -195,6 +195,10 @@ def build_bare(opts: ProbeOptions, length: int) -> Transformer:
     torch.manual_seed(opts.seed)
     if opts.token < 0:  # the bare model's vocabulary is 0..token
         raise ConfigError(f"--token {opts.token} is outside the vocabulary: a token id is >= 0")
+    if opts.dim % opts.num_heads:  # the option names, not the architecture's fields
+        divisors = [h for h in (1, 2, 4, 8, 12, 16) if opts.dim % h == 0]
+        raise ConfigError(f"--dim {opts.dim} is not divisible by --num_heads {opts.num_heads}; with --dim "
+                          f"{opts.dim}, give --num_heads one of {', '.join(map(str, divisors))}")  # fmt: skip
     arch = ArchConfig(opts.encoding, dim=opts.dim, depth=1, num_heads=opts.num_heads, vocab_size=opts.token + 1,
                       max_length=length)  # fmt: skip
     return Transformer(arch, causal=opts.causal)

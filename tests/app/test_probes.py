@@ -209,6 +209,7 @@ def test_figures_and_numbers_go_to_an_active_wandb_run(tmp_path, monkeypatch):
         (["--encoding", "rope", "--ckpt", "x.ckpt"], "exactly one of --encoding"),
         (["--encoding", "rope", "--pairs", "5"], "--pairs >= 20"),
         (["--encoding", "learned", "--hidden", "true", "--token", "-1"], "outside the vocabulary"),
+        (["--encoding", "rope", "--dim", "64"], r"--dim 64 is not divisible by --num_heads 12; .* one of 1, 2, 4, 8"),
     ],
 )
 def test_bad_input_is_one_line(args, message):
