@@ -225,3 +225,9 @@ def test_a_sweep_process_starts_without_torch_or_lightning(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "HEAVY []" in result.stdout, result.stdout[-500:]
     assert "done 2  running 0  failed 0" in result.stdout, result.stdout[-1500:]  # both grid points ran
+
+
+def test_test_files_have_unique_names():
+    """Test rooms have no __init__.py (pytest's prepend import mode): two test files of one name would collide."""
+    names = [path.name for path in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(name for name in set(names) if names.count(name) > 1)
