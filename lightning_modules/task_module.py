@@ -140,7 +140,9 @@ class TaskModule(pl.LightningModule):
 
     def _in_dataset_order(self, stage: str, index: int) -> bool:
         """Whether the stage's `index`-th loader yields its dataset in order (this process's share under DDP)."""
-        loaders = self.trainer.val_dataloaders if stage == "val" else self.trainer.test_dataloaders
+        loaders = getattr(self.trainer, "val_dataloaders" if stage == "val" else "test_dataloaders", None)
+        if loaders is None:  # evaluated outside a Trainer's loop (a direct call): no loader, no stable ids
+            return False
         loader = loaders[index] if isinstance(loaders, (list, tuple)) else loaders
         sampler = getattr(loader, "sampler", None)
         if self.trainer.world_size > 1:

@@ -188,7 +188,11 @@ def test_stale_heartbeat_of_a_trial_from_another_host_is_retried(tmp_path):
 def test_failing_and_diverging_trials_are_recorded_and_the_sweep_goes_on(tmp_path):
     grid = {"model.arch.dim": {"values": [30, 32]}, "model.lr": {"values": [0.001, 1e30]}}  # dim 30: 4 heads
     path = tiny_sweep(tmp_path, grid)
-    run_sweep(path, tmp_path)
+    result = run_sweep(path, tmp_path, check=False)
+    # every point ran; the ones that failed for good are named in one line, exit 1 (issue 42, point 4)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and len(errors) == 1, result.stderr[-3000:]
+    assert "3 grid point(s) failed for good" in errors[0] and "--retry_failed" in errors[0]
     by_point = {(t.params["model.arch.dim"], t.params["model.lr"]): t for t in trials(tmp_path)}
     assert by_point[(32, 0.001)].state == TrialState.COMPLETE
     assert by_point[(30, 0.001)].state == TrialState.FAIL
