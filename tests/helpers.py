@@ -3,6 +3,7 @@
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -122,3 +123,33 @@ def record(**fields):
     from pe_sweeps.runs.records import RunRecord
 
     return RunRecord.from_dict(fields)
+
+
+def fit(args: list[str]):
+    """`cli.py fit ARGS` in this process; the one run record it leaves under --run.out_dir."""
+    from pe_sweeps.cli import cli_main
+    from pe_sweeps.runs.records import load_records
+
+    cli_main(args)
+    out_dir = Path(next(a.split("=", 1)[1] for a in args if a.startswith("--run.out_dir=")))
+    (record,) = load_records(out_dir)
+    return record
+
+
+class FakeConfig(dict):
+    def update(self, values, allow_val_change=False):
+        super().update(values)
+
+
+class FakeRun:
+    """The calls a wandb Run receives: config updates, define_metric and log."""
+
+    def __init__(self):
+        self.config, self.defined, self.logged = FakeConfig(), {}, []
+        self.entity, self.project, self.id, self.offline, self.dir = None, "pe-sweeps", "abc", True, "/r/wandb/x/files"
+
+    def define_metric(self, name, **kwargs):
+        self.defined[name] = kwargs
+
+    def log(self, row):
+        self.logged.append(row)

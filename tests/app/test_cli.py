@@ -34,23 +34,16 @@ from pydoc import locate
 import pytest
 import yaml
 from conftest import TINY
-from helpers import cli_in_process
+from helpers import cli_in_process, fit
 
 from datamodules.registry import DATA_MODULES
 from datamodules.synthetic import TASKS
 from lightning_modules.encodings import ENCODINGS
 from pe_sweeps.cli import cli_main
-from pe_sweeps.runs.records import RunRecord, load_records
+from pe_sweeps.runs.records import load_records
 from pe_sweeps.sweep.trial_child import rejected_option
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def fit(args: list[str]) -> RunRecord:
-    cli_main(args)
-    out_dir = Path(next(a.split("=", 1)[1] for a in args if a.startswith("--run.out_dir=")))
-    (record,) = load_records(out_dir)
-    return record
 
 
 @pytest.mark.slow  # trains a model or starts a process

@@ -231,3 +231,16 @@ def test_test_files_have_unique_names():
     """Test rooms have no __init__.py (pytest's prepend import mode): two test files of one name would collide."""
     names = [path.name for path in (ROOT / "tests").rglob("test_*.py")]
     assert len(names) == len(set(names)), sorted(name for name in set(names) if names.count(name) > 1)
+
+
+def test_a_test_module_imports_test_modules_of_its_own_room_only():
+    """pytest puts each test file's own folder on sys.path: a test module of another room imports only when some
+    earlier test happened to load it (order-dependent), so shared helpers live in tests/*.py instead."""
+    rooms = {path.stem: path.parent for path in (ROOT / "tests").rglob("test_*.py")}
+    bad = []
+    for name, room in rooms.items():
+        for node in ast.walk(ast.parse((room / f"{name}.py").read_text())):
+            imported = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            imported += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            bad += [(name, m) for m in imported if m in rooms and rooms[m] != room]
+    assert not bad, bad

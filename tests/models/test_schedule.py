@@ -16,6 +16,8 @@ Claims of docs/encodings.md covered here:
 - "the architecture dict round-trips through a checkpoint loaded with weights_only": test_schedule_checkpoint_round_trip
 """
 
+from pathlib import Path
+
 import pytest
 import torch
 from helpers import randomize_
@@ -27,6 +29,8 @@ from lightning_modules.synthetic_model import SyntheticTaskModel
 from lightning_modules.transformer import KVCache, Transformer, allowed_mask, band_mask, flex_block_mask
 from pe_core.errors import ConfigError
 from pe_sweeps.runs.run_naming import distinguishing, encoding_label, in_name, schedule_label
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def arch(encoding="rope", depth=4, **kwargs) -> ArchConfig:
@@ -232,8 +236,7 @@ def test_schedule_checkpoint_round_trip(tmp_path):
 
 @pytest.mark.slow  # trains a model
 def test_cli_schedule_fit_and_bad_schedule(tiny_fit_args, capsys, monkeypatch):
-    from helpers import cli_in_process
-    from test_cli import ROOT, fit
+    from helpers import cli_in_process, fit
 
     record = fit([*tiny_fit_args, "--model.arch.depth=4", "--model.arch.nope_every=2"])
     assert record.status == "finished" and record.encoding == "rope.none"

@@ -311,7 +311,7 @@ def test_depth_bins_only_for_depth_tasks():
 
 @pytest.mark.slow  # trains a model
 def test_fit_addition_zhou_abacus_and_passkey(tiny_fit_args):
-    from test_cli import fit
+    from helpers import fit
 
     out = next(a for a in tiny_fit_args if a.startswith("--run.out_dir="))
     abacus = fit([*tiny_fit_args[:-1], f"{out}/abacus", "--data.task=addition_zhou", "--model.arch.encoding=learned",

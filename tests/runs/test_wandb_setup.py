@@ -8,6 +8,7 @@ import re
 
 import pytest
 import torch
+from helpers import FakeRun
 from helpers import record as make_record
 
 from pe_sweeps.runs import callbacks, console, length_tables, run_naming
@@ -64,25 +65,6 @@ def test_a_wandb_agents_run_is_named_by_its_sweep_parameters(tmp_path, monkeypat
 def test_groups_are_sweep_task_encoding():
     assert run_naming.run_group("copy", "rope", "lr_search-rope") == "lr_search-rope/copy/rope"
     assert run_naming.run_group("copy", "rope", "pe-sweeps") == "pe-sweeps/copy/rope"
-
-
-class FakeConfig(dict):
-    def update(self, values, allow_val_change=False):
-        super().update(values)
-
-
-class FakeRun:
-    """The calls a wandb Run receives: config updates, define_metric and log."""
-
-    def __init__(self):
-        self.config, self.defined, self.logged = FakeConfig(), {}, []
-        self.entity, self.project, self.id, self.offline, self.dir = None, "pe-sweeps", "abc", True, "/r/wandb/x/files"
-
-    def define_metric(self, name, **kwargs):
-        self.defined[name] = kwargs
-
-    def log(self, row):
-        self.logged.append(row)
 
 
 def test_config_seed_is_the_training_seed_and_varied_parameters_are_top_level(monkeypatch):

@@ -79,7 +79,7 @@ def test_scale_and_its_line():
 
 
 def test_the_wandb_config_holds_the_scale(monkeypatch):
-    from test_wandb_setup import FakeRun
+    from helpers import FakeRun
 
     run = FakeRun()
     monkeypatch.setattr(ws, "wandb_run", lambda trainer: run)
