@@ -98,18 +98,6 @@ def holm_array(pvalues: np.ndarray) -> np.ndarray:
     return out
 
 
-def adjust(pvalues: list[float]) -> list[float]:
-    """Holm over one family: statsmodels' `multipletests(method="holm")` when statsmodels is installed, else `holm`
-    (the same numbers)."""
-    if not pvalues:
-        return []
-    try:
-        from statsmodels.stats.multitest import multipletests
-    except ImportError:
-        return holm(pvalues)
-    return [float(q) for q in multipletests(pvalues, method="holm")[1]]
-
-
 def log_scale(metric: str) -> bool:
     """Perplexities are compared on the log scale (their seeds spread over orders of magnitude beyond the
     training length, where a raw-scale t-test drowns a 30-fold gap in one seed's tail)."""
@@ -199,10 +187,10 @@ def judge(
             families[comp.exploratory].append(pair)
     for family in families.values():
         tested = [p for p in family if not math.isnan(p["p"])]
-        for pair, q in zip(tested, adjust([p["p"] for p in tested])):
+        for pair, q in zip(tested, holm([p["p"] for p in tested])):
             pair["p_holm"] = q
         equivalence = [p for p in tested if p["p_equivalence"] is not None]
-        for pair, q in zip(equivalence, adjust([p["p_equivalence"] for p in equivalence])):
+        for pair, q in zip(equivalence, holm([p["p_equivalence"] for p in equivalence])):
             pair["p_equivalence_holm"] = q
     shown = {c.metric: margins.get(c.metric, margins.get("*")) for c in comps}
     protocol = Protocol(alpha, {m: v for m, v in shown.items() if v is not None}, source,
