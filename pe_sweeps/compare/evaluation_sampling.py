@@ -1,0 +1,225 @@
+"""A cell's interval and a pair's test with the evaluation set's own sampling in them, from the runs' per-example
+outcomes (pe_sweeps/runs/outcomes.py): variance components with Welch-Satterthwaite degrees of freedom (issue 44.1).
+
+A cell's value is the mean over its S seeds of each run's statistic on its evaluation examples (an accuracy: the
+share right; on the synthetic tasks the mean over lengths of each length's share, so the examples are stratified by
+length). Its variance has two sources, the seeds (initialisation, batch order, the data when the data seed follows
+the seed) and the examples the evaluation happened to draw, and how they enter depends on the design, which the
+runs' outcome fingerprints tell:
+
+- **independent cuts**: every run evaluated examples of its own (a synthetic task whose data seed follows the seed).
+  The runs' statistics are independent draws that already carry both sources, and Student's t over the seeds is
+  the interval (exact for normal values): s^2 / S with S - 1 degrees of freedom.
+- **one shared cut**: every run evaluated the same examples (PE-Study's fixed `split_seed`, a fixed data seed). The
+  cut's sampling is common to all seeds and invisible to a seed-only interval. Var(cell) = s^2 / S (the runs'
+  statistics over seeds) + V (the stratified variance of the mean of the examples' means over seeds: sum over
+  strata k of (1/K)^2 s_k^2 / n_k); degrees of freedom by Welch-Satterthwaite from S - 1 and N - K. (The
+  seed x example interaction enters both terms: slightly conservative.) One seed: V alone, the cut's sampling only.
+
+A pair a - b, by the same rules: on one shared cut, the per-example differences (the same seeds in both rows:
+d_si = a_si - b_si, paired by seed and example; else both rows' seed terms plus the examples term of m^a_i - m^b_i);
+on independent cuts where a's and b's runs of each seed evaluated the same examples, the paired t over seeds of
+d_s = a_s - b_s; otherwise Welch over the seeds. Equivalence within a margin m: two one-sided tests (TOST) with
+the same standard error and degrees of freedom. Anything else (mixed designs, runs without outcomes, a metric the
+outcomes do not decompose) is None here, and compare falls back to the seeds-only test and says so.
+
+Coverage and false separations: tests/compare/test_evaluation_sampling.py simulates both.
+"""
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from pe_sweeps.runs.outcomes import outcome_table
+from pe_sweeps.runs.records import RunRecord
+
+METHOD = "seeds+examples"
+COLUMNS = {"acc": "correct", "tok_acc": "tok_acc", "loss": "nll"}
+SHORT = re.compile(r"^(acc|tok_acc|loss)(?:(_ood)|_len_(\d+))?$")
+TOLERANCE = 1e-3  # the outcomes' statistic must reproduce the logged value (float16 columns: ~5e-4 each)
+
+
+@dataclass(frozen=True)
+class RunOutcomes:
+    """One run's per-example values of one statistic: ids, values and strata (the task length, else 0)."""
+
+    ids: np.ndarray
+    values: np.ndarray
+    strata: np.ndarray
+    fingerprint: str | None
+
+    @property
+    def statistic(self) -> float:
+        return float(np.mean([self.values[self.strata == k].mean() for k in np.unique(self.strata)]))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An estimate (a cell's mean, or a pair's difference), its standard error and degrees of freedom, and the
+    design they were derived under."""
+
+    estimate: float
+    se: float
+    df: float
+    design: str  # "shared cut", "independent cuts", "paired by seed", "seeds only"
+    seeds: int
+    examples: int | None = None  # per run (the shared cut's size, or the smallest evaluation)
+
+    def interval(self, level: float) -> tuple[float, float]:
+        if self.se == 0:
+            return self.estimate, self.estimate
+        if not self.df > 0:
+            return math.nan, math.nan
+        half = stats.t.ppf((1 + level) / 2, self.df) * self.se
+        return self.estimate - half, self.estimate + half
+
+    def p_value(self) -> float:
+        """Two-sided p of estimate = 0; NaN when the standard error is 0 (nothing varies)."""
+        if not (self.se > 0 and self.df > 0):
+            return math.nan
+        return float(2 * stats.t.sf(abs(self.estimate) / self.se, self.df))
+
+    def p_equivalence(self, margin: float) -> float:
+        """TOST's p of |estimate| < margin: the larger p of the two one-sided tests (Schuirmann 1987)."""
+        if not (self.se > 0 and self.df > 0):
+            return math.nan
+        above = stats.t.sf((self.estimate + margin) / self.se, self.df)  # H0: difference <= -margin
+        below = stats.t.cdf((self.estimate - margin) / self.se, self.df)  # H0: difference >= +margin
+        return float(max(above, below))
+
+
+def run_outcomes(record: RunRecord, metric: str, value: str) -> RunOutcomes | None:
+    """A run's per-example values of `metric` at its final validation, when its outcomes reproduce the logged value
+    (so a metric they do not decompose, or outcomes of another step, are never used); else None."""
+    stage, _, short = metric.partition("/")
+    match = SHORT.match(short)
+    pointer = (record.outcomes or {}).get(stage)
+    if value != "final" or match is None or not pointer or stage not in ("val", "test"):
+        return None
+    if stage == "val" and record.history and record.history[-1].get("step") != pointer.get("step"):
+        return None  # outcomes of another validation than the final one
+    logged = record.final.get(metric)
+    table = outcome_table(record, stage)
+    if table is None or logged is None or COLUMNS[match[1]] not in table:
+        return None
+    keep = selected(table, match, record)
+    if keep is None or not keep.any():
+        return None
+    strata = table["length"][keep] if "length" in table else np.zeros(int(keep.sum()), dtype=np.int64)
+    found = RunOutcomes(table["id"][keep], table[COLUMNS[match[1]]][keep].astype(np.float64), strata,
+                        pointer.get("fingerprint"))  # fmt: skip
+    return found if abs(found.statistic - float(logged)) <= TOLERANCE * max(1.0, abs(float(logged))) else None
+
+
+def selected(table: dict, match: re.Match, record: RunRecord) -> np.ndarray | None:
+    """Which examples a metric averages: a synthetic task's in-distribution lengths (`acc`), those beyond (`_ood`)
+    or one length (`_len_N`); every example of a table without lengths (classification)."""
+    ood, length = match[2], match[3]
+    if "length" not in table:
+        return None if ood or length else np.ones(len(table["id"]), dtype=bool)
+    if length is not None:
+        return table["length"] == int(length)
+    data = (record.config.get("data") or {}).get("init_args") or record.config.get("data") or {}
+    boundary = data.get("train_max_len")
+    if boundary is None:
+        return None
+    return table["length"] > boundary if ood else table["length"] <= boundary
+
+
+def design(runs: list[RunOutcomes]) -> str | None:
+    """ "shared cut" (one fingerprint), "independent cuts" (all different) or None (mixed, or unknown)."""
+    prints = [r.fingerprint for r in runs]
+    if any(p is None for p in prints):
+        return None
+    if len(set(prints)) == 1:
+        return "shared cut"
+    return "independent cuts" if len(set(prints)) == len(prints) else None
+
+
+def cell_estimate(runs: list[RunOutcomes]) -> Estimate | None:
+    """A cell's mean over seeds with a standard error that includes the evaluation set's sampling (module
+    docstring); None for a design it does not cover."""
+    kind = design(runs)
+    statistics = np.array([r.statistic for r in runs])
+    mean, seeds = float(statistics.mean()), len(runs)
+    examples = min(len(r.ids) for r in runs)
+    if kind == "independent cuts":
+        if seeds < 2:
+            return None
+        return Estimate(mean, seed_se(statistics), seeds - 1, kind, seeds, examples)
+    if kind == "shared cut":
+        per_example = np.stack([aligned(r, runs[0]) for r in runs]).mean(0)
+        return combined(mean, [statistics], per_example, runs[0].strata[order(runs[0])], kind, examples)
+    return None
+
+
+def pair_estimate(a: list[RunOutcomes], b: list[RunOutcomes], seeds_a: list, seeds_b: list) -> Estimate | None:
+    """a's mean minus b's with a standard error that includes the evaluation set's sampling, paired by seed and by
+    example wherever the two rows share them (module docstring); None for a design it does not cover."""
+    kind_a, kind_b = design(a), design(b)
+    same_seeds = sorted(map(str, seeds_a)) == sorted(map(str, seeds_b)) and len(set(map(str, seeds_a))) == len(a)
+    stat_a, stat_b = np.array([r.statistic for r in a]), np.array([r.statistic for r in b])
+    difference = float(stat_a.mean() - stat_b.mean())
+    if kind_a == kind_b == "shared cut" and a[0].fingerprint == b[0].fingerprint:
+        reference, examples = a[0], len(a[0].ids)
+        strata = reference.strata[order(reference)]
+        if same_seeds:
+            by_seed_b = dict(zip(map(str, seeds_b), b))
+            d = np.stack([aligned(r, reference) - aligned(by_seed_b[str(s)], reference) for r, s in zip(a, seeds_a)])
+            stat_d = np.array([r.statistic for r in a]) - np.array([by_seed_b[str(s)].statistic for s in seeds_a])
+            return combined(difference, [stat_d], d.mean(0), strata, "shared cut, paired by seed", examples)
+        m = np.stack([aligned(r, reference) for r in a]).mean(0) - np.stack([aligned(r, reference) for r in b]).mean(0)
+        return combined(difference, [stat_a, stat_b], m, strata, "shared cut", examples)
+    if kind_a == kind_b == "independent cuts" and same_seeds:
+        by_seed_b = dict(zip(map(str, seeds_b), b))
+        if all(r.fingerprint == by_seed_b[str(s)].fingerprint for r, s in zip(a, seeds_a)) and len(a) >= 2:
+            d = np.array([r.statistic - by_seed_b[str(s)].statistic for r, s in zip(a, seeds_a)])
+            return Estimate(difference, seed_se(d), len(d) - 1, "paired by seed", len(d), min(len(r.ids) for r in a))
+    if kind_a == kind_b == "independent cuts" and len(a) >= 2 and len(b) >= 2:
+        return satterthwaite(difference, [(stat_a.var(ddof=1) / len(a), len(a) - 1),
+                                          (stat_b.var(ddof=1) / len(b), len(b) - 1)],
+                             "independent cuts", min(len(a), len(b)), None)  # fmt: skip
+    return None
+
+
+def seed_se(values: np.ndarray) -> float:
+    return float(np.std(values, ddof=1) / math.sqrt(len(values)))
+
+
+def order(run: RunOutcomes) -> np.ndarray:
+    return np.argsort(run.ids, kind="stable")
+
+
+def aligned(run: RunOutcomes, reference: RunOutcomes) -> np.ndarray:
+    """A run's values in the order of `reference`'s sorted ids (ValueError when its examples differ)."""
+    ids = run.ids[order(run)]
+    if not np.array_equal(ids, reference.ids[order(reference)]):
+        raise ValueError("runs of one fingerprint with other example ids")
+    return run.values[order(run)]
+
+
+def strata_variance(per_example: np.ndarray, strata: np.ndarray) -> tuple[float, int]:
+    """The variance of a stratified mean (the mean over strata of each stratum's mean) and its degrees of freedom."""
+    groups = [per_example[strata == k] for k in np.unique(strata)]
+    k = len(groups)
+    variance = sum(g.var(ddof=1) / len(g) for g in groups if len(g) > 1) / k**2
+    return float(variance), sum(len(g) - 1 for g in groups)
+
+
+def combined(estimate: float, seed_terms: list[np.ndarray], per_example: np.ndarray, strata: np.ndarray, kind: str,
+             examples: int) -> Estimate:  # fmt: skip
+    """The shared-cut estimate: each row's seed term (s^2 / S, S - 1 df) plus the examples' term."""
+    terms = [(t.var(ddof=1) / len(t), len(t) - 1) for t in seed_terms if len(t) > 1]
+    terms.append(strata_variance(per_example, strata))
+    return satterthwaite(estimate, terms, kind, min(len(t) for t in seed_terms), examples)
+
+
+def satterthwaite(estimate: float, terms: list[tuple[float, int]], kind: str, seeds: int, examples) -> Estimate:
+    """Sum of independent variance terms (variance, df) with Welch-Satterthwaite's degrees of freedom."""
+    variance = sum(v for v, _ in terms)
+    denominator = sum(v * v / df for v, df in terms if df > 0)
+    df = variance * variance / denominator if denominator > 0 else 0.0
+    return Estimate(estimate, math.sqrt(variance), df, kind, seeds, examples)
