@@ -58,6 +58,7 @@ from rich.console import Console
 
 from pe_core.errors import ConfigError
 from pe_sweeps.compare.comparison import Comparison, lookup
+from pe_sweeps.compare.preconditions import Precondition, parse_preconditions
 from pe_sweeps.compare.render import FORMATS, output, print_front, render_table
 from pe_sweeps.compare.saved_runs import read_saved_runs, save_runs
 from pe_sweeps.compare.selection import read_records, select, side_by_side
@@ -99,6 +100,9 @@ class CompareOptions:
     margin: str | None = None  # M (every metric) or METRIC=M[,METRIC=M]: equivalence margin of the pair verdicts
     # (TOST; on the log scale for perplexity); default: the sweep file's `compare: {margin: ...}`, else none
     primary: str | None = None  # METRIC: the family of tests is this metric's pairs; the other metrics are exploratory
+    precondition: str | None = None  # METRIC OP NUMBER (e.g. "val/acc >= 0.9"), COL:METRIC OP NUMBER or baseline,
+    # comma-separated: a cell failing it is marked, unranked, untested and out of the aggregates; default: the sweep
+    # file's `compare: {precondition: ...}`, else none (compare/preconditions.py)
     allow_ood_selection: bool = False  # allow --value best / --best-over on a beyond-training-length metric (labelled)
 
 
@@ -125,10 +129,12 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
     )
     selection = ood_selection(shown, records, opts.value, opts.best_over, opts.allow_ood_selection)
     margins, source = declared_margins(opts.margin, spec, shown)
+    preconditions, declared = declared_preconditions(opts.precondition, spec, records)
     comps = compare_metrics(
         records, shown, value=opts.value, rows=opts.rows or default_rows(spec, opts.best_over),
         cols=opts.cols, aggregate=opts.aggregate, best_over=opts.best_over, goals=goals, tuned=tuned_keys(spec),
         margins=margins, primary=opts.primary or (spec.get("compare") or {}).get("primary"), margin_source=source,
+        preconditions=preconditions, precondition_source=declared,
     )  # fmt: skip
     for comp in comps:
         comp.ood_selection = selection.get(comp.metric)
@@ -177,6 +183,23 @@ def declared_margins(option: str | None, spec: dict, shown: list[str]) -> tuple[
             raise ConfigError(f"margin for {metric!r} ({source}): not a metric shown; choose among: {', '.join(shown)}")
         margins[metric] = parse_margin(value, "--margin" if option is not None else "sweep file compare.margin")
     return margins, source
+
+
+def declared_preconditions(option: str | None, spec: dict, records) -> tuple[list[Precondition], str | None]:
+    """(preconditions, where they were declared): --precondition, else the sweep file's `compare: {precondition}`;
+    ([], None) when neither declares one. One judged on a beyond-training-length metric is one line."""
+    declared = (spec.get("compare") or {}).get("precondition")
+    if option is not None:
+        preconditions, source = parse_preconditions(option, "--precondition"), "with --precondition on the command line"
+    elif declared is not None:
+        preconditions, source = parse_preconditions(declared, "sweep file compare.precondition"), "in the sweep file"
+    else:
+        return [], None
+    for p in preconditions:
+        why = beyond_training(p.metric, records)
+        if why:
+            raise p.error(f"{why}; a precondition is judged on an in-distribution metric (e.g. val/acc)")
+    return preconditions, source
 
 
 def beyond_training(metric: str, records: list[RunRecord]) -> str | None:
@@ -285,9 +308,11 @@ def comparison_of(out_dir: str, sweep: str | None, metric, console: Console, row
         metrics = objectives(spec, ",".join(metric) if isinstance(metric, list) else metric)
         shown, goals = shown_metrics(metrics, records)
         margins, source = declared_margins(None, spec, shown)
+        preconditions, declared = declared_preconditions(None, spec, records)
         comps = compare_metrics(
             records, shown, rows=rows or default_rows(spec), goals=goals, tuned=tuned_keys(spec), margins=margins,
-            primary=(spec.get("compare") or {}).get("primary"), margin_source=source,
+            primary=(spec.get("compare") or {}).get("primary"), margin_source=source, preconditions=preconditions,
+            precondition_source=declared,
         )  # fmt: skip
     except ConfigError as error:
         console.print(f"compare: {error}")

@@ -11,6 +11,7 @@ from scipy import stats
 
 from lightning_modules.metric_names import bounds, goal
 from pe_sweeps.compare.across_tasks import IQM_INTERVAL
+from pe_sweeps.compare.preconditions import MARK
 from pe_sweeps.runs.records import RunRecord
 
 IDENTITY = ("name", "group", "task", "encoding", "seed", "sweep", "subcommand", "status")
@@ -171,6 +172,12 @@ class Comparison:
     no_aggregate: str | None = None  # why no across-column aggregate is shown (columns of different kinds)
     iqm: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # row -> (IQM, low, high)
     iqm_level: dict[str, float] = field(default_factory=dict)  # row -> its IQM interval's simulated coverage
+    # declared preconditions (compare/preconditions.py) and the cells failing them: no rank, no tested pair, and
+    # their rows (failed_rows: row -> its failed columns) are left out of the across-column aggregates
+    preconditions: list[str] = field(default_factory=list)
+    precondition_source: str | None = None  # in the sweep file, or with --precondition
+    failed: dict[tuple[str, str], str] = field(default_factory=dict)  # (row, col) -> why it fails
+    failed_rows: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def goal(self) -> str:
@@ -182,7 +189,8 @@ class Comparison:
         return interval_method(self.aggregate, self.metric)
 
     def is_best(self, row: str, col: str) -> bool:
-        return self.ranks.get((row, col)) == min(self.ranks[r, col] for r in self.rows if (r, col) in self.ranks)
+        rank = self.ranks.get((row, col))  # None: the cell fails its precondition
+        return rank is not None and rank == min(self.ranks[r, col] for r in self.rows if (r, col) in self.ranks)
 
 
 def config_entry(config: dict, key: str) -> tuple[bool, object]:
@@ -244,15 +252,17 @@ def interval_text(cell: Cell) -> str:
     return f" [{low}, {high}]{level}"
 
 
-def cell_text(cell: Cell, rank: float, best: bool, compact: bool = False) -> str:
+def cell_text(cell: Cell, rank: float | None, best: bool, compact: bool = False) -> str:
     """`center ± std (n=N) [low, high] #rank`; compact (narrow terminals): `center [low, high]`, or
-    `center (n=1)` for a single seed."""
+    `center (n=1)` for a single seed; a cell without a rank (it fails its precondition) is marked instead."""
     if compact:
-        return f"{'* ' if best else ''}{cell_number(cell.center, cell)}{interval_text(cell) or ' (n=1)'}"
+        mark = f" {MARK}" if rank is None else ""
+        return f"{'* ' if best else ''}{cell_number(cell.center, cell)}{interval_text(cell) or ' (n=1)'}{mark}"
     spread = "" if cell.n < 2 else f" ± {cell_number(cell.std, cell)}"
     ci = interval_text(cell)
     chosen = "" if cell.chosen is None else f" @{cell.chosen}"
-    return f"{'* ' if best else ''}{cell_number(cell.center, cell)}{spread} (n={cell.n}){ci} #{rank:g}{chosen}"
+    ranked = MARK if rank is None else f"#{rank:g}"
+    return f"{'* ' if best else ''}{cell_number(cell.center, cell)}{spread} (n={cell.n}){ci} {ranked}{chosen}"
 
 
 def legend(comp: Comparison, best: str = "*", compact: bool = False) -> str:
@@ -281,9 +291,11 @@ def aggregate_lines(comp: Comparison) -> list[str]:
     if comp.no_aggregate:
         return [f"no mean rank, MRR or IQM: {comp.no_aggregate}"]
     lines = []
-    if comp.missing:
-        left = "; ".join(f"{row} (no {', '.join(cols)})" for row, cols in sorted(comp.missing.items()))
-        lines.append(f"mean rank, MRR and IQM over the rows with every column; left out: {left}")
+    if comp.missing or comp.failed_rows:
+        left = [f"{row} (no {', '.join(cols)})" for row, cols in sorted(comp.missing.items())]
+        left += [f"{row} (precondition failed in {', '.join(cols)})" for row, cols in sorted(comp.failed_rows.items())]
+        passing = " passing its precondition" if comp.preconditions else ""
+        lines.append(f"mean rank, MRR and IQM over the rows with every column{passing}; left out: {'; '.join(left)}")
     if comp.iqm:
         levels = set(comp.iqm_level.values())
         one = len(levels) == 1  # every row of one shape: its level said once
@@ -333,11 +345,25 @@ def protocol_lines(comps: list[Comparison]) -> list[str]:
     return lines
 
 
+def precondition_lines(comp: Comparison) -> list[str]:
+    """The declared preconditions, the mark of a cell that fails them and what that costs it, and each such cell."""
+    if not comp.preconditions:
+        return []
+    where = f" (declared {comp.precondition_source})" if comp.precondition_source else ""
+    declared = f"{', '.join(comp.preconditions)}{where}"
+    if not comp.failed:
+        return [f"precondition {declared}: every cell passes"]
+    failed = "; ".join(f"{row} / {col}: {why}" for (row, col), why in sorted(comp.failed.items()))
+    return [f"{MARK}: fails the precondition {declared}: no rank, its pairs untested (precondition failed), its row "
+            f"left out of mean rank, MRR and IQM; {failed}"]  # fmt: skip
+
+
 def notes(comp: Comparison) -> list[str]:
     """Lines printed under the table: the tests, the --best-over candidates, then excluded runs by cell and reason."""
     lines = [comp.tests[c] for c in comp.cols]
     if comp.ood_selection:
         lines.append(f"selected on a beyond-training-length metric: {comp.ood_selection}")
+    lines += precondition_lines(comp)
     few = sum(cell.n < FEW_SEEDS for cell in comp.cells.values())
     if few:
         lines.append(f"few seeds (n < {FEW_SEEDS} in {few} of {len(comp.cells)} cells): intervals are wide by design")

@@ -22,6 +22,7 @@ from pe_sweeps.compare.comparison import (
     protocol_lines,
     seed_lines,
 )
+from pe_sweeps.compare.preconditions import MARK
 from pe_sweeps.compare.statistics import compare, log_scale
 
 FORMATS = ("table", "csv", "json", "markdown", "latex")
@@ -44,7 +45,7 @@ def grid_of(comps, compact: bool = False) -> tuple[list[str], list[tuple[str, li
     out = []
     for row in rows:
         texts = [
-            (cell_text(comp.cells[row, c], comp.ranks[row, c], False, compact), comp.is_best(row, c))
+            (cell_text(comp.cells[row, c], comp.ranks.get((row, c)), False, compact), comp.is_best(row, c))
             if (row, c) in comp.cells else ("-", False)
             for comp in comps for c in comp.cols
         ]  # fmt: skip
@@ -135,9 +136,12 @@ def cell_rows(comp: Comparison) -> list[dict]:
             "metric": comp.metric, "row": row, "col": col, "mean": cell.mean, "median": float(np.median(cell.values)),
             "std": _num(cell.std), "n": cell.n, "ci_low": _num(lo), "ci_high": _num(hi),
             "ci_level": cell.interval.level if cell.n > 1 else None, "ci_clipped": list(cell.interval.clipped),
-            "rank": comp.ranks[row, col], "best": comp.is_best(row, col), "mean_rank": comp.mean_rank.get(row),
+            "rank": comp.ranks.get((row, col)), "best": comp.is_best(row, col), "mean_rank": comp.mean_rank.get(row),
             "mrr": comp.mrr.get(row), "chosen": cell.chosen, "seeds": [r.seed for r in cell.records],
             "values": cell.values,
+            # None without a declared precondition; a failed cell has no rank (compare/preconditions.py)
+            "precondition_ok": (row, col) not in comp.failed if comp.preconditions else None,
+            "precondition_failed": comp.failed.get((row, col)),
         })  # fmt: skip
     return out
 
@@ -179,6 +183,8 @@ def comparison_dict(comp: Comparison) -> dict:
         "pairs": {col: [{k: _num(v) if isinstance(v, float) else v for k, v in pair.items()} for pair in pairs]
                   for col, pairs in comp.pairs.items()},
         "ood_selection": comp.ood_selection, "excluded": [vars(e) for e in comp.excluded],
+        "precondition": comp.preconditions or None, "precondition_source": comp.precondition_source,
+        "precondition_failed_rows": comp.failed_rows,
     }  # fmt: skip
 
 
@@ -199,7 +205,7 @@ def protocol_dict(comp: Comparison) -> dict | None:
         "margin_source": protocol.margin_source, "family": family,
         "family_size": protocol.exploratory if comp.exploratory else protocol.family,
         "primary": protocol.primary,
-        "verdicts": ["better", "worse", "equivalent", "inconclusive", "not testable"],
+        "verdicts": ["better", "worse", "equivalent", "inconclusive", "not testable", "precondition failed"],
     }  # fmt: skip
 
 
@@ -221,7 +227,7 @@ def to_markdown(comps, per_seed: bool = False) -> str:
 
 LATEX_ESCAPES = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$",
-                 "†": r"$^\dagger$"}  # fmt: skip
+                 "†": r"$^\dagger$", MARK: r"$\times$"}  # fmt: skip
 
 
 def latex_escape(text: str) -> str:
@@ -249,7 +255,7 @@ def latex_cell(comp: Comparison, row: str, col: str, decimals: int, interval: bo
     if interval and cell.n > 1:
         low, high = (f"{x:.{decimals}f}" + (CLIPPED if c else "") for x, c in zip(cell.ci, cell.interval.clipped))
         text += f" [{low}, {high}]"
-    text = latex_escape(text)
+    text = latex_escape(text + (f" {MARK}" if (row, col) in comp.failed else ""))
     return r"\textbf{" + text + "}" if comp.is_best(row, col) else text
 
 

@@ -282,7 +282,7 @@ def html_table(comp: Comparison) -> str:
                 cells.append("<td>-</td>")
                 continue
             best = comp.is_best(row, col)
-            text = html.escape(cell_text(comp.cells[row, col], comp.ranks[row, col], best))
+            text = html.escape(cell_text(comp.cells[row, col], comp.ranks.get((row, col)), best))
             cells.append(f"<td><b>{text}</b></td>" if best else f"<td>{text}</td>")
         rank = f"{comp.mean_rank[row]:.2f}" if row in comp.mean_rank else "-"
         iqm = "-" if row not in comp.iqm else "{:.3g} [{:.3g}, {:.3g}]".format(*comp.iqm[row])

@@ -17,6 +17,7 @@ from lightning_modules.metric_names import goal
 from pe_core.errors import ConfigError
 from pe_sweeps.compare.across_tasks import iqm_coverage, iqm_interval
 from pe_sweeps.compare.comparison import Cell, Comparison, Protocol, cell_number, lookup
+from pe_sweeps.compare.preconditions import Precondition, failures
 from pe_sweeps.compare.selection import (
     check_best_over,
     check_columns,
@@ -41,8 +42,9 @@ def column_ranks(comp: Comparison, col: str, rows: list[str]) -> dict[str, float
 
 def rank_columns(comp: Comparison) -> None:
     """Rank the rows of each column (the #rank of each cell), then the across-column aggregates."""
-    for col in comp.cols:
-        ranks = column_ranks(comp, col, [r for r in comp.rows if (r, col) in comp.cells])
+    for col in comp.cols:  # a cell failing its precondition has no rank
+        rows = [r for r in comp.rows if (r, col) in comp.cells and (r, col) not in comp.failed]
+        ranks = column_ranks(comp, col, rows)
         comp.ranks.update({(r, col): k for r, k in ranks.items()})
     aggregate_rows(comp)
 
@@ -69,7 +71,9 @@ def aggregate_rows(comp: Comparison) -> None:
         return
     comp.missing = {r: [c for c in comp.cols if (r, c) not in comp.cells] for r in comp.rows}
     comp.missing = {r: cols for r, cols in comp.missing.items() if cols}
-    complete = [r for r in comp.rows if r not in comp.missing]
+    comp.failed_rows = {r: [c for c in comp.cols if (r, c) in comp.failed] for r in comp.rows}
+    comp.failed_rows = {r: cols for r, cols in comp.failed_rows.items() if cols}
+    complete = [r for r in comp.rows if r not in comp.missing and r not in comp.failed_rows]
     if not complete:
         return
     ranks = [column_ranks(comp, col, complete) for col in comp.cols]
@@ -120,11 +124,14 @@ def welch(a: np.ndarray, b: np.ndarray, alternative: str = "two-sided", alpha: f
         return stats.ttest_ind(a, b, equal_var=False, alternative=alternative)
 
 
+UNTESTED = {"p": math.nan, "p_equivalence": None, "difference": None, "ci_low": None, "ci_high": None}
+
+
 def pair_test(a: Cell, b: Cell, log: bool, margin: float | None, alpha: float = ALPHA) -> dict:
     """Welch's t-test of a against b (raw p), the (1 - alpha) Welch interval of the difference in means
     (a ratio of geometric means on the log scale) and, with a margin, TOST's p: the larger p of the two one-sided
     Welch tests of difference <= -margin and >= +margin (Schuirmann 1987). NaN p: not testable."""
-    out = {"p": math.nan, "p_equivalence": None, "difference": None, "ci_low": None, "ci_high": None}
+    out = dict(UNTESTED)
     x, y = tested_values(a, log), tested_values(b, log)
     if a.n < 2 or b.n < 2 or x is None or y is None:
         return out
@@ -146,14 +153,20 @@ def pairwise(comp: Comparison, col: str, margin: float | None = None, alpha: flo
     """Every pair of rows in a column (in rank order, a ranked above b) with its tests (`pair_test`); the Holm
     adjustment over the family and the verdict are `judge`'s."""
     ordered = [r for _, r in sorted((comp.ranks[r, col], r) for r in comp.rows if (r, col) in comp.ranks)]
+    ordered += sorted(r for r in comp.rows if (r, col) in comp.failed)  # no rank: after the ranked rows
     log = log_scale(comp.metric)
     return [{"a": a, "b": b, "col": col, **pair_test(comp.cells[a, col], comp.cells[b, col], log, margin, alpha)}
+            if not {(a, col), (b, col)} & set(comp.failed) else {"a": a, "b": b, "col": col, **UNTESTED,
+                                                                 "precondition_failed": True}
             for a, b in itertools.combinations(ordered, 2)]  # fmt: skip
 
 
 def verdict(pair: dict, goal_: str, alpha: float) -> str:
     """better / worse (a against b: Holm-adjusted p < alpha, in the direction of the difference), equivalent
-    (TOST's Holm-adjusted p < alpha), else inconclusive; "not testable" without a p."""
+    (TOST's Holm-adjusted p < alpha), else inconclusive; "not testable" without a p; "precondition failed" for a
+    pair with a cell that fails its precondition (no test, outside the family)."""
+    if pair.get("precondition_failed"):
+        return "precondition failed"
     if math.isnan(pair["p"]):
         return "not testable"
     if pair["p_holm"] < alpha:
@@ -220,7 +233,10 @@ def statement(comp: Comparison, col: str) -> str:
     tag = "(exploratory) " if comp.exploratory else ""
     if not pairs:
         return f"{tag}{col}: one row only, nothing to compare"
-    top = pairs[0]  # best vs runner-up
+    failed = sum((r, col) in comp.failed for r in comp.rows)
+    if len(pairs) == sum(p.get("precondition_failed", False) for p in pairs):
+        return f"{tag}{col}: {failed} row(s) fail the precondition, fewer than two left to compare"
+    top = pairs[0]  # best vs runner-up (ranked rows first: both pass the precondition)
     a, b = comp.cells[top["a"], col], comp.cells[top["b"], col]
     head = (f"{tag}{col}: {top['a']} ({cell_number(a.center, a)}) vs runner-up {top['b']} "
             f"({cell_number(b.center, b)}):")  # fmt: skip
@@ -231,8 +247,8 @@ def statement(comp: Comparison, col: str) -> str:
     on = " on log values" if top["scale"] == "log" else ""
     equivalence = "" if top.get("p_equivalence_holm") is None else f", TOST Holm p={top['p_equivalence_holm']:.2g}"
     counts = Counter(p["verdict"] for p in pairs)
-    tally = ", ".join(f"{counts[w]} {w}" for w in ("better", "worse", "equivalent", "inconclusive", "not testable")
-                      if counts[w])  # fmt: skip
+    words = ("better", "worse", "equivalent", "inconclusive", "not testable", "precondition failed")
+    tally = ", ".join(f"{counts[w]} {w}" for w in words if counts[w])
     return (f"{head} Welch t-test{on} p={top['p']:.2g}, Holm p={top['p_holm']:.2g}{equivalence}: "
             f"{verdict_text(top)}; the column's {len(pairs)} pairs: {tally}")  # fmt: skip
 
@@ -240,11 +256,13 @@ def statement(comp: Comparison, col: str) -> str:
 def compare(
     records: list[RunRecord], metric: str, value: str = "final", rows="encoding", cols="task", aggregate: str = "mean",
     best_over: str | None = None, chosen: dict | None = None, direction: str | None = None, tuned=(),
+    preconditions: list[Precondition] | None = None,
 ) -> Comparison:  # fmt: skip
     """Aggregate records into a Comparison: cells over seeds, ranks, mean ranks, tests, exclusions.
     `chosen` ({(row, col): value}) fixes the --best-over choice (made on another metric); `direction`
     (maximize/minimize, the sweep file's goal) overrides the goal read from the metric's name; `tuned`: keys
-    the rows of a column may differ in besides the row keys (the parameters a sweep tunes)."""
+    the rows of a column may differ in besides the row keys (the parameters a sweep tunes); `preconditions`
+    (compare/preconditions.py): the cells failing them get no rank, no tested pair and no aggregate."""
     if not known_value(value):
         raise ConfigError(f"--value {value!r}; choose one of: {', '.join(VALUES)}")
     if aggregate not in AGGREGATES:
@@ -260,6 +278,10 @@ def compare(
     comp = Comparison(metric, value, row_keys, col_keys, kept, excluded, aggregate=aggregate, best_over=best_over)
     comp.declared_goal = declared
     comp.alternatives = alternatives if best_over else {}
+    if preconditions:
+        comp.preconditions = [p.text for p in preconditions]
+        args = (value, row_keys, col_keys, aggregate, best_over)
+        comp.failed = precondition_failures(records, preconditions, metric, kept, *args)
     comp.rows = sorted({r for r, _ in kept})
     comp.cols = sorted({c for _, c in kept})
     rank_columns(comp)
@@ -268,9 +290,26 @@ def compare(
     return comp
 
 
+def precondition_failures(
+    records, preconditions: list[Precondition], metric: str, kept: dict, value, row_keys, col_keys, aggregate, best_over
+) -> dict[tuple[str, str], str]:  # fmt: skip
+    """{(row, col): why} for the cells of `kept` (of `metric`) failing their preconditions, each judged on the
+    same runs' cell of the precondition's metric (with the same --best-over choice)."""
+    chosen = {key: cell.chosen for key, cell in kept.items()} if best_over else None
+    cache = {metric: kept}
+
+    def cells_of(name: str) -> dict | None:
+        if name not in cache:
+            cells, _ = group_cells(records, name, value, row_keys, col_keys, aggregate, best_over)
+            cache[name] = pick_best_over(cells, goal(name), chosen)[0] if cells else None
+        return cache[name]
+
+    return failures(preconditions, sorted(kept), cells_of)
+
+
 def compare_metrics(
     records: list[RunRecord], metrics: list[str], goals: list[str | None] | None = None, margins: dict | None = None,
-    primary: str | None = None, margin_source: str | None = None, **kwargs,
+    primary: str | None = None, margin_source: str | None = None, precondition_source: str | None = None, **kwargs,
 ) -> list["Comparison"]:  # fmt: skip
     """One Comparison per metric; a --best-over choice is made on the first metric and kept for the rest
     (so, e.g., a learning rate is never chosen on a beyond-length metric listed second). `goals`: per
@@ -281,5 +320,7 @@ def compare_metrics(
     chosen = {key: cell.chosen for key, cell in first.cells.items()} if kwargs.get("best_over") else None
     others = [compare(records, m, chosen=chosen, direction=d, **kwargs) for m, d in zip(metrics[1:], goals[1:])]
     comps = [first, *others]
+    for comp in comps:
+        comp.precondition_source = precondition_source if comp.preconditions else None
     judge(comps, margins, primary, source=margin_source)
     return comps

@@ -25,6 +25,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from wandb.sdk.sweeps.scheduler import optuna as wandb_optuna
 
 from pe_core.errors import ConfigError
+from pe_sweeps.compare.preconditions import parse_preconditions
 
 METHODS = ("grid", "random", "bayes", "custom")  # custom: W&B's method for scheduler engine optuna
 DISTRIBUTIONS = (
@@ -38,7 +39,7 @@ TOP_KEYS = {"program", "method", "metric", "metrics", "parameters", "command", "
             "description", "project", "entity", "scheduler", "compare"}  # fmt: skip
 # `compare:` is this runner's own key (W&B's schema has none): what `cli.py compare` judges the sweep's runs by,
 # declared before they run (compare/statistics.py `judge`)
-COMPARE_KEYS = ("margin", "primary")
+COMPARE_KEYS = ("margin", "precondition", "primary")
 ENGINES = ("wandb", "optuna")  # `scheduler.engine`s the runner runs (W&B's scheduler also has `ax`)
 SCHEDULER_KEYS = ("engine", "optimizer", "search_space", "source")
 DEFAULT_COMMAND = ["${env}", "${interpreter}", "${program}", "${args}"]
@@ -215,8 +216,9 @@ def check_wandb_schema(sweep: dict, path: Path) -> None:
 
 
 def check_compare(sweep: dict, path: Path) -> None:
-    """`compare: {margin: M, primary: METRIC}`: the equivalence margin of compare's verdicts (a positive number,
-    or one per metric: {METRIC: M}) and the primary metric; anything else is one line."""
+    """`compare: {margin: M, precondition: P, primary: METRIC}`: the equivalence margin of compare's verdicts (a
+    positive number, or one per metric: {METRIC: M}), the cells' precondition (compare/preconditions.py: a string or
+    a list of them) and the primary metric; anything else is one line."""
     if "compare" not in sweep:
         return
     block = sweep["compare"]
@@ -231,6 +233,11 @@ def check_compare(sweep: dict, path: Path) -> None:
         if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 < margin < math.inf:
             raise ConfigError(f"sweep file {path}: {where} {margin!r}: an equivalence margin is a positive number "
                               "(or one per metric: {METRIC: M})")  # fmt: skip
+    if "precondition" in block:
+        try:
+            parse_preconditions(block["precondition"], "compare.precondition")
+        except ConfigError as error:
+            raise ConfigError(f"sweep file {path}: {error}") from None
     if "primary" in block and (not isinstance(block["primary"], str) or not block["primary"]):
         raise ConfigError(f"sweep file {path}: compare.primary must name a metric, got {block['primary']!r}")
 

@@ -136,9 +136,9 @@ def test_the_margin_is_declared_in_the_sweep_file_or_with_margin(tmp_path, capsy
         ({"margin": True}, "compare.margin True: an equivalence margin is a positive number"),
         ({"margin": float("inf")}, "compare.margin inf: an equivalence margin is a positive number"),
         ({"margin": {"val/acc": 0}}, "compare.margin.val/acc 0: an equivalence margin is a positive number"),
-        ({"alpha": 0.1}, "compare key 'alpha' is unknown; known: margin, primary"),
+        ({"alpha": 0.1}, "compare key 'alpha' is unknown; known: margin, precondition, primary"),
         ({"primary": 3}, "compare.primary must name a metric, got 3"),
-        ([0.01], "compare must be a mapping with keys margin, primary"),
+        ([0.01], "compare must be a mapping with keys margin, precondition, primary"),
     ],
 )
 def test_a_sweep_files_compare_block_is_checked(tmp_path, block, message):
