@@ -1,4 +1,5 @@
-"""Text classification from TSV, CSV or JSON-lines files, any number of classes; PE-Study's six sets as presets.
+"""Text classification from TSV, CSV, JSON-lines or `label text` files, any number of classes; PE-Study's six sets
+as presets.
 
 A file has a text column (optionally a second one for sentence pairs) and a label column; labels are
 strings or integers, the label set is the training split's (sorted: numerically when every label is an
@@ -7,7 +8,17 @@ checkpoint and the run record keep it). Splits: given as files (`val_file`, `tes
 training file with `split_seed` (stratified, sklearn): the test set either a `test_fraction` or, with
 `folds` = K, fold `fold` of a stratified K-fold (SentEval's protocol for sets without a split; SentEval
 picks its regulariser by an inner K-fold, a neural model needs one validation set instead: a stratified
-`val_fraction` of the remaining folds). Files go through `datasets`' csv/json builders (cached there).
+`val_fraction` of the remaining folds). The validation cut is drawn by `val_seed`: by default the run's data
+seed (`data_seed`: with `data.seed: null`, the run's seed_everything), so each seed is scored on its own cut and
+the spread over seeds includes the evaluation set's sampling; `val_seed: split_seed` (or an integer) keeps one
+cut for every seed, as the reproduction sweeps (sweeps/repro_pe_study_cls*.yaml) declare. The test fold stays
+`split_seed`'s: the protocol's untouched test set, reported at the end (`cli.py test`, `--run.test_at_end`),
+never selected on. (The other data modules: the synthetic tasks draw every split from the data seed, masked-LM
+evaluation masks follow it; language modelling, GLUE and translation score the data set's own validation split
+or a fixed contiguous cut of one text, which a random cut would leak into, so theirs stays fixed.)
+
+Files go through `datasets`' csv/json builders (cached there); a `label_text` file (`LABEL TEXT` a line, no
+header: TREC's `.all` files) through its text builder and `.map`.
 
 Presets (`preset`): PE-Study's (Wang & Chen 2020) MR, CR, SUBJ, MPQA, TREC, SST. MR, CR, SUBJ and MPQA read
 `<data_dir>/pe_study_cls/<NAME>/all.tsv` (SentEval's files, no official split: 10-fold CV, SentEval's
@@ -25,6 +36,8 @@ import csv
 import hashlib
 import json
 import logging
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -37,7 +50,12 @@ from datamodules.text import check_tokenizer, load_or_train_tokenizer, resolve_d
 from pe_core.errors import ConfigError
 from pe_core.ranges import PositiveInt
 
-FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".all": "label_text"}
+# what each format is, for the errors that list them
+FORMAT_HELP = (
+    "formats (--data.format): tsv (tab-separated, unquoted), csv (comma-separated, quoted), jsonl (a JSON object a "
+    "line), label_text (a label, a space, the text, no header: TREC's .all files)"
+)
 SENTEVAL_SEED = 1111  # SentEval's k-fold seed
 
 
@@ -64,8 +82,9 @@ PRESETS = {
     "subj": Preset(_local("SUBJ"), "SetFit/subj", ("text", "label"), 10, ""),
     "mpqa": Preset(_local("MPQA"), "jxm/mpqa", ("sentence", "label"), 10, ""),
     "trec": Preset(None, "CogComp/trec", ("text", "coarse_label"), None,
-                   "TREC (6 coarse classes) has no local copy: offline pass --data.train_file=TRAIN.tsv "
-                   "--data.test_file=TEST.tsv (columns sentence, label; SentEval's train_5500 / TREC_10)"),
+                   "TREC (6 coarse classes) has no local copy: offline pass --data.train_file=TREC.train.all "
+                   "--data.test_file=TREC.test.all (a label, a space, the text a line: --data.format=label_text, "
+                   "which the .all suffix selects), or TSVs with columns sentence, label"),
     "sst": Preset(None, "SetFit/sst2", ("text", "label"), None,
                   "SST (binary, sentence level) has no local copy: offline pass --data.train_file, "
                   "--data.val_file and --data.test_file (TSVs with columns sentence, label: train/dev/test)"),
@@ -79,9 +98,9 @@ def file_format(path: Path, fmt: str | None) -> str:
     if fmt is None:
         fmt = FORMATS.get(path.suffix.lower())
         if fmt is None:
-            raise ConfigError(f"{path}: cannot tell the format from the suffix; set --data.format to tsv, csv or jsonl")
-    if fmt not in ("tsv", "csv", "jsonl"):
-        raise ConfigError(f"unknown format {fmt!r}; choose one of: tsv, csv, jsonl")
+            raise ConfigError(f"{path}: cannot tell the format from the suffix {path.suffix!r}; {FORMAT_HELP}")
+    if fmt not in ("tsv", "csv", "jsonl", "label_text"):
+        raise ConfigError(f"unknown format {fmt!r}; {FORMAT_HELP}")
     return fmt
 
 
@@ -136,9 +155,10 @@ def first_malformed_row(path: Path, fmt: str, width: int | None, header: bool, e
 def read_table(
     path: Path, fmt: str, header: bool, column_names: list[str] | None, encoding: str = "utf-8"
 ) -> dict[str, list]:
-    """{column: values} of one file through datasets' csv/json builder, decoded with `encoding` (a BOM and CRLF
-    line ends are read as text); a one-line ConfigError naming the file (and the row or line when one is at
-    fault) when it is missing, empty, malformed or not in that encoding."""
+    """{column: values} of one file through datasets' csv/json/text builder, decoded with `encoding` (a BOM and
+    CRLF line ends are read as text); a one-line ConfigError naming the file (and the row or line when one is at
+    fault, and the formats) when it is missing, empty, malformed or not in that encoding. `label_text` files
+    have two columns, named by `column_names` (label first, then text)."""
     import datasets
 
     if not path.is_file():
@@ -150,6 +170,8 @@ def read_table(
         raise decode_error(path, error, shown, fmt) from None
     if not text.strip():
         raise ConfigError(f"{path}: empty file")
+    if fmt == "label_text":
+        return read_label_text(path, column_names, encoding)
     if fmt == "jsonl":
         kwargs = {"encoding": encoding}
     else:
@@ -162,22 +184,66 @@ def read_table(
             "keep_default_na": False, "skip_blank_lines": False, "features": strings,
             **({} if header else {"header": None, "column_names": names}),
         }  # fmt: skip
-    builder = "json" if fmt == "jsonl" else "csv"
-    logger, level = logging.getLogger("datasets"), logging.getLogger("datasets").level
-    logger.setLevel(logging.CRITICAL)  # the builders log their parse errors; ours is the one line
     try:
-        table = datasets.load_dataset(builder, data_files={"rows": str(path)}, split="rows", **kwargs)
+        table = load_rows("json" if fmt == "jsonl" else "csv", path, **kwargs)
     except Exception as error:  # noqa: BLE001 - any parse failure becomes one line naming the file
         width = None if fmt == "jsonl" or header else len(kwargs["column_names"])
         where = first_malformed_row(path, fmt, width, header, encoding)
         cause = error.__cause__ or error
         reason = where or (str(cause).strip().splitlines() or [type(cause).__name__])[0][:200]
-        raise ConfigError(f"{path}: {reason}") from None
-    finally:
-        logger.setLevel(level)
+        raise ConfigError(f"{path}: {reason} ({fmt} file); {FORMAT_HELP}") from None
     if len(table) == 0:
         raise ConfigError(f"{path}: no data rows")
     return table.to_dict()
+
+
+@contextmanager
+def quiet_datasets():
+    """datasets' logging and progress bars off for a while (the builders log their parse errors, ours is the one
+    line; a file of a few thousand rows needs no progress bar), then as they were."""
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    logger = logging.getLogger("datasets")
+    level, shown = logger.level, not are_progress_bars_disabled()
+    logger.setLevel(logging.CRITICAL)
+    with warnings.catch_warnings():  # HF_DATASETS_DISABLE_PROGRESS_BARS=0 keeps them, with a warning
+        warnings.simplefilter("ignore")
+        disable_progress_bars()
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if shown:
+            enable_progress_bars()
+
+
+def load_rows(builder: str, path: Path, **kwargs):
+    """The rows of one file as a `datasets.Dataset`, read by datasets' `builder` (csv, json, text; cached there)."""
+    import datasets
+
+    with quiet_datasets():
+        return datasets.load_dataset(builder, data_files={"rows": str(path)}, split="rows", **kwargs)
+
+
+def read_label_text(path: Path, names: list[str], encoding: str) -> dict[str, list]:
+    """{label column: labels, text column: texts} of a file of `LABEL TEXT` lines (TREC's .all files:
+    `5 How far is it from Denver to Aspen ?`): read by datasets' text builder (one row a line), each line split
+    at its first whitespace by `.map`; a line without a label and a text is one line naming the file and line."""
+    label, text = names
+
+    def split(batch: dict[str, list]) -> dict[str, list]:
+        parts = [line.split(None, 1) for line in batch["text"]]
+        return {label: [p[0] if len(p) == 2 else "" for p in parts], text: [p[1].strip() if len(p) == 2 else ""
+                                                                               for p in parts]}  # fmt: skip
+
+    lines = load_rows("text", path, encoding=encoding)
+    with quiet_datasets():
+        table = lines.map(split, batched=True, remove_columns=["text"])
+    rows = table.to_dict()
+    for n, (y, x) in enumerate(zip(rows[label], rows[text]), 1):
+        if not (y and x):
+            raise ConfigError(f"{path}: line {n}: not a label, a space and a text (label_text file); {FORMAT_HELP}")
+    return rows
 
 
 def column(table: dict[str, list], name: str, path: Path) -> list[str]:
@@ -242,7 +308,7 @@ Split = tuple[list[tuple[str, ...]], list[str]]  # texts (1- or 2-tuples), raw l
 
 
 PresetName = Literal[tuple(PRESETS)]  # --help lists them, a wrong one is refused when parsed
-FileFormat = Literal["tsv", "csv", "jsonl"]
+FileFormat = Literal["tsv", "csv", "jsonl", "label_text"]
 
 
 @data_options_help(
@@ -250,7 +316,8 @@ FileFormat = Literal["tsv", "csv", "jsonl"]
     train_file="the training file (tsv, csv or jsonl); with a preset, null: the preset's",
     val_file="the validation file; null: a stratified val_fraction of the training rows",
     test_file="the test file; null: fold `fold` of `folds`, or a stratified test_fraction of the training rows",
-    format="the files' format; null: from the file suffix (.tsv, .csv, .jsonl, .json)",
+    format="the files' format: tsv, csv, jsonl, or label_text (a label, a space, the text a line, no header: "
+    "TREC's .all files); null: from the file suffix (.tsv, .csv, .jsonl, .json, .all)",
     header="the files' first row names the columns",
     column_names='header-less files: the column names; null: "0", "1", ...',
     encoding="the files' text encoding, e.g. latin-1 for TREC as distributed (a BOM is read as one)",
@@ -262,7 +329,10 @@ FileFormat = Literal["tsv", "csv", "jsonl"]
     fold="which of the `folds` folds is the test set (0 to folds - 1)",
     val_fraction="stratified share of the training rows held out for validation when there is no val_file, in (0, 1)",
     test_fraction="stratified share of the training rows held out for testing without test_file or folds, in (0, 1)",
-    split_seed="seed of the cut splits and folds; null: 1111 (SentEval's) for presets, else 0",
+    split_seed="seed of the test cut and folds (and of a val_seed: split_seed cut); null: 1111 (SentEval's) for "
+    "presets, else 0",
+    val_seed="seed of the validation cut (no val_file): data_seed (the run's data seed: each seed its own cut), "
+    "split_seed (one cut for every seed, PE-Study's) or an integer",
     max_length="longest input in tokens, [CLS] and [SEP] included (texts truncated longest-first)",
 )
 class TextClassificationDataModule(FileDataModule):
@@ -306,6 +376,7 @@ class TextClassificationDataModule(FileDataModule):
         val_fraction: float = 0.1,
         test_fraction: float = 0.1,
         split_seed: int | None = None,
+        val_seed: int | Literal["data_seed", "split_seed"] = "data_seed",
         tokenizer: Tokenizer = "bpe",
         max_length: PositiveInt = 128,
         max_train_examples: Limit = None,
@@ -321,6 +392,7 @@ class TextClassificationDataModule(FileDataModule):
         self.folds = folds if folds is not None else (spec.folds if spec and not (test_file or self.hub_name) else None)
         self.fold = fold
         self.split_seed = split_seed if split_seed is not None else (SENTEVAL_SEED if spec else 0)
+        self.val_seed = {"data_seed": self.seed, "split_seed": self.split_seed}.get(val_seed, val_seed)
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
         self.max_length = max_length
         if self.hub_name:
@@ -349,8 +421,12 @@ class TextClassificationDataModule(FileDataModule):
     # -- sources
 
     def _read_file(self, path: Path, fmt: str | None) -> Split:
-        table = read_table(path, file_format(path, fmt), self.hparams.header, self.hparams.column_names,
-                           self.hparams.encoding)  # fmt: skip
+        fmt, names = file_format(path, fmt), self.hparams.column_names
+        if fmt == "label_text":  # two fields a line: the label, then the text
+            if len(self.text_columns) > 1:
+                raise ConfigError(f"{path}: a label_text file holds one text a line; drop --data.text_pair_column")
+            names = [self.label_column, self.text_columns[0]]
+        table = read_table(path, fmt, self.hparams.header, names, self.hparams.encoding)
         texts = list(zip(*(column(table, name, path) for name in self.text_columns)))
         return texts, column(table, self.label_column, path)
 
@@ -406,10 +482,10 @@ class TextClassificationDataModule(FileDataModule):
                 where["test"] = f"{source} (held-out {self.test_fraction:.0%})"
             given["test"] = ([texts[i] for i in test], [labels[i] for i in test])
         if "val" not in given:
-            rows, val = cut(labels, rows, self.val_fraction, self.split_seed)
+            rows, val = cut(labels, rows, self.val_fraction, self.val_seed)
             given["val"] = ([texts[i] for i in val], [labels[i] for i in val])
             where["val"] = f"{source} (held-out {self.val_fraction:.0%} of the training rows)"
-        # the cuts return their rows shuffled (by split_seed): keep that order, so `max_train_examples` takes a
+        # the cuts return their rows shuffled (by their seeds): keep that order, so `max_train_examples` takes a
         # random subset even of a file sorted by class (SentEval files list one class after the other)
         given["train"] = ([texts[i] for i in rows], [labels[i] for i in rows])
         return {name: (*given[name], where[name]) for name in ("train", "val", "test")}

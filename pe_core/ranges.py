@@ -88,6 +88,16 @@ def in_range(value, annotation) -> bool:
     return math.isfinite(value) and all(compare[op](bound) is True for op, bound in found)
 
 
+def plain_member_takes(value, annotation) -> bool:
+    """Whether a plain-type member of a union (None in `Literal[...] | None`, int in `int | Literal["auto"]`)
+    takes `value`, which its Literal members do not list."""
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    return any(
+        isinstance(member, type) and isinstance(value, member) and not (member is int and isinstance(value, bool))
+        for member in members
+    )
+
+
 def check_ranges(function, values: dict, prefix: str = "") -> None:
     """A one-line ConfigError for the first of `values` outside the range its parameter of `function` (a
     class's `__init__`, a dataclass) declares, e.g. `batch_size must be an integer >= 1, got 0`."""
@@ -96,7 +106,7 @@ def check_ranges(function, values: dict, prefix: str = "") -> None:
         if name not in values or name not in hints:
             continue
         value, allowed = values[name], choices(hints[name])
-        if allowed and value not in allowed and not (value is None and type(None) in typing.get_args(hints[name])):
+        if allowed and value not in allowed and not plain_member_takes(value, hints[name]):
             raise ConfigError(f"{prefix}{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
         if not in_range(value, hints[name]):
             raise ConfigError(f"{prefix}{name} must be {describe(hints[name])}, got {value!r}")

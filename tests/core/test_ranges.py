@@ -15,6 +15,7 @@
 import importlib
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import pytest
 from jsonargparse import ArgumentParser
@@ -125,6 +126,20 @@ def test_check_ranges_on_a_dataclass(values, message):
         check_ranges(Options, values, "opts.")
     assert str(err.value) == message
     check_ranges(Options, {"size": 3, "share": 0.5, "limit": None, "name": "anything"}, "opts.")  # in range
+
+
+@dataclass
+class Seeded:
+    seed: int | Literal["data_seed", "split_seed"] = "data_seed"
+
+
+def test_a_literal_beside_a_plain_type_accepts_that_type():
+    """`int | Literal[...]` (the classification module's val_seed): an integer is not refused as a choice."""
+    for value in ("data_seed", "split_seed", 7, 0):
+        check_ranges(Seeded, {"seed": value}, "--data.")
+    for value in ("data-seed", True, 1.5):
+        with pytest.raises(ConfigError, match="^--data.seed must be one of 'data_seed', 'split_seed', got "):
+            check_ranges(Seeded, {"seed": value}, "--data.")
 
 
 def test_a_dataclass_checks_its_ranges_when_built_directly():
