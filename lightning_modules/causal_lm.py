@@ -12,6 +12,7 @@ from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import LRDecay
+from lightning_modules.outcomes import ExampleOutcomes, content_hash
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_core.errors import ConfigError
@@ -64,6 +65,13 @@ class CausalLMModel(TaskModule):
     untrained, as in the ALiBi paper); should an encoding still serve fewer positions than a context, that
     context's perplexity is logged as inf with one warning instead of failing the run. `compile`:
     torch.compile the Transformer's blocks (lightning_modules/compiling.py).
+
+    Per-example outcomes (lightning_modules/outcomes.py), one row per evaluation window of every loader: `id`
+    (the window's index in the stage's loaders concatenated), `hash`, `nll` (mean NLL of its scored tokens),
+    `tokens` (scored), `tok_acc` (argmax accuracy on them), `context` (window length) and `stride` (0 for the
+    non-overlapping windows). val/loss is the token-weighted mean of `nll` over the rows of context = block size
+    and stride 0; val/ppl_ctx_<n>(_stride_<S>) is exp of the token-weighted mean over its rows. A window of a
+    context the encoding cannot serve keeps its row, with nll inf and tok_acc 0.
     """
 
     def __init__(
@@ -90,6 +98,8 @@ class CausalLMModel(TaskModule):
         self.stride: int | None = None  # the sliding windows' stride, once a batch has shown it
         self.unservable: dict[str, set[tuple[int, int | None]]] = {"val": set(), "test": set()}
         self.warned: set[int] = set()  # contexts already warned about (once per run)
+        columns = ("id", "hash", "nll", "tokens", "tok_acc", "context", "stride")
+        self.outcomes = nn.ModuleDict({s: ExampleOutcomes(columns) for s in ("val", "test")})
 
     @property
     def train_context(self) -> int | None:
@@ -108,8 +118,7 @@ class CausalLMModel(TaskModule):
 
     def token_losses(self, tokens: Tensor, targets: Tensor) -> Tensor:
         """(B, L) next-token cross-entropy; 0 where the target is IGNORE_INDEX (context only)."""
-        logits = self(tokens)
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none").view_as(targets)
+        return _token_losses(self(tokens), targets)
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         loss = self.token_losses(batch["tokens"], batch["targets"]).mean()
@@ -134,11 +143,32 @@ class CausalLMModel(TaskModule):
                     f"not {context}: {context_name(stage, context)} is logged as inf"
                 )
             self.unservable[stage].add((context, stride))
+            self._record_window_outcomes(batch, None, stage)
             return
-        losses = self.token_losses(batch["tokens"], batch["targets"])
+        logits = self(batch["tokens"])
+        losses = _token_losses(logits, batch["targets"])
         scored = int((batch["targets"] != IGNORE_INDEX).sum())
         metric = self.per_context[stage] if stride is None else self.sliding[stage]
         metric.update(losses.sum(), scored, context)
+        self._record_window_outcomes(batch, logits, stage, losses)
+
+    def _record_window_outcomes(self, batch: dict, logits: Tensor | None, stage: str, losses=None) -> None:
+        """Per window: mean NLL, scored tokens and token accuracy (nll inf, tok_acc 0 without `logits`: a context
+        the encoding cannot serve), its context and stride."""
+        tokens, targets = batch["tokens"], batch["targets"]
+        scored = targets != IGNORE_INDEX  # (B, L)
+        count = scored.sum(1)  # (B,)
+        if logits is None:
+            nll = torch.full(count.shape, math.inf, device=count.device)
+            right = torch.zeros_like(count)
+        else:
+            nll = losses.sum(1) / count.clamp(min=1)
+            right = ((logits.argmax(-1) == targets) & scored).sum(1)
+        stride = batch["stride"] if "stride" in batch else torch.zeros_like(count)
+        self.record_outcomes(
+            stage, hash=content_hash((tokens, torch.ones_like(scored)), (targets, scored)), nll=nll, tokens=count,
+            tok_acc=right / count.clamp(min=1), context=torch.full_like(count, tokens.shape[1]), stride=stride,
+        )  # fmt: skip
 
     def _eval_epoch_end(self, stage: str) -> dict[str, float]:
         losses = self.per_context[stage].compute()
@@ -155,8 +185,14 @@ class CausalLMModel(TaskModule):
             values[M.name(stage, M.LOSS)] = losses[train_context]
             values[M.name(stage, PPL)] = _ppl(losses[train_context])
         self.unservable[stage] = set()
+        self.finish_outcomes(stage)
         self.log_evaluation(values)
         return values
+
+
+def _token_losses(logits: Tensor, targets: Tensor) -> Tensor:
+    """(B, L) next-token cross-entropy of (B, L, V) logits; 0 where the target is IGNORE_INDEX (context only)."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none").view_as(targets)
 
 
 def _ppl(loss: float) -> float:

@@ -12,6 +12,7 @@ from lightning_modules import metrics as M
 from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.optim import LRDecay
+from lightning_modules.outcomes import ExampleOutcomes, content_hash
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import Transformer
 from pe_core.ranges import NonNegativeFloat, NonNegativeInt, PositiveFloat
@@ -44,6 +45,11 @@ class MaskedLMModel(TaskModule):
     (`tupe_a` with `untie_cls: false`; sweeps/tupe_glue.yaml). Logs `train/loss`, `val/loss`
     (masked-token cross-entropy), `val/acc` (masked-token accuracy) and `val/ppl`. Every checkpoint also
     stores the data's tokenizer, so `SequenceClassifier(init_from=...)` reads text the way pre-training did.
+
+    Per-example outcomes (lightning_modules/outcomes.py), one row per evaluation block: `id`, `hash` (of its
+    inputs and masked targets), `nll` (mean NLL of its masked tokens), `tokens` (masked tokens: 0 for a block
+    with none, whose nll and tok_acc are then 0) and `tok_acc`. val/loss is the token-weighted mean of `nll`,
+    val/acc that of `tok_acc` (both are means over masked tokens).
     """
 
     def __init__(
@@ -66,6 +72,8 @@ class MaskedLMModel(TaskModule):
         self.accuracy = nn.ModuleDict(
             {s: MulticlassAccuracy(self.arch.vocab_size, average="micro") for s in ("val", "test")}
         )
+        columns = ("id", "hash", "nll", "tokens", "tok_acc")
+        self.outcomes = nn.ModuleDict({s: ExampleOutcomes(columns) for s in ("val", "test")})
 
     def masked_logits(self, batch: dict) -> tuple[Tensor, Tensor]:
         """(N, V) logits and (N,) targets at the N selected (masked) positions only."""
@@ -82,11 +90,26 @@ class MaskedLMModel(TaskModule):
 
     def _eval_step(self, batch: dict, stage: str) -> None:
         logits, targets = self.masked_logits(batch)
+        losses = F.cross_entropy(logits.float(), targets, reduction="none")  # (N,)
+        self._record_block_outcomes(batch, losses, logits.argmax(-1) == targets, stage)
         if targets.numel() == 0:
             return
-        loss = F.cross_entropy(logits.float(), targets)
-        self.losses[stage].update(loss, weight=targets.numel())  # mean over masked tokens
+        self.losses[stage].update(losses.mean(), weight=targets.numel())  # mean over masked tokens
         self.accuracy[stage].update(logits.argmax(-1), targets)
+
+    def _record_block_outcomes(self, batch: dict, losses: Tensor, right: Tensor, stage: str) -> None:
+        """Per block: the mean NLL, count and accuracy of its masked tokens (`losses`, `right`: (N,) over the
+        batch's masked tokens in row-major order, as `masked_logits` selects them)."""
+        tokens, targets = batch["tokens"], batch["targets"]
+        selected = targets != -100  # (B, L)
+        rows = selected.nonzero()[:, 0]  # (N,) the block of each masked token
+        count = selected.sum(1)  # (B,)
+        nll = torch.zeros(len(tokens), device=losses.device).index_add_(0, rows, losses)
+        hits = torch.zeros(len(tokens), device=losses.device).index_add_(0, rows, right.float())
+        self.record_outcomes(
+            stage, hash=content_hash((tokens, torch.ones_like(selected)), (targets, selected)),
+            nll=nll / count.clamp(min=1), tokens=count, tok_acc=hits / count.clamp(min=1),
+        )  # fmt: skip
 
     def _eval_epoch_end(self, stage: str) -> None:
         loss = self.losses[stage].compute().item()
@@ -97,6 +120,7 @@ class MaskedLMModel(TaskModule):
         }
         self.losses[stage].reset()
         self.accuracy[stage].reset()
+        self.finish_outcomes(stage)
         self.log_evaluation(values)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

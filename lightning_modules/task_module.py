@@ -90,13 +90,18 @@ class TaskModule(pl.LightningModule):
         return arch
 
     @property
-    def attached_datamodule(self):
-        """The datamodule of the Trainer this module is attached to, or None (Lightning's public `trainer`
-        raises when there is none)."""
+    def attached_trainer(self) -> pl.Trainer | None:
+        """The Trainer this module is attached to, or None (Lightning's public `trainer` raises when there is
+        none: a module whose steps a test calls directly)."""
         try:
-            return getattr(self.trainer, "datamodule", None)
+            return self.trainer
         except RuntimeError:
             return None
+
+    @property
+    def attached_datamodule(self):
+        """The datamodule of the Trainer this module is attached to, or None."""
+        return getattr(self.attached_trainer, "datamodule", None)
 
     @property
     def encoding(self):
@@ -120,30 +125,42 @@ class TaskModule(pl.LightningModule):
 
     def record_outcomes(self, stage: str, **columns: Tensor) -> None:
         """Keep an evaluation batch's per-example outcomes (`columns`, (B,) each) in `self.outcomes[stage]` (an
-        `outcomes.ExampleOutcomes`), each example with its `id`: its index in the evaluation dataset. The loaders
-        never shuffle an evaluation set, and under DDP process r of W gets the examples r, r + W, r + 2W, ...
-        (datamodules/loaders.py's UnrepeatedDistributedSampler), so the ids follow from the examples each
-        process has seen, with no host sync. A loader in any other order (checked at its first batch) keeps
-        none, with one warning."""
+        `outcomes.ExampleOutcomes`), each example with its `id`: its index in the evaluation dataset (with several
+        loaders, as a causal LM's one per context: in their datasets concatenated in loader order, so the ids of a
+        stage are 0..N-1). The loaders never shuffle an evaluation set, and under DDP process r of W gets the
+        examples r, r + W, r + 2W, ... (datamodules/loaders.py's UnrepeatedDistributedSampler, which repeats none
+        to even out the processes), so the ids follow from the examples each process has seen, with no host sync.
+        A loader in any other order (checked at its first batch) keeps none, with one warning."""
         size = len(next(iter(columns.values())))
         key = (stage, getattr(self, "_loader_index", 0))
         counts = self.__dict__.setdefault("_outcome_counts", {})
         if key not in counts:
-            counts[key] = 0 if self._in_dataset_order(stage, key[1]) else -1
-        start = counts[key]
+            in_order = self._in_dataset_order(stage, key[1])
+            counts[key] = (0, self._loader_offset(stage, key[1])) if in_order else (-1, 0)
+        start, offset = counts[key]
         if start < 0:
             return
-        counts[key] = start + size
+        counts[key] = (start + size, offset)
         rank, world = self.global_rank, self.trainer.world_size
-        ids = rank + world * (start + torch.arange(size, device=next(iter(columns.values())).device))
+        ids = offset + rank + world * (start + torch.arange(size, device=next(iter(columns.values())).device))
         self.outcomes[stage].update(id=ids, **columns)
+
+    def _stage_loaders(self, stage: str) -> list | None:
+        """The stage's evaluation loaders in order (one or several); None outside a Trainer's loop."""
+        trainer = self.attached_trainer
+        loaders = getattr(trainer, "val_dataloaders" if stage == "val" else "test_dataloaders", None)
+        return None if loaders is None else list(loaders) if isinstance(loaders, (list, tuple)) else [loaders]
+
+    def _loader_offset(self, stage: str, index: int) -> int:
+        """The number of examples in the stage's loaders before the `index`-th (the first id of its examples)."""
+        return sum(len(loader.dataset) for loader in self._stage_loaders(stage)[:index])
 
     def _in_dataset_order(self, stage: str, index: int) -> bool:
         """Whether the stage's `index`-th loader yields its dataset in order (this process's share under DDP)."""
-        loaders = getattr(self.trainer, "val_dataloaders" if stage == "val" else "test_dataloaders", None)
+        loaders = self._stage_loaders(stage)
         if loaders is None:  # evaluated outside a Trainer's loop (a direct call): no loader, no stable ids
             return False
-        loader = loaders[index] if isinstance(loaders, (list, tuple)) else loaders
+        loader = loaders[index]
         sampler = getattr(loader, "sampler", None)
         if self.trainer.world_size > 1:
             ordered = isinstance(sampler, UnrepeatedDistributedSampler) and not sampler.shuffle
@@ -165,7 +182,8 @@ class TaskModule(pl.LightningModule):
         counts = self.__dict__.setdefault("_outcome_counts", {})
         for key in [k for k in counts if k[0] == stage]:
             del counts[key]
-        if not self.trainer.sanity_checking:
+        trainer = self.attached_trainer
+        if trainer is not None and not trainer.sanity_checking:
             self.evaluation_outcomes[stage] = table
 
     @property

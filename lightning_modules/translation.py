@@ -17,6 +17,7 @@ from lightning_modules.arch import ArchConfig
 from lightning_modules.compiling import compile_blocks
 from lightning_modules.encodings import ENCODINGS
 from lightning_modules.optim import LRDecay
+from lightning_modules.outcomes import ExampleOutcomes, content_hash
 from lightning_modules.registry import ENCODING_ARGS
 from lightning_modules.task_module import TaskModule, options_help
 from lightning_modules.transformer import (
@@ -187,6 +188,12 @@ class TranslationModel(TaskModule):
     Decoding re-runs the decoder over the whole prefix at every step (no KV cache: correct for every
     encoding) for at most min(max_decode_len, max_length) tokens; [PAD], [CLS], [MASK] and [UNK] are
     never generated.
+
+    Per-example outcomes (lightning_modules/outcomes.py), one row per evaluated sentence: `id`, `hash` (of its
+    source and target tokens), `nll` (mean NLL of its target tokens, EOS included, teacher-forced, without label
+    smoothing), `tokens` and `tok_acc` (teacher-forced argmax accuracy). val/loss is the token-weighted mean of
+    `nll`. BLEU has no per-sentence column: corpus BLEU pools n-gram counts and the brevity penalty over the
+    whole corpus, so it is not a mean of per-sentence values (and sentence BLEU, smoothed, is another metric).
     """
 
     ENCODING_ARGS = ENCODING_ARGS["TranslationModel"]  # run encoding "<encoder>+<decoder>"
@@ -223,6 +230,8 @@ class TranslationModel(TaskModule):
             compile_blocks(self.decoder)
         self.eval_loss = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
         self.bleu = nn.ModuleDict({name: SacreBLEUScore(tokenize="13a") for name in ("val", "test", "test_greedy")})
+        columns = ("id", "hash", "nll", "tokens", "tok_acc")
+        self.outcomes = nn.ModuleDict({s: ExampleOutcomes(columns) for s in ("val", "test")})
 
     @property
     def token_emb(self) -> nn.Embedding:
@@ -382,16 +391,29 @@ class TranslationModel(TaskModule):
     def _score(self, metric: str, hypotheses: Tensor, refs: list[str]) -> None:
         self.bleu[metric].update(self.detokenize(hypotheses), [[ref] for ref in refs])
 
+    def evaluate_loss(self, batch: dict, stage: str) -> None:
+        """The batch's token NLL (no label smoothing) into `<stage>/loss`, and its per-sentence outcomes."""
+        logits = self(batch["src"], batch["src_mask"], batch["tgt_in"])  # (B, T, V)
+        targets = batch["tgt_out"]
+        scored = targets != IGNORE_INDEX  # (B, T)
+        losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
+                                 reduction="none").view_as(targets)  # fmt: skip
+        count = scored.sum(1)  # (B,)
+        self.eval_loss[stage].update(losses.sum() / count.sum(), count.sum())
+        right = ((logits.argmax(-1) == targets) & scored).sum(1)
+        self.record_outcomes(
+            stage, hash=content_hash((batch["src"], batch["src_mask"]), (targets, scored)),
+            nll=losses.sum(1) / count.clamp(min=1), tokens=count, tok_acc=right / count.clamp(min=1),
+        )  # fmt: skip
+
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        loss, tokens = self.token_losses(batch, 0.0)
-        self.eval_loss["val"].update(loss, tokens)
+        self.evaluate_loss(batch, "val")
         limit = self.hparams.val_bleu_batches
         if limit is None or batch_idx < limit:
             self._score("val", self.greedy(batch["src"], batch["src_mask"]), batch["ref"])
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
-        loss, tokens = self.token_losses(batch, 0.0)
-        self.eval_loss["test"].update(loss, tokens)
+        self.evaluate_loss(batch, "test")
         self._score("test", self.beam_search(batch["src"], batch["src_mask"])[0], batch["ref"])
         self._score("test_greedy", self.greedy(batch["src"], batch["src_mask"]), batch["ref"])
 
@@ -402,6 +424,7 @@ class TranslationModel(TaskModule):
             values[M.name(stage, metric)] = 100.0 * self.bleu[key].compute()
             self.bleu[key].reset()
         self.eval_loss[stage].reset()
+        self.finish_outcomes(stage)
         self.log_evaluation(values)
 
     def on_validation_epoch_end(self) -> None:
