@@ -9,6 +9,8 @@ LOSS, ACC, ACC_OOD, TOK_ACC, TOK_ACC_OOD = "loss", "acc", "acc_ood", "tok_acc", 
 SE = "_se"  # suffix of a metric's standard error over its evaluation set, e.g. "val/acc_se"
 ACC_BEST = "val/acc_best"
 STAGE_METRIC = re.compile(r"^(train|val|test)/")  # a logged metric (not a config value or system stat)
+BEST = "best/"  # a W&B run's summary key for a validation metric's best value: `best/val/acc`
+PER_LENGTH = re.compile(r"_(len|ctx)_\d+")  # one value per length or context (val/acc_len_8, val/ppl_ctx_128)
 
 
 def name(stage: str, metric: str) -> str:
@@ -26,6 +28,20 @@ def goal(metric: str) -> str:
     last = metric.rsplit("/", 1)[-1]
     lower_is_better = ("loss", "ppl", "mae", "error", SE + "_len_")
     return "min" if last.endswith(SE) or any(key in last for key in lower_is_better) else "max"
+
+
+def is_diagnostic(metric: str) -> bool:
+    """A value that describes the evaluation rather than how good the model is: a standard error (`val/acc_se`,
+    `val/acc_se_len_8`) or an example count (`val/examples`). W&B hides it from the automatic panels, and no
+    "best" is shown for it (its minimum over validations means nothing)."""
+    last = metric.rsplit("/", 1)[-1]
+    return last.endswith(SE) or SE + "_len_" in last or "examples" in last
+
+
+def has_best(metric: str) -> bool:
+    """Whether a metric's best value over the validations of a run is worth showing: not a diagnostic value
+    (`is_diagnostic`), not the learning rate, not a metric that already is a best so far (`val/acc_best`)."""
+    return not is_diagnostic(metric) and metric.rsplit("/", 1)[-1] != "lr" and not metric.endswith("_best")
 
 
 def bounds(metric: str) -> tuple[float, float]:

@@ -79,7 +79,7 @@ from pe_sweeps.runs.run_naming import (  # noqa: E402
     setup_label,
     sweep_params,
 )
-from pe_sweeps.runs.wandb_setup import make_wandb_logger  # noqa: E402
+from pe_sweeps.runs.wandb_setup import DEFAULT_PROJECT, make_wandb_logger  # noqa: E402
 from pe_sweeps.sweep.children import check_given_gpus, start_watchdog  # noqa: E402
 
 set_parsing_settings(docstring_parse_attribute_docstrings=True)  # ArchConfig's field docstrings are --help text
@@ -110,7 +110,7 @@ class RunOptions:
     out_root: str | None = field(default_factory=lambda: os.environ.get(OUT_ROOT_ENV))
     wandb: bool = True  # W&B logger (offline without an API key; WANDB_MODE is respected)
     # W&B project and entity (`wandb agent` and `cli.py sweep` pass a sweep file's through WANDB_PROJECT/ENTITY)
-    project: str = field(default_factory=lambda: os.environ.get("WANDB_PROJECT", "pe-sweeps"))
+    project: str = field(default_factory=lambda: os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT)
     entity: str | None = field(default_factory=lambda: os.environ.get("WANDB_ENTITY"))
     # sweep or study this run belongs to (`cli.py sweep` sets PE_SWEEP; W&B agents WANDB_SWEEP_ID)
     sweep: str | None = field(default_factory=lambda: os.environ.get(SWEEP_ENV))
@@ -316,7 +316,14 @@ class PECLI(LightningCLI):
             tags = [task, encoding] + ([sweep] if sweep else [])
             run_id = previous.wandb.get("id") if previous else None  # a resumed run continues its W&B run
             wandb_logger = make_wandb_logger(
-                run_dir, name, identity["group"], run.project, run.entity, tags, run_id=run_id
+                run_dir,
+                name,
+                identity["group"],
+                run.project,
+                run.entity,
+                tags,
+                run_id=run_id,
+                best=previous.best if previous else None,
             )
             # a user's --trainer.logger runs beside W&B, which stays first: the run folder keeps config.yaml
             own = self.config_init[self.subcommand].trainer.logger

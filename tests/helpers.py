@@ -142,10 +142,10 @@ class FakeConfig(dict):
 
 
 class FakeRun:
-    """The calls a wandb Run receives: config updates, define_metric and log."""
+    """The calls a wandb Run receives: config updates, define_metric, log and summary updates."""
 
     def __init__(self):
-        self.config, self.defined, self.logged = FakeConfig(), {}, []
+        self.config, self.defined, self.logged, self.summary = FakeConfig(), {}, [], {}
         self.entity, self.project, self.id, self.offline, self.dir = None, "pe-sweeps", "abc", True, "/r/wandb/x/files"
 
     def define_metric(self, name, **kwargs):

@@ -1,22 +1,20 @@
 """What `cli.py fit` prints when it ends: the final and best validation metrics, the run record and the
 `wandb sync` command for an offline run."""
 
-import re
-
 from rich.console import Console
 from rich.table import Table
 
+from lightning_modules.metric_names import PER_LENGTH, has_best
 from pe_sweeps.runs.console import app_console
 from pe_sweeps.runs.records import RunRecord
 from pe_sweeps.runs.wandb_setup import sync_command
 
-PER_LENGTH = re.compile(r"_(len|ctx)_\d+")  # one value per length or context: the record has them all
-
 
 def summary_table(record: RunRecord, width: int | None = None) -> Table:
-    """One row per validation metric (per-length ones aside): final and best value. Names and numbers never
-    split: given the console's `width`, a name too long for it is shortened (…), never a number."""
-    final, best = record.final, record.best
+    """One row per validation metric (per-length ones aside): final and best value, the best left blank where it
+    means nothing (standard errors, example counts, `val/acc_best`: `metric_names.has_best`). Names and numbers
+    never split: given the console's `width`, a name too long for it is shortened (…), never a number."""
+    final, best = record.final, {k: v for k, v in record.best.items() if has_best(k)}
     rows = [(key, f"{final[key]:.4g}", "" if best.get(key) is None else f"{best[key]:.4g}")
             for key in sorted(k for k in final if k.startswith("val/") and not PER_LENGTH.search(k))]  # fmt: skip
     numbers = [max([len(name)] + [len(row[i]) for row in rows]) for i, name in ((1, "final"), (2, "best"))]

@@ -1,8 +1,9 @@
 """Runs of a W&B project read through the public API (`wandb.Api().runs(path)`), in the shape of the
 local run records (runs/records.py), for `cli.py compare --wandb ENTITY/PROJECT`.
 
-final / best come from the run summary ({"last", "max" or "min"}, declared per metric by
-runs/wandb_setup.DirectedWandbLogger) and, where the summary lacks them, from the history. The
+final / best come from the run summary (the plain final value and `best/<metric>`, written by
+runs/wandb_setup.DirectedWandbLogger; older runs: {"last", "max" or "min"} per metric) and, where the summary
+lacks them, from the history. The
 config is the resolved LightningCLI config the run put under `resolved_config` (else the flat
 hyperparameters Lightning logs); identity from `task`, `encoding`, `seed_everything`, `sweep`.
 """
@@ -10,7 +11,7 @@ hyperparameters Lightning logs); identity from `task`, `encoding`, `seed_everyth
 import math
 import re
 
-from lightning_modules.metric_names import STAGE_METRIC, goal
+from lightning_modules.metric_names import BEST, STAGE_METRIC, goal
 from pe_core.errors import ConfigError
 from pe_sweeps.runs.records import RunRecord
 
@@ -22,8 +23,9 @@ def better(metric: str, a: float | None, b: float) -> float:
 
 
 def wandb_values(summary: dict, history: list[dict]) -> tuple[dict, dict]:
-    """Final and best value of every metric, from the summary ({"last", "max"/"min"} when declared by
-    define_metric) and, where the summary lacks them, from the history."""
+    """Final and best value of every metric, from the summary (a plain final value and `best/<metric>`; a
+    run written before those: {"last", "max"/"min"} as define_metric declared it) and, where the summary lacks
+    them, from the history."""
     final, best = {}, {}
     for row in history:
         for key, v in row.items():
@@ -39,6 +41,10 @@ def wandb_values(summary: dict, history: list[dict]) -> tuple[dict, dict]:
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             final[key] = v
             best[key] = better(key, best.get(key), v)
+    for key, v in summary.items():  # the run's own best: of every validation, the history read may have fewer
+        metric = key[len(BEST) :]
+        if key.startswith(BEST) and STAGE_METRIC.match(metric) and isinstance(v, (int, float)):
+            best[metric] = v
     return {k: v for k, v in final.items() if v is not None}, {k: v for k, v in best.items() if v is not None}
 
 

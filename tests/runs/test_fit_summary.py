@@ -42,3 +42,18 @@ def test_a_fit_with_validation_has_no_hint():
     record = make_record(name="r", status="finished", global_step=20, final={"val/acc": 0.5}, best={"val/acc": 0.5})
     text = summary_of(record)
     assert "no validation ran" not in text and "val/acc" in text
+
+
+def test_no_best_is_shown_where_it_means_nothing():
+    """Issue 45, point 4: the table printed "best 0" for a standard error (its minimum over validations) and
+    "best 64" for an example count; a best of `val/acc_best` repeats it."""
+    final = {"val/acc": 0.5, "val/acc_se": 0.04, "val/acc_ood_se": 0.0, "val/examples": 64, "val/acc_best": 0.6,
+             "val/loss": 1.5}  # fmt: skip
+    best = {"val/acc": 0.6, "val/acc_se": 0.0, "val/acc_ood_se": 0.0, "val/examples": 64, "val/acc_best": 0.6,
+            "val/loss": 1.25}  # fmt: skip
+    record = make_record(name="r", status="finished", global_step=20, final=final, best=best)
+    rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:4]]
+            for line in summary_of(record).splitlines() if line.startswith("│")}  # fmt: skip
+    assert rows["val/acc"] == ["0.5", "0.6"] and rows["val/loss"] == ["1.5", "1.25"]
+    for key in ("val/acc_se", "val/acc_ood_se", "val/examples", "val/acc_best"):
+        assert rows[key][1] == "", (key, rows[key])
