@@ -90,15 +90,23 @@ def iqm_coverage(shape: tuple[int, ...], seed: int = SEED) -> float:
     reps = 1000
     draws = max(200, min(1000, COVERAGE_ELEMENTS // (reps * sum(shape))))
     rng = np.random.default_rng(seed)
+    return bootstrap_coverage(shape, rng.standard_normal, 0.0, draws, reps, rng)
+
+
+def bootstrap_coverage(shape: tuple[int, ...], sample, truth: float, draws: int, reps: int,
+                       rng: np.random.Generator) -> float:  # fmt: skip
+    """The fraction of `draws` tables (seeds per column: `shape`, each column's seeds `sample(size)`) whose
+    stratified percentile-bootstrap IQM interval (`reps` resamples) holds `truth`: the simulation behind
+    `iqm_coverage` and compare/coverage.py."""
     tail = (1 - LEVEL) / 2 * 100
     hits = 0
     for start in range(0, draws, 100):
         k = min(100, draws - start)
         parts = []
         for n in shape:  # per column: k draws of n seeds, each resampled reps times within the column
-            values = np.broadcast_to(rng.standard_normal((k, 1, n)), (k, reps, n))
+            values = np.broadcast_to(sample((k, 1, n)), (k, reps, n))
             parts.append(np.take_along_axis(values, rng.integers(0, n, (k, reps, n)), axis=-1))
         boot = stats.trim_mean(np.concatenate(parts, axis=-1), 0.25, axis=-1)
         low, high = np.percentile(boot, [tail, 100 - tail], axis=-1)
-        hits += int(((low <= 0) & (high >= 0)).sum())
+        hits += int(((low <= truth) & (high >= truth)).sum())
     return hits / draws
