@@ -7,6 +7,7 @@ The tasks live in the registry datamodules/tasks (basic tasks, the Chomsky hiera
 datamodules/tasks/tokens.py. Shape legend: B batch, L padded sequence length.
 """
 
+from collections import Counter, defaultdict
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -164,6 +165,18 @@ def make_examples(
     return examples
 
 
+def constant_accuracy(examples: list[Example], train_max_len: int) -> float | None:
+    """The exact-match accuracy of the best model that ignores its input: per length up to train_max_len, the share
+    of `examples` whose scored answer is that length's most frequent one, averaged over the lengths as val/acc is
+    (a baseline that `cli.py compare --precondition baseline` asks a cell to beat); None without such a length."""
+    answers = defaultdict(Counter)
+    for e in examples:
+        if e.length <= train_max_len:
+            answers[e.length][tuple(t for t in e.targets if t != IGNORE_INDEX)] += 1
+    shares = [max(counts.values()) / counts.total() for counts in answers.values()]
+    return sum(shares) / len(shares) if shares else None
+
+
 def task_sizes(task: str, lengths: tuple[int, int], num_symbols: int, train_max_len: int,
                options: dict | None) -> tuple[int, tuple[int, int]]:  # fmt: skip
     """The vocabulary size the task needs over its training and evaluation splits, whose longest lengths are
@@ -271,6 +284,11 @@ class SyntheticDataModule(TaskDataModule):
     def _eval_set(self, split: int) -> ListDataset:
         lengths = [n for n in self.eval_lengths for _ in range(self.examples_per_length(n))]  # sorted by length
         return self._examples(lengths, np.random.default_rng([self.seed, split]), train=False)
+
+    def constant_accuracy(self, stage: str) -> float | None:
+        """`constant_accuracy` of the validation ("val") or test set: logged as `<stage>/acc_constant`."""
+        split = self.val_set if stage == "val" else self.test_set
+        return None if split is None else constant_accuracy(split.examples, self.train_max_len)
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit") and self.train_set is None:

@@ -24,14 +24,15 @@ class SyntheticTaskModel(TaskModule):
     Causal (`causal=True`, Kazemnejad et al. 2023's protocol): the sequence is `prompt SEP answer`,
     next-token loss on the answer only. Bidirectional: the input is `prompt SEP MASK...` and the
     answer is predicted at every MASK slot at once, so encoder-side methods (TUPE) are compared too.
-    Logs exact match and token accuracy per length, in distribution (`val/acc`) and beyond the
-    training lengths (`val/acc_ood`), with the evaluation set's binomial standard errors (`val/acc_se`,
-    `val/acc_ood_se`, `val/acc_se_len_<n>`); for a task whose examples carry the answer's depth in the prompt
-    (passkey), exact match by depth bin too (`val/acc_depth_<percent>`, over all evaluated lengths). A task
-    that supplies its own position ids (abacus, coupling) has them in the batch; they go to the Transformer
-    instead of 0..L-1. `arch.vocab_size`, `arch.max_length` and `causal` are linked with the
-    data by `cli.py`; the in-distribution boundary is read from the datamodule. `compile`: torch.compile
-    the Transformer's blocks (lightning_modules/compiling.py).
+    Logs exact match and token accuracy per length, in distribution (`val/acc`) and beyond the training lengths
+    (`val/acc_ood`), with the evaluation set's binomial standard errors (`val/acc_se`, `val/acc_ood_se`,
+    `val/acc_se_len_<n>`) and the accuracy of the best input-blind answer on the same in-distribution examples
+    (`val/acc_constant`, compare's `precondition: baseline`); for a task whose examples carry the answer's depth in
+    the prompt (passkey), exact match by depth bin too (`val/acc_depth_<percent>`, over all evaluated lengths). A
+    task that supplies its own position ids (abacus, coupling) has them in the batch; they go to the Transformer
+    instead of 0..L-1. `arch.vocab_size`, `arch.max_length` and `causal` are linked with the data by `cli.py`; the
+    in-distribution boundary is read from the datamodule. `compile`: torch.compile the Transformer's blocks
+    (lightning_modules/compiling.py).
     """
 
     def __init__(
@@ -124,6 +125,9 @@ class SyntheticTaskModel(TaskModule):
         values[M.name(stage, M.LOSS)] = self.losses[stage].compute().item()
         values[M.name(stage, "examples")] = self.examples[stage].compute().item()
         values |= self._depth_values(stage)
+        constant = getattr(self.trainer.datamodule, "constant_accuracy", None)  # the evaluation set's own baseline
+        if constant is not None and (baseline := constant(stage)) is not None:
+            values[M.name(stage, "acc_constant")] = baseline
         for metric in (self.per_length[stage], self.losses[stage], self.examples[stage], self.per_depth[stage]):
             metric.reset()
         self.finish_outcomes(stage)

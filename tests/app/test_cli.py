@@ -226,7 +226,8 @@ def test_data_seed_follows_the_seed_unless_given(tiny_fit_args, args, data_seed)
     record = fit([*tiny_fit_args, "--trainer.max_steps=2", *args])
     assert (record.seed, record.data_seed) == (3, data_seed)
     assert record.config["data"]["init_args"]["seed"] == data_seed
-    assert {"val/acc_se", "val/acc_ood_se", "val/acc_se_len_8"} <= set(record.final)
+    assert {"val/acc_se", "val/acc_ood_se", "val/acc_se_len_8", "val/acc_constant"} <= set(record.final)
+    assert 0 < record.final["val/acc_constant"] < 1  # the evaluation set's own baseline
 
 
 def test_linked_model_arguments_cannot_be_given():

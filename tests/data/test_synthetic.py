@@ -9,6 +9,7 @@ Claims of docs/tasks.md covered here:
   predicts every answer token at MASK slots": test_format_example, test_batches, test_supervised_targets_are_the_answer
 - "batches are right-padded ... and padded positions carry no loss": test_batches
 - "val/loss (in distribution)": test_val_loss_counts_only_in_distribution_lengths
+- "val/acc_constant, the best input-blind answer": test_constant_accuracy_is_the_best_input_blind_answer_per_length
 - "A bad encoding, task or option is one line ... naming the valid choices": test_unknown_task_lists_choices,
   test_config_errors
 """
@@ -207,3 +208,23 @@ def test_val_loss_counts_only_in_distribution_lengths():
     assert model.losses["val"].compute().item() == pytest.approx(expected.item(), rel=1e-5)
     assert model.losses["val"].compute().item() != pytest.approx(model.loss(logits, batch["targets"]).item(), rel=1e-3)
     assert model.examples["val"].compute().item() == len(batch["length"])
+
+
+@TASK
+def test_constant_accuracy_is_the_best_input_blind_answer_per_length(task):
+    """`val/acc_constant` (compare's `precondition: baseline`): per in-distribution length, the share of the
+    evaluation examples whose scored answer is that length's most frequent one, averaged over lengths as val/acc is;
+    no model that ignores its input scores more on these examples."""
+    dm = make_dm(task, eval_per_length=24)
+    by_length = {}
+    for example in dm.val_set.examples:
+        if example.length <= TRAIN_MAX_LEN:
+            answer = tuple(t for t in example.targets if t != IGNORE_INDEX)
+            by_length.setdefault(example.length, []).append(answer)
+    expected = np.mean([max(map(answers.count, answers)) / len(answers) for answers in by_length.values()])
+    assert dm.constant_accuracy("val") == pytest.approx(expected)
+    assert 0 < dm.constant_accuracy("test") <= 1
+
+
+def test_constant_accuracy_of_a_one_symbol_copy_is_one():
+    assert make_dm("copy", num_symbols=1).constant_accuracy("val") == 1.0  # every answer of a length is the same
