@@ -15,6 +15,7 @@ from rich.table import Table
 from pe_sweeps.compare.across_tasks import IQM_INTERVAL
 from pe_sweeps.compare.comparison import (
     CLIPPED,
+    LEVEL,
     Comparison,
     cell_text,
     legend,
@@ -254,7 +255,7 @@ def latex_cell(comp: Comparison, row: str, col: str, decimals: int, interval: bo
     text = f"{cell.center:.{decimals}f}"
     if interval and cell.n > 1:
         low, high = (f"{x:.{decimals}f}" + (CLIPPED if c else "") for x, c in zip(cell.ci, cell.interval.clipped))
-        text += f" [{low}, {high}]"
+        text += f" [{low}, {high}]" + ("" if cell.interval.level == LEVEL else f" {cell.interval.level:.0%}")
     text = latex_escape(text + (f" {MARK}" if (row, col) in comp.failed else ""))
     return r"\textbf{" + text + "}" if comp.is_best(row, col) else text
 

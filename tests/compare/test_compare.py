@@ -468,7 +468,7 @@ def test_interval_coverage_is_what_its_label_says(n):
     ordered = np.sort(values, axis=1)
     covered = np.mean((ordered[:, int(k_low)] <= 3.0) & (3.0 <= ordered[:, int(k_high)]))
     exact = 1 - 2 * stats.binom.cdf(int(k_low), n, 0.5)  # P(k_low < #values below the median <= k_high)
-    assert abs(covered - exact) < 0.02 and exact >= level and (level == LEVEL) == (n >= 6)
+    assert abs(covered - exact) < 0.02 and exact == pytest.approx(level) and (level >= LEVEL) == (n >= 6)
 
 
 def tupe_records() -> list[RunRecord]:
