@@ -7,9 +7,11 @@ same study `--set KEY=value` makes, each with the file's full budget). Each grou
 is the setting of the searched parameters with the best mean of the file's metric (its validation
 metric) over the seeds it ran with, chosen separately for each task when the file varies `data.task`
 (a task is compared, not tuned). Stage 2 is one grid study `<study>-reseed`: every group's best
-configuration x N seeds that stage 1 did not use. Both stages are ordinary sweep studies, so resume,
-kill -9 recovery and --workers behave as for a plain sweep; re-running the command starts nothing
-that has finished.
+configuration x N seeds that stage 1 did not use. The choice table says how many seeds each choice's value rests
+on (one seed: one draw, the best of its group's trials), and after stage 2 each choice's stage-1 value stands beside
+its stage-2 mean on the fresh seeds, so a choice made on a lucky draw shows its drop (the winner's curse). Both
+stages are ordinary sweep studies, so resume, kill -9 recovery and --workers behave as for a plain sweep;
+re-running the command starts nothing that has finished.
 
 A fresh seed is fresh data too: stage 2 leaves the data seed to the run (the configs' `data.seed: null`
 follows `seed_everything`), so its seeds differ in training examples, their order and the generated
@@ -170,7 +172,9 @@ def reseed_sweep(sweep: dict, choices: list[Choice], seeds: list[int], reseed_da
 
 
 def choice_table(choices: list[Choice], metric: str) -> Table:
-    table = Table(title=f"stage 1: best configuration per group (mean validation {metric} over its seeds)")
+    """Each group's choice, the value it was chosen on, the seeds that value rests on and the trials it beat."""
+    table = Table(title=f"stage 1: best configuration per group (mean validation {metric} over its seeds)",
+                  caption=choice_caption(choices), caption_justify="left")  # fmt: skip
     for column in ("group", "task", "chosen"):
         table.add_column(column, overflow="fold")
     for column in (metric, "seeds", "trials"):  # numbers never split
@@ -180,6 +184,52 @@ def choice_table(choices: list[Choice], metric: str) -> Table:
             short_params(c.group), short_params(c.task) or "-", short_params(c.params) or "-", f"{c.value:.4f}",
             str(c.seeds), str(c.trials),
         )  # fmt: skip
+    return table
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def choice_caption(choices: list[Choice]) -> str:
+    """Under the choice table: what a value resting on one seed means (the winner's curse)."""
+    single = [c for c in choices if c.seeds == 1]
+    lines = ["seeds: the runs each choice's value rests on; trials: the runs it was chosen among"]
+    lines += [f"{short_params({**c.group, **c.task})}: 1 seed: one draw, the best of {plural(c.trials, 'trial')}; "
+              "expect less on fresh seeds (winner's curse: stage 2 shows it)" for c in single]  # fmt: skip
+    return "\n".join(lines)
+
+
+def stage_rows(choices: list[Choice], study: optuna.Study) -> list[dict]:
+    """Per chosen configuration: its stage-1 value and seeds, its stage-2 mean over the fresh seeds (the complete
+    trials of `study`, the reseed study, with its parameters) and the change from stage 1 to stage 2."""
+    rows = []
+    for c in choices:
+        point = {**c.group, **c.task, **c.params}
+        values = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                  if all(k in t.params and t.params[k] == v for k, v in point.items())]  # fmt: skip
+        stage2 = sum(values) / len(values) if values else None
+        rows.append({"choice": c, "stage1": c.value, "stage1_seeds": c.seeds, "stage2": stage2,
+                     "stage2_seeds": len(values), "change": None if stage2 is None else stage2 - c.value})  # fmt: skip
+    return rows
+
+
+def stage_table(choices: list[Choice], study: optuna.Study, metric: str) -> Table:
+    """Each chosen configuration's stage-1 value (on the seeds it was chosen on) beside its stage-2 mean on fresh
+    seeds: a choice made on one lucky draw shows its drop here (the winner's curse)."""
+    table = Table(title=f"stage 1 beside stage 2: mean validation {metric} of each chosen configuration",
+                  caption="stage 1: the value it was chosen on (its seeds); stage 2: the mean over fresh seeds, "
+                  "which the comparison below uses; change: stage 2 - stage 1", caption_justify="left")  # fmt: skip
+    for column in ("group", "task", "chosen"):
+        table.add_column(column, overflow="fold")
+    for column in ("stage 1", "stage 2", "change"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in stage_rows(choices, study):
+        c = row["choice"]
+        stage2 = "-" if row["stage2"] is None else f"{row['stage2']:.4f} ({plural(row['stage2_seeds'], 'seed')})"
+        change = "-" if row["change"] is None else f"{row['change']:+.4f}"
+        table.add_row(short_params(c.group), short_params(c.task) or "-", short_params(c.params) or "-",
+                      f"{c.value:.4f} ({plural(c.seeds, 'seed')})", stage2, change)  # fmt: skip
     return table
 
 
@@ -226,5 +276,6 @@ def run_reseed(opts: SweepOptions) -> optuna.Study:
     study.set_user_attr("compare_rows", comparison_rows(keys))  # `cli.py compare --sweep <study>-reseed` rows
     set_compare_rows(opts.out_dir, study.study_name, comparison_rows(keys))  # and in its manifest
     console.print(trial_table(study, metric))
+    console.print(stage_table(choices, study, metric))
     print_comparison(opts.out_dir, study.study_name, metric, console=console, rows=comparison_rows(keys))
     return study

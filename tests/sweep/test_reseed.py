@@ -160,3 +160,52 @@ def test_bad_protocol_input_is_refused(change, per, n, message):
     assert reseed.check_protocol(
         SWEEP, SweepOptions(file="s.yaml", per="model.arch.encoding", reseed=2, workers=1)
     ) == ["model.arch.encoding"]
+
+
+def table_text(table) -> str:
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=200, record=True)
+    console.print(table)
+    return console.export_text()
+
+
+def test_the_choice_table_says_how_many_seeds_each_choice_rests_on():
+    choices = [reseed.Choice({"model.arch.encoding": "t5_bias"}, {"data.task": "reverse"}, {"model.lr": 0.003}, 0.903,
+                             1, 4)]  # fmt: skip
+    text = table_text(reseed.choice_table(choices, "val/acc"))
+    assert "0.9030" in text and "seeds" in text
+    assert "1 seed: one draw, the best of 4" in " ".join(text.split())  # the winner's curse, said where it applies
+
+
+def test_the_reseed_table_shows_stage_1_beside_stage_2():
+    """The issue's run: t5_bias/reverse chosen at 0.903 on one seed, reseeded at 0.786 / 0.621 / 0.577; each
+    chosen configuration's stage-1 value (and its seeds) beside its stage-2 mean over the fresh seeds, and the drop."""
+    choices = [reseed.Choice({"model.arch.encoding": "t5_bias"}, {"data.task": "reverse"}, {"model.lr": 0.003}, 0.903,
+                             1, 4),
+               reseed.Choice({"model.arch.encoding": "rope"}, {"data.task": "reverse"}, {"model.lr": 0.001}, 0.95, 2,
+                             4)]  # fmt: skip
+    study = optuna.create_study(direction="maximize")
+    dists = {"model.arch.encoding": CategoricalDistribution(["t5_bias", "rope"]),
+             "data.task": CategoricalDistribution(["reverse"]),
+             "model.lr": CategoricalDistribution([0.001, 0.003]),
+             "seed_everything": CategoricalDistribution([1, 2, 3])}  # fmt: skip
+    results = {
+        ("t5_bias", 0.003): [0.786, 0.621, 0.577],
+        ("rope", 0.001): [0.96, 0.95, 0.97],
+        ("t5_bias", 0.001): [0.1, 0.1, 0.1],
+    }  # fmt: skip (the last: a setting that was not chosen)
+    for (encoding, lr), values in results.items():
+        for seed, value in zip((1, 2, 3), values):
+            params = {"model.arch.encoding": encoding, "data.task": "reverse", "model.lr": lr, "seed_everything": seed}
+            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
+    rows = reseed.stage_rows(choices, study)
+    assert [(r["stage1"], r["stage1_seeds"], r["stage2_seeds"]) for r in rows] == [(0.903, 1, 3), (0.95, 2, 3)]
+    assert rows[0]["stage2"] == pytest.approx((0.786 + 0.621 + 0.577) / 3)
+    assert rows[0]["change"] == pytest.approx((0.786 + 0.621 + 0.577) / 3 - 0.903)
+    text = " ".join(table_text(reseed.stage_table(choices, study, "val/acc")).split())
+    assert "stage 1" in text and "stage 2" in text
+    assert "0.9030 (1 seed)" in text and "0.6613 (3 seeds)" in text and "-0.2417" in text
+    assert "0.9500 (2 seeds)" in text and "0.9600 (3 seeds)" in text and "+0.0100" in text

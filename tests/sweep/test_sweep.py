@@ -477,6 +477,10 @@ def test_reseed_protocol_end_to_end_and_rerun_starts_nothing(tmp_path):
     )  # fmt: skip
     assert reseed_points(tmp_path) == expected
     assert "stage 1: best configuration per group" in result.stdout and "lr=0.01" in result.stdout
+    # each choice's stage-1 value beside its stage-2 mean over the fresh seeds (rope at lr 0.01: 0.8 on seed 0, then
+    # 0.81 and 0.82 on seeds 1 and 2: tests/fake_reseed_trial.py)
+    assert "stage 1 beside stage 2" in result.stdout and "0.8000 (1 seed)" in result.stdout
+    assert "0.8150 (2 seeds)" in result.stdout and "+0.0150" in result.stdout
     assert "final val/acc, val/acc_ood (max/max)" in result.stdout  # both, side by side
     compare = subprocess.run([sys.executable, "cli.py", "compare", f"--out_dir={tmp_path}", "--sweep=s-reseed",
                               "--format=json"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
