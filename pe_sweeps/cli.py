@@ -115,6 +115,9 @@ class RunOptions:
     # sweep or study this run belongs to (`cli.py sweep` sets PE_SWEEP; W&B agents WANDB_SWEEP_ID)
     sweep: str | None = field(default_factory=lambda: os.environ.get(SWEEP_ENV))
     name: str | None = None  # default <task>-<encoding>[-<key>=<value> per parameter its sweep varies]-s<seed>
+    # `fit`: once training has finished, evaluate the final model on the test split (test/... in this run's record,
+    # reported by `compare --metric test/...`, never selected on)
+    test_at_end: bool = False
 
 
 class ParserBuilt(Exception):
@@ -338,7 +341,10 @@ class PECLI(LightningCLI):
         return trainer
 
     def after_fit(self) -> None:
-        """A short table of the final and best validation metrics, the record and how to sync W&B."""
+        """With --run.test_at_end, the final model on the test split (a finished fit only); then a short table of
+        the final and best validation metrics, the record and how to sync W&B."""
+        if self.config_init[self.subcommand].run.test_at_end and not self.trainer.interrupted:
+            self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)
         if self.trainer.is_global_zero:
             from pe_sweeps.runs.summary import print_fit_summary
 

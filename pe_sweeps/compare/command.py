@@ -216,10 +216,26 @@ def beyond_training(metric: str, records: list[RunRecord]) -> str | None:
     return None
 
 
+def refuse_test_fold_selection(shown: list[str], value: str, best_over: str | None) -> None:
+    """A test-fold metric (`test/...`, the untouched test set a run reports at its end) is shown as it ended
+    (--value final), never selected on: --value best, or a --best-over choice made on it, is one line."""
+    for i, metric in enumerate(shown):
+        how = ["--value best picks each run's best evaluation of it"] if value == "best" else []
+        how += [f"--best-over {best_over} is chosen on it"] if best_over and i == 0 else []
+        if metric.startswith("test/") and how:
+            raise ConfigError(
+                f"{metric} is the untouched test fold: {' and '.join(how)}, which selects on the test set; report it "
+                "with --value final and select on a val/ metric (--metric val/...,test/...: --best-over chooses on "
+                "the first)"
+            )
+
+
 def ood_selection(shown: list[str], records, value: str, best_over: str | None, allowed: bool) -> dict[str, str]:
     """Selection on a beyond-training-length metric (each run's best validation of it with --value best, or the
     --best-over choice, made on the first metric) is test-set selection: refused in one line unless
-    --allow_ood_selection, and then {metric: what was selected on it} for the output to say so."""
+    --allow_ood_selection, and then {metric: what was selected on it} for the output to say so. Selection on a
+    test-fold metric is refused whatever the option (`refuse_test_fold_selection`)."""
+    refuse_test_fold_selection(shown, value, best_over)
     selected = {}
     for i, metric in enumerate(shown):
         why = beyond_training(metric, records)

@@ -310,6 +310,11 @@ def check_metric(metric, path: Path) -> None:
         or metric.get("goal", "minimize") not in ("minimize", "maximize")
     ):
         raise ConfigError(f"sweep file {path}: metric needs a name and goal minimize or maximize")
+    if metric["name"].startswith("test/"):  # the study would select its trials (and reseed's choice) on it
+        raise ConfigError(
+            f"sweep file {path}: metric {metric['name']!r} is a test-fold metric, which is reported at the end "
+            "(--run.test_at_end, compare --metric) and never selected on; optimise a val/ metric"
+        )
 
 
 def check_optuna_engine(sweep: dict, path: Path) -> None:

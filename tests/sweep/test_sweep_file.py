@@ -197,6 +197,11 @@ def test_parameter_keys_are_checked(tmp_path, parameters, message):
             "unknown macro '\\${argz}' in command",
         ),
         ({"run_cap": 0}, "run_cap must be a positive integer, got 0"),
+        (  # issue 44.1: the untouched test fold is reported, never selected on
+            {"metric": {"name": "test/acc", "goal": "maximize"}},
+            "metric 'test/acc' is a test-fold metric, which is reported at the end .* never selected on; optimise "
+            "a val/ metric$",
+        ),
     ],
 )
 def test_metric_command_and_run_cap_are_checked(tmp_path, change, message):
