@@ -17,10 +17,14 @@ from pe_sweeps import internals
 from pe_sweeps.failpoints import failpoint
 from pe_sweeps.storages import storage
 from pe_sweeps.storages.storage import grace_period
-from pe_sweeps.sweep.children import pid_alive
+from pe_sweeps.sweep.children import pid_alive, process_started
 
 CRASHES = "pe_crashes"  # system attr: how many predecessors of this retry had their child die or crash
 TOKEN = uuid.uuid4().hex  # this sweep process, unlike a pid, is never reused
+# the one user attribute naming the sweep process that runs a trial ({"host_id", "pid", "pid_started", "token"}):
+# optuna-dashboard lists every user attribute, and these four are bookkeeping, not the user's
+OWNER = "_pe"
+OWNER_KEYS = ("host_id", "pid", "pid_started", "token")
 
 
 def host_id() -> str:
@@ -35,6 +39,20 @@ def host_id() -> str:
 
 
 HOST_ID = host_id()
+
+
+def owner_attrs() -> dict:
+    """The user attributes a trial gets as this sweep process takes it: the host (shown to users) and, under
+    `OWNER`, what recovery needs to tell whether its process still runs."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(),
+            OWNER: {"host_id": HOST_ID, "pid": pid, "pid_started": process_started(pid), "token": TOKEN}}  # fmt: skip
+
+
+def owner_of(attrs: dict) -> dict:
+    """Which sweep process runs a trial, from its user attributes: `OWNER`, or the same keys at the top level in a
+    study written before they were put under it ({} when neither: its sweep died before naming itself)."""
+    return dict(attrs.get(OWNER) or {k: attrs[k] for k in OWNER_KEYS if k in attrs})
 
 
 def predecessors(study: optuna.Study, trial_id: int) -> list[FrozenTrial]:
@@ -85,14 +103,14 @@ def recover_dead_trials(
     stale = set(storage.stale_trial_ids(store, study_id)) if judge_heartbeats else set()
     trials = study.get_trials(deepcopy=False)
     for trial in (t for t in trials if t.state == TrialState.RUNNING):
-        attrs, trial_id = trial.user_attrs, internals.trial_id(trial)
-        same_host = attrs.get("host_id") == HOST_ID and attrs.get("token") != TOKEN
-        where = f"host {attrs.get('host', '?')}, pid {attrs.get('pid', '?')}"
-        if same_host and (attrs.get("pid") == os.getpid() or not sweep_alive(attrs)):
+        who, trial_id = owner_of(trial.user_attrs), internals.trial_id(trial)
+        same_host = who.get("host_id") == HOST_ID and who.get("token") != TOKEN
+        where = f"host {trial.user_attrs.get('host', '?')}, pid {who.get('pid', '?')}"
+        if same_host and (who.get("pid") == os.getpid() or not sweep_alive(who)):
             why = f"sweep process died ({where})"
         elif trial_id in stale:
             why = f"no heartbeat for {grace} s from its sweep process ({where})"
-        elif "token" not in attrs and time.monotonic() - first_seen.setdefault(trial_id, time.monotonic()) > grace:
+        elif "token" not in who and time.monotonic() - first_seen.setdefault(trial_id, time.monotonic()) > grace:
             why = "sweep process died before the trial's first heartbeat"
         else:
             continue
@@ -101,7 +119,7 @@ def recover_dead_trials(
 
 
 def sweep_alive(attrs: dict) -> bool:
-    """Whether the sweep process a trial's attributes name (on this host) still runs: its pid, and its start time
+    """Whether the sweep process a trial's `owner_of` names (on this host) still runs: its pid, and its start time
     (`pid_started`) so that a later process given the same pid is not taken for it; a trial written before the
     start time was recorded is judged by its pid alone."""
     return pid_alive(attrs.get("pid", -1), attrs.get("pid_started"))

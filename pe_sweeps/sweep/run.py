@@ -51,7 +51,7 @@ from pe_sweeps.storages.storage import retrying
 from pe_sweeps.storages.storage_url import hide_secrets, url_password
 from pe_sweeps.sweep import sweep_file as sf
 from pe_sweeps.sweep.options import SweepOptions
-from pe_sweeps.sweep.recovery import TOKEN, repair_promised_retries
+from pe_sweeps.sweep.recovery import TOKEN, owner_of, repair_promised_retries
 from pe_sweeps.sweep.study_protocol import (
     apply_overrides,
     given_up_points,
@@ -124,7 +124,7 @@ def run_sweep(opts: SweepOptions, argv: list[str] | None = None) -> optuna.Study
               "and are resumed by the same command once the storage is back", file=sys.stderr)  # fmt: skip
         raise SystemExit(1)
     if runner.stop_signal:
-        stopped = sum("stopped by" in t.user_attrs.get("reason", "") and t.user_attrs.get("token") == TOKEN
+        stopped = sum("stopped by" in t.user_attrs.get("reason", "") and owner_of(t.user_attrs).get("token") == TOKEN
                       for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))  # fmt: skip
         print(f"error: sweep {study.study_name} stopped by {runner.stop_signal_name()}: {stopped} running trial(s) "
               "stopped and re-queued; run the same command again to resume", file=sys.stderr)  # fmt: skip

@@ -3,10 +3,8 @@
 thread beats for every trial the process holds; each ask and tell is one locked step
 (storages/study_lock.py) whose storage errors are retried."""
 
-import os
 import re
 import signal
-import socket
 import sys
 import threading
 import time
@@ -25,10 +23,17 @@ from pe_sweeps.storages.storage import open_storage, retrying, storage_error
 from pe_sweeps.storages.storage_url import storage_url
 from pe_sweeps.storages.study_lock import StudyLock, close_study
 from pe_sweeps.sweep import sweep_file as sf
-from pe_sweeps.sweep.children import process_started
 from pe_sweeps.sweep.core_claims import CoreClaim
 from pe_sweeps.sweep.options import SweepOptions
-from pe_sweeps.sweep.recovery import HOST_ID, TOKEN, recover_dead_trials, requeue, retries_left, retry_given_up
+from pe_sweeps.sweep.recovery import (
+    TOKEN,
+    owner_attrs,
+    owner_of,
+    recover_dead_trials,
+    requeue,
+    retries_left,
+    retry_given_up,
+)
 from pe_sweeps.sweep.search import build_search
 from pe_sweeps.sweep.study_protocol import QUEUED, base_name, budget_left, given_up_points, open_study
 from pe_sweeps.sweep.trial_child import rejected_option
@@ -189,8 +194,7 @@ class Sweep:
             # its result is told, this process's heartbeat thread beats for it (waits for the lock included)
             storage.record_heartbeat(internals.storage_of(study), internals.trial_id(trial))
             self.heartbeats.hold(internals.trial_id(trial))
-            for key, value in {"host": socket.gethostname(), "host_id": HOST_ID, "pid": os.getpid(),
-                               "pid_started": process_started(os.getpid()), "token": TOKEN}.items():  # fmt: skip
+            for key, value in owner_attrs().items():
                 trial.set_user_attr(key, value)
             queued = QUEUED in internals.stored_trial(study, trial).system_attrs
             if self.sweep["method"] == "grid" and not queued:
@@ -207,7 +211,7 @@ class Sweep:
         if self.stop.is_set() or self.sweep["method"] != "grid":
             return False
         running = retrying(study.get_trials, False, (TrialState.RUNNING,))
-        return any(QUEUED in t.system_attrs and t.user_attrs.get("token") != TOKEN for t in running)
+        return any(QUEUED in t.system_attrs and owner_of(t.user_attrs).get("token") != TOKEN for t in running)
 
     def finish(self, study, trial, state, value=None, reason=None, requeue_as=None) -> None:
         """Tell the trial's result (skipped if another process already failed it) and re-queue it if asked."""

@@ -20,7 +20,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from pe_sweeps.sweep.children import pid_alive, process_started, stop_child
-from pe_sweeps.sweep.recovery import HOST_ID, recover_dead_trials
+from pe_sweeps.sweep.recovery import HOST_ID, OWNER, recover_dead_trials
 from pe_sweeps.sweep.study_protocol import QUEUED
 from pe_sweeps.sweep.warm_start import WarmChild
 
@@ -96,7 +96,7 @@ def test_stopping_a_warm_child_leaves_a_reused_pid_alone(other_process):
 
 @pytest.mark.slow
 def test_a_sweep_records_its_start_time_beside_its_pid(tmp_path):
-    """Every trial a sweep runs names its sweep process by pid and start time (user attrs pid, pid_started), for
+    """Every trial a sweep runs names its sweep process by pid and start time (user attr `_pe`: pid, pid_started), for
     `recover_dead_trials` to judge."""
     sweep = {
         "program": str(ROOT / "tests" / "fake_fit.py"), "method": "grid", "parameters": {"x": {"values": [1]}},
@@ -115,4 +115,4 @@ def test_a_sweep_records_its_start_time_beside_its_pid(tmp_path):
     assert process.returncode == 0, stderr[-2000:]
     study = optuna.load_study(study_name="f", storage=f"sqlite:///{tmp_path / 'sweeps' / 'f' / 'optuna.db'}")
     (trial,) = study.get_trials()
-    assert trial.user_attrs["pid"] == process.pid and trial.user_attrs["pid_started"] == started
+    assert trial.user_attrs[OWNER]["pid"] == process.pid and trial.user_attrs[OWNER]["pid_started"] == started

@@ -23,7 +23,7 @@ from pe_core.errors import ConfigError
 from pe_sweeps.storages.storage import check_clock
 from pe_sweeps.storages.study_lock import AdvisoryLock, StudyLock
 from pe_sweeps.sweep import sweep_file as sf
-from pe_sweeps.sweep.recovery import HOST_ID, recover_dead_trials, requeue
+from pe_sweeps.sweep.recovery import HOST_ID, OWNER, owner_of, recover_dead_trials, requeue
 from pe_sweeps.sweep.run import SweepOptions
 from pe_sweeps.sweep.study_protocol import QUEUED
 from pe_sweeps.sweep.supervision import FailureStreak, Heartbeats, Sweep
@@ -101,8 +101,8 @@ def test_a_sweep_killed_between_requeue_and_tell_loses_no_point(tmp_path, storag
             runner.finish(study, trial, TrialState.FAIL, reason="killed by SIGKILL", requeue_as=("SIGKILL", True))
     runner.lock.close()
     assert [t.state for t in study.get_trials()] == [TrialState.RUNNING, TrialState.WAITING]
-    for key, value in {"pid": dead_pid(), "token": "the killed process"}.items():  # its sweep process is gone
-        study._storage.set_trial_user_attr(trial._trial_id, key, value)
+    gone = {**owner_of(trial.user_attrs), "pid": dead_pid(), "token": "the killed process"}  # its sweep process
+    study._storage.set_trial_user_attr(trial._trial_id, OWNER, gone)
 
     later = Sweep(sf.load_sweep(path), opts)  # the next process on the same study
     retry = later.next_trial(later.study)

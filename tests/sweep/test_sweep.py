@@ -41,6 +41,7 @@ from optuna.trial import TrialState
 from pe_sweeps.layout import FAULT_ENV
 from pe_sweeps.storages.storage import grace_period
 from pe_sweeps.sweep import sweep_file as sf
+from pe_sweeps.sweep.recovery import owner_of
 from pe_sweeps.sweep.trial_child import build_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,7 +277,7 @@ def test_two_processes_share_a_postgres_study(tmp_path, empty_postgres):
     assert all(w.returncode == 0 for w in workers), [o[1][-2000:] for o in outputs]
     ts = optuna.load_study(study_name=name, storage=url).trials
     assert len(complete_points(ts)) == 4 == len(set(complete_points(ts)))
-    hosts_pids = {t.user_attrs["pid"] for t in ts if t.state == TrialState.COMPLETE}
+    hosts_pids = {owner_of(t.user_attrs)["pid"] for t in ts if t.state == TrialState.COMPLETE}
     assert len(hosts_pids) == 2, "both processes should have run trials"
 
 
