@@ -8,12 +8,15 @@ per-example outcomes let compare resample the examples as well as the seeds (pe_
 `TaskModule.record_outcomes` (task_module.py) gives each example its id, its index in the evaluation dataset,
 which is the same for every seed of one evaluation set (the evaluation loaders never shuffle). Columns:
 
-- `id` (int64): the index of the example in the evaluation dataset (window index for a language model);
+- `id` (int64): the index of the example in the evaluation dataset (with several loaders, as a causal LM's one per
+  context: in their datasets concatenated in loader order);
 - `hash` (int64): a digest of the example's content (its tokens and targets without padding), so a reader can tell
   whether two runs evaluated the same examples (the synthetic tasks draw theirs from `data.seed`);
 - per task: `correct` (bool: classification, synthetic exact match, translation has none), `tok_acc` (float),
   `nll` (float: mean token negative log-likelihood), `tokens` (int: scored tokens), `length` (int: a synthetic
-  task's length n, to stratify by), `score` (float: a regression's prediction).
+  task's length n, to stratify by), `score` (float: a regression's prediction), `context` and `stride` (int: a
+  causal LM window's length and sliding stride, 0 for the non-overlapping windows). Token-level losses are
+  token-weighted means of `nll` (weights `tokens`): causal_lm.py, masked_lm.py, translation.py say which.
 """
 
 import numpy as np
