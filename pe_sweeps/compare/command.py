@@ -63,7 +63,7 @@ from pe_sweeps.compare.render import FORMATS, output, print_front, render_table
 from pe_sweeps.compare.saved_runs import read_saved_runs, save_runs
 from pe_sweeps.compare.selection import read_records, select, side_by_side
 from pe_sweeps.compare.spec import default_rows, objectives, sweep_spec, tuned_keys
-from pe_sweeps.compare.statistics import AGGREGATES, VALUES, compare_metrics
+from pe_sweeps.compare.statistics import AGGREGATES, INTERVALS, VALUES, compare_metrics
 from pe_sweeps.runs.records import RunRecord
 from pe_sweeps.runs.wandb_records import read_wandb
 
@@ -74,7 +74,7 @@ __all__ = ["CompareOptions", "compare_main", "print_comparison", "read_records",
 class CompareOptions:
     """Options of `cli.py compare`."""
 
-    CHOICES: ClassVar[dict] = {"value": VALUES, "aggregate": AGGREGATES, "format": FORMATS}
+    CHOICES: ClassVar[dict] = {"value": VALUES, "aggregate": AGGREGATES, "format": FORMATS, "interval": INTERVALS}
 
     out_dir: str = "out"  # records are read recursively from here (runs/ and sweeps/)
     sweep: str | None = None  # keep runs of this sweep / study only (a,b: of several); its metric becomes the default
@@ -103,6 +103,8 @@ class CompareOptions:
     precondition: str | None = None  # METRIC OP NUMBER (e.g. "val/acc >= 0.9"), COL:METRIC OP NUMBER or baseline,
     # comma-separated: a cell failing it is marked, unranked, untested and out of the aggregates; default: the sweep
     # file's `compare: {precondition: ...}`, else none (compare/preconditions.py)
+    interval: str = "seeds+examples"  # each cell's interval and each pair's test: over seeds and the evaluation's
+    # examples (from the runs' per-example outcomes, where every run of the cell kept them), or "seeds" only
     allow_ood_selection: bool = False  # allow --value best / --best-over on a beyond-training-length metric (labelled)
 
 
@@ -134,7 +136,7 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
         records, shown, value=opts.value, rows=opts.rows or default_rows(spec, opts.best_over),
         cols=opts.cols, aggregate=opts.aggregate, best_over=opts.best_over, goals=goals, tuned=tuned_keys(spec),
         margins=margins, primary=opts.primary or (spec.get("compare") or {}).get("primary"), margin_source=source,
-        preconditions=preconditions, precondition_source=declared,
+        interval=opts.interval, preconditions=preconditions, precondition_source=declared,
     )  # fmt: skip
     for comp in comps:
         comp.ood_selection = selection.get(comp.metric)

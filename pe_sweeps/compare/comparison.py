@@ -65,6 +65,9 @@ class Cell:
     aggregate: str = "mean"
     chosen: str | None = None  # the --best-over value this cell kept
     bounds: tuple[float, float] = (-math.inf, math.inf)  # the metric's range: intervals are clipped to it
+    # per run, its per-example values of the metric (compare/evaluation_sampling.py), when every run kept them
+    outcomes: list | None = None
+    sampling: object | None = None  # an evaluation_sampling.Estimate: the interval over seeds AND examples
 
     @property
     def n(self) -> int:
@@ -88,7 +91,13 @@ class Cell:
         """The interval of the aggregate (NaN for n < 2): Student's t for the mean, order statistics for the
         median (see `interval_method`), clipped to the metric's range. Its level is the nominal one unless the
         real level is more than 2 points off: the median's exact binomial level, or the t interval's coverage at
-        the shape the cell's values suggest for a metric of this range (coverage.mean_level)."""
+        the shape the cell's values suggest for a metric of this range (coverage.mean_level). With per-example
+        outcomes (`sampling`, compare/evaluation_sampling.py): the t interval over seeds AND evaluation examples,
+        even for one seed."""
+        if self.sampling is not None:
+            low, high = self.sampling.interval(LEVEL)
+            floor, ceiling = self.bounds
+            return Interval(max(low, floor), min(high, ceiling), LEVEL, (low < floor, high > ceiling))
         if self.n < 2:
             return Interval(math.nan, math.nan)
         if self.aggregate == "median":
@@ -167,6 +176,7 @@ class Comparison:
     no_aggregate: str | None = None  # why no across-column aggregate is shown (columns of different kinds)
     iqm: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # row -> (IQM, low, high)
     iqm_level: dict[str, float] = field(default_factory=dict)  # row -> its IQM interval's simulated coverage
+    interval_choice: str = "seeds+examples"  # --interval: with the evaluation set's sampling, or "seeds" only
     # declared preconditions (compare/preconditions.py) and the cells failing them: no rank, no tested pair, and
     # their rows (failed_rows: row -> its failed columns) are left out of the across-column aggregates
     preconditions: list[str] = field(default_factory=list)
@@ -180,8 +190,18 @@ class Comparison:
 
     @property
     def interval(self) -> str:
-        """The name of the cells' interval method."""
-        return interval_method(self.aggregate, self.metric)
+        """The name of the cells' interval method: over seeds and evaluation examples for the cells whose runs kept
+        per-example outcomes, `interval_method` (seeds only) for the others."""
+        seeds_only = interval_method(self.aggregate, self.metric)
+        sampled = sum(c.sampling is not None for c in self.cells.values())
+        if not sampled:
+            why = "--interval seeds" if self.interval_choice == "seeds" else "no per-example outcomes"
+            return f"{seeds_only} ({why})"
+        both = (f"{LEVEL:.0%} t interval over seeds and evaluation examples (variance components, "
+                f"Welch-Satterthwaite df; compare/evaluation_sampling.py)")  # fmt: skip
+        if sampled == len(self.cells):
+            return both
+        return f"{both} in {sampled} of {len(self.cells)} cells; the others (no per-example outcomes): {seeds_only}"
 
     def is_best(self, row: str, col: str) -> bool:
         rank = self.ranks.get((row, col))  # None: the cell fails its precondition
@@ -238,8 +258,8 @@ def cell_number(x: float, cell: Cell) -> str:
 
 def interval_text(cell: Cell) -> str:
     """`[low, high]`, a clipped end marked, the level after it when it is not the nominal one (a median
-    of fewer than 6 seeds); empty for one seed."""
-    if cell.n < 2:
+    of fewer than 6 seeds); empty for one seed (unless its per-example outcomes give one)."""
+    if cell.n < 2 and cell.sampling is None:
         return ""
     ci = cell.interval
     low, high = (cell_number(x, cell) + (CLIPPED if clip else "") for x, clip in zip(cell.ci, ci.clipped))

@@ -73,7 +73,7 @@ class Estimate:
             return self.estimate, self.estimate
         if not self.df > 0:
             return math.nan, math.nan
-        half = stats.t.ppf((1 + level) / 2, self.df) * self.se
+        half = float(stats.t.ppf((1 + level) / 2, self.df)) * self.se
         return self.estimate - half, self.estimate + half
 
     def p_value(self) -> float:

@@ -136,7 +136,8 @@ def cell_rows(comp: Comparison) -> list[dict]:
         out.append({
             "metric": comp.metric, "row": row, "col": col, "mean": cell.mean, "median": float(np.median(cell.values)),
             "std": _num(cell.std), "n": cell.n, "ci_low": _num(lo), "ci_high": _num(hi),
-            "ci_level": cell.interval.level if cell.n > 1 else None, "ci_clipped": list(cell.interval.clipped),
+            "ci_level": cell.interval.level if cell.n > 1 or cell.sampling else None,
+            "ci_clipped": list(cell.interval.clipped), **sampling_fields(cell),
             "rank": comp.ranks.get((row, col)), "best": comp.is_best(row, col), "mean_rank": comp.mean_rank.get(row),
             "mrr": comp.mrr.get(row), "chosen": cell.chosen, "seeds": [r.seed for r in cell.records],
             "values": cell.values,
@@ -145,6 +146,15 @@ def cell_rows(comp: Comparison) -> list[dict]:
             "precondition_failed": comp.failed.get((row, col)),
         })  # fmt: skip
     return out
+
+
+def sampling_fields(cell) -> dict:
+    """Which interval a cell has: over seeds and examples (its design, df, examples per run) or seeds only."""
+    found = cell.sampling
+    if found is None:
+        return {"ci_method": "seeds", "ci_design": None, "ci_df": None, "examples": None}
+    return {"ci_method": "seeds+examples", "ci_design": found.design, "ci_df": _num(found.df),
+            "examples": found.examples}  # fmt: skip
 
 
 def key_column(keys: list[str], fallback: str, taken: set[str]) -> str:
@@ -197,9 +207,9 @@ def protocol_dict(comp: Comparison) -> dict | None:
     log = log_scale(comp.metric)
     family = "exploratory" if comp.exploratory else ("primary" if protocol.primary else "every pair x column x metric")
     return {
-        "test": "Welch's t-test over seeds (scipy.stats.ttest_ind, equal_var=False)" + (" on log values" * log),
-        "equivalence_test": "two one-sided Welch tests (TOST) against ±margin",
-        "interval": f"{1 - protocol.alpha:.0%} Welch interval of the "
+        "test": pair_tests(comp, log),
+        "equivalence_test": "two one-sided tests (TOST) against ±margin, with each pair's test's standard error",
+        "interval": f"{1 - protocol.alpha:.0%} interval of each pair's test, of the "
         + ("ratio of geometric means (exponentiated from the log scale)" if log else "difference in means (a - b)"),
         "adjustment": "Holm over the family", "alpha": protocol.alpha,
         "margin": protocol.margins.get(comp.metric), "margin_scale": "log" if log else "raw",
@@ -208,6 +218,17 @@ def protocol_dict(comp: Comparison) -> dict | None:
         "primary": protocol.primary,
         "verdicts": ["better", "worse", "equivalent", "inconclusive", "not testable", "precondition failed"],
     }  # fmt: skip
+
+
+def pair_tests(comp: Comparison, log: bool) -> str:
+    """The tests of a comparison's pairs (each pair's `test` names its own)."""
+    sampled = "t-test over seeds and evaluation examples (variance components, Welch-Satterthwaite df; paired by "
+    sampled += "seed and example where the rows share them): compare/evaluation_sampling.py"
+    welch = "Welch's t-test over seeds (scipy.stats.ttest_ind, equal_var=False)" + (" on log values" * log)
+    used = {p.get("test", "").split(" (")[0] for pairs in comp.pairs.values() for p in pairs}
+    names = [sampled] * any(t.startswith("t-test over seeds and") for t in used)
+    names += [welch] * (any(t.startswith("Welch") for t in used) or not names)
+    return "; for the pairs without per-example outcomes: ".join(names)
 
 
 def to_json(comps) -> str:
@@ -266,6 +287,12 @@ def rank_format(comp: Comparison, col: str) -> str:
     return ".0f" if all(float(k).is_integer() for k in ranks) else ".1f"
 
 
+def tests(comps: list[Comparison]) -> str:
+    """The tests behind the pairs' verdicts, named once each: over seeds and examples, or Welch over seeds."""
+    names = (p.get("test", "").split(" (")[0] for c in comps for col in c.cols for p in c.pairs.get(col, []))
+    return " or ".join(dict.fromkeys(n for n in names if n)) or "Welch t-test over seeds"
+
+
 def latex_caption(comps: list[Comparison], interval: bool) -> str:
     """What a reader needs beside the numbers: the aggregate, n (runs per cell), the interval method and the
     test under the table."""
@@ -278,7 +305,7 @@ def latex_caption(comps: list[Comparison], interval: bool) -> str:
     return (
         f"{first.value.capitalize()} {goals}: {first.aggregate} over {n} runs (seeds) per cell; best per column in "
         f"bold. Intervals ({where}): {methods}. Below the table, per column: the verdict of the best row against the "
-        f"runner-up (Welch t-test over seeds, Holm-adjusted over one declared family), and the protocol."
+        f"runner-up ({tests(comps)}, Holm-adjusted over one declared family), and the protocol."
     )
 
 

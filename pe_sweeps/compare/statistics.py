@@ -17,6 +17,7 @@ from lightning_modules.metric_names import goal
 from pe_core.errors import ConfigError
 from pe_sweeps.compare.across_tasks import iqm_coverage, iqm_interval
 from pe_sweeps.compare.comparison import Cell, Comparison, Protocol, cell_number, lookup
+from pe_sweeps.compare.evaluation_sampling import cell_estimate, pair_estimate, run_outcomes
 from pe_sweeps.compare.preconditions import Precondition, failures
 from pe_sweeps.compare.selection import (
     check_best_over,
@@ -32,6 +33,9 @@ from pe_sweeps.runs.records import RunRecord
 VALUES = ("final", "best", "step=N")  # step=N: the validation at global step N
 AGGREGATES = ("mean", "median")
 ALPHA = 0.05
+INTERVALS = ("seeds+examples", "seeds")  # --interval: with the evaluation set's sampling (default), or seeds only
+SAMPLED_TEST = "t-test over seeds and examples"
+SEEDS_TEST = "Welch t-test over seeds"
 
 
 def column_ranks(comp: Comparison, col: str, rows: list[str]) -> dict[str, float]:
@@ -127,11 +131,31 @@ def welch(a: np.ndarray, b: np.ndarray, alternative: str = "two-sided", alpha: f
 UNTESTED = {"p": math.nan, "p_equivalence": None, "difference": None, "ci_low": None, "ci_high": None}
 
 
+def sampled_pair_test(a: Cell, b: Cell, margin: float | None, alpha: float = ALPHA) -> dict | None:
+    """The test of a against b over seeds AND evaluation examples (compare/evaluation_sampling.py), paired by seed
+    and example where the rows share them; None when either cell lacks per-example outcomes or the design is not
+    covered (then `pair_test` falls back to Welch over seeds)."""
+    if a.outcomes is None or b.outcomes is None:
+        return None
+    found = pair_estimate(a.outcomes, b.outcomes, [r.seed for r in a.records], [r.seed for r in b.records])
+    if found is None:
+        return None
+    low, high = found.interval(1 - alpha)
+    out = {"p": found.p_value(), "difference": found.estimate, "ci_low": low, "ci_high": high,
+           "test": f"{SAMPLED_TEST} ({found.design}, df {found.df:.3g})", "p_equivalence": None}  # fmt: skip
+    if margin is not None:
+        out["p_equivalence"] = found.p_equivalence(margin)
+    return out
+
+
 def pair_test(a: Cell, b: Cell, log: bool, margin: float | None, alpha: float = ALPHA) -> dict:
     """Welch's t-test of a against b (raw p), the (1 - alpha) Welch interval of the difference in means
     (a ratio of geometric means on the log scale) and, with a margin, TOST's p: the larger p of the two one-sided
     Welch tests of difference <= -margin and >= +margin (Schuirmann 1987). NaN p: not testable."""
-    out = dict(UNTESTED)
+    sampled = None if log else sampled_pair_test(a, b, margin, alpha)
+    if sampled is not None:
+        return sampled
+    out = dict(UNTESTED) | {"test": SEEDS_TEST + (" on log values" if log else "")}
     x, y = tested_values(a, log), tested_values(b, log)
     if a.n < 2 or b.n < 2 or x is None or y is None:
         return out
@@ -240,29 +264,38 @@ def statement(comp: Comparison, col: str) -> str:
     a, b = comp.cells[top["a"], col], comp.cells[top["b"], col]
     head = (f"{tag}{col}: {top['a']} ({cell_number(a.center, a)}) vs runner-up {top['b']} "
             f"({cell_number(b.center, b)}):")  # fmt: skip
-    if a.n < 2 or b.n < 2:
-        return f"{head} n<2, not testable"
     if math.isnan(top["p"]):
-        return f"{head} identical values, not testable"
-    on = " on log values" if top["scale"] == "log" else ""
+        return f"{head} {'n<2' if a.n < 2 or b.n < 2 else 'identical values'}, not testable"
     equivalence = "" if top.get("p_equivalence_holm") is None else f", TOST Holm p={top['p_equivalence_holm']:.2g}"
     counts = Counter(p["verdict"] for p in pairs)
     words = ("better", "worse", "equivalent", "inconclusive", "not testable", "precondition failed")
     tally = ", ".join(f"{counts[w]} {w}" for w in words if counts[w])
-    return (f"{head} Welch t-test{on} p={top['p']:.2g}, Holm p={top['p_holm']:.2g}{equivalence}: "
+    return (f"{head} {top['test']} p={top['p']:.2g}, Holm p={top['p_holm']:.2g}{equivalence}: "
             f"{verdict_text(top)}; the column's {len(pairs)} pairs: {tally}")  # fmt: skip
+
+
+def attach_outcomes(cells, metric: str, value: str) -> None:
+    """Give each cell whose every run kept per-example outcomes of `metric` (reproducing its logged value) those
+    outcomes and its interval over seeds and examples (compare/evaluation_sampling.py); the others keep the
+    seeds-only interval."""
+    for cell in cells:
+        found = [run_outcomes(r, metric, value) for r in cell.records]
+        if all(f is not None for f in found):
+            cell.outcomes = found
+            cell.sampling = cell_estimate(found)
 
 
 def compare(
     records: list[RunRecord], metric: str, value: str = "final", rows="encoding", cols="task", aggregate: str = "mean",
     best_over: str | None = None, chosen: dict | None = None, direction: str | None = None, tuned=(),
-    preconditions: list[Precondition] | None = None,
+    preconditions: list[Precondition] | None = None, interval: str = "seeds+examples",
 ) -> Comparison:  # fmt: skip
     """Aggregate records into a Comparison: cells over seeds, ranks, mean ranks, tests, exclusions.
     `chosen` ({(row, col): value}) fixes the --best-over choice (made on another metric); `direction`
     (maximize/minimize, the sweep file's goal) overrides the goal read from the metric's name; `tuned`: keys
     the rows of a column may differ in besides the row keys (the parameters a sweep tunes); `preconditions`
-    (compare/preconditions.py): the cells failing them get no rank, no tested pair and no aggregate."""
+    (compare/preconditions.py): the cells failing them get no rank, no tested pair and no aggregate; `interval`:
+    "seeds+examples" (the evaluation set's sampling too, where the runs kept per-example outcomes) or "seeds"."""
     if not known_value(value):
         raise ConfigError(f"--value {value!r}; choose one of: {', '.join(VALUES)}")
     if aggregate not in AGGREGATES:
@@ -278,6 +311,11 @@ def compare(
     comp = Comparison(metric, value, row_keys, col_keys, kept, excluded, aggregate=aggregate, best_over=best_over)
     comp.declared_goal = declared
     comp.alternatives = alternatives if best_over else {}
+    if interval not in INTERVALS:
+        raise ConfigError(f"--interval {interval!r}; choose one of: {', '.join(INTERVALS)}")
+    comp.interval_choice = interval
+    if interval == "seeds+examples" and aggregate == "mean" and not log_scale(metric):
+        attach_outcomes(kept.values(), metric, value)
     if preconditions:
         comp.preconditions = [p.text for p in preconditions]
         args = (value, row_keys, col_keys, aggregate, best_over)

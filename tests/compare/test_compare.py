@@ -153,7 +153,7 @@ def test_min_goal_ranks_lowest_first_and_best_value():
 
 def test_welch_statement_per_column():
     comp = compare(grid(), "val/acc")
-    assert comp.tests["copy"].startswith("copy: rope (0.90) vs runner-up alibi (0.55): Welch t-test p=")
+    assert comp.tests["copy"].startswith("copy: rope (0.90) vs runner-up alibi (0.55): Welch t-test over seeds p=")
     assert "Holm p=" in comp.tests["copy"] and comp.tests["copy"].endswith("the column's 3 pairs: 3 better")
     (top, *_) = comp.pairs["copy"]
     raw = stats.ttest_ind([0.9, 0.8, 1.0], [0.5, 0.6, 0.55], equal_var=False).pvalue
@@ -164,7 +164,7 @@ def test_welch_statement_per_column():
     assert "rope better than alibi" in two_rows.tests["copy"]
     one_seed = compare([rec("rope", acc=0.9), rec("alibi", acc=0.5), rec("alibi", seed=1, acc=0.6)], "val/acc")
     assert one_seed.tests["copy"].endswith("n<2, not testable")
-    assert any("Welch t-test p=" in line for line in notes(comp))
+    assert any("Welch t-test over seeds p=" in line for line in notes(comp))
 
 
 def test_unusable_runs_are_excluded_and_reported():
@@ -217,7 +217,7 @@ def test_machine_formats_parse():
     assert lines[0] == "| encoding | copy | reverse | mean rank | MRR |" and lines[1] == "|---|---|---|---|---|"
     assert all(line.count("|") == 6 for line in lines[2:5]) and lines[4].startswith("| none |")
     assert "| rope | **0.90 ± 0.10 (n=3) [0.65, 1.00†] #1** |" in to_markdown(comp)
-    assert any(line.startswith("- copy: rope") and "Welch t-test p=" in line for line in lines)
+    assert any(line.startswith("- copy: rope") and "Welch t-test over seeds p=" in line for line in lines)
 
 
 def test_bad_input_is_one_clear_error(tmp_path):
@@ -292,7 +292,7 @@ def test_report_has_every_plot_and_page_refers_to_each(tmp_path):
     for name in pngs:
         assert f'alt="{name}" src="data:image/png;base64,' in text and f'href="{name}"' in text
     assert "Skipped: no run logged perplexity per context length" in text
-    assert "Welch t-test p=" in text and "status failed" in text
+    assert "Welch t-test over seeds p=" in text and "status failed" in text
     with_ppl = [replace(r, final={**r.final, "val/ppl_ctx_8": 3.0, "val/ppl_ctx_16": 5.0}) for r in grid()]
     page = write_report(compare(with_ppl, "val/acc"), tmp_path / "report")
     assert (page.parent / "ppl_ctx.png").is_file() and 'alt="ppl_ctx.png"' in page.read_text()

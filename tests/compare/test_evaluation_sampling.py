@@ -109,3 +109,79 @@ def test_stratified_statistic_is_the_mean_over_lengths():
     values = np.array([1, 1, 0, 0, 0, 1.0])
     run = RunOutcomes(np.arange(6), values, np.array([2, 2, 3, 3, 3, 3]), "f")
     assert run.statistic == pytest.approx((1.0 + 0.25) / 2)
+
+
+def outcome_runs(tmp_path, shared: bool) -> list:
+    """2 encodings x 3 seeds of a classifier-like task with per-example outcomes on disk (runs/outcomes.py), one
+    evaluation cut shared by every run (`shared`) or one cut per seed; rope ahead of alibi by ~10 points."""
+    from pe_sweeps.runs.outcomes import write_table
+    from pe_sweeps.runs.records import RunRecord
+
+    rng, records = np.random.default_rng(7), []
+    for encoding, shift in (("rope", 1.0), ("alibi", 0.4)):
+        for seed in range(3):
+            cut = 0 if shared else seed
+            ease = np.random.default_rng(cut).normal(0, 2.0, 240)
+            correct = rng.random(240) < sigmoid(shift + ease + rng.normal(0, 0.1))
+            hashes = np.arange(240, dtype=np.int64) + 1000 * cut  # the examples' content: one cut, one content
+            run_dir = tmp_path / f"{encoding}-{seed}"
+            table = {"id": np.arange(240), "hash": hashes, "correct": correct, "nll": rng.random(240)}
+            pointer = write_table(run_dir, "val", 100, table)
+            final = {"val/acc": float(correct.mean()), "val/loss": float(table["nll"].mean())}
+            records.append(RunRecord(
+                name=f"cls-{encoding}-s{seed}", task="cls", encoding=encoding, seed=seed, status="finished",
+                subcommand="fit", config={"seed_everything": seed, "model": {"class_path": "C"}, "data": {}},
+                final=final, best=final, history=[{"step": 100, **final}], outcomes={"val": pointer},
+                run_dir=str(run_dir),
+            ))  # fmt: skip
+    return records
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_compare_json_holds_the_interval_over_seeds_and_examples(tmp_path, shared):
+    import json
+
+    from pe_sweeps.compare.render import to_json
+    from pe_sweeps.compare.statistics import compare
+
+    records = outcome_runs(tmp_path, shared)
+    data = json.loads(to_json(compare(records, "val/acc")))
+    assert {c["ci_method"] for c in data["cells"]} == {"seeds+examples"}
+    assert {c["ci_design"] for c in data["cells"]} == {"shared cut" if shared else "independent cuts"}
+    (pair,) = data["pairs"]["cls"]
+    assert pair["test"].startswith("t-test over seeds and examples (" + ("shared cut, paired by seed" if shared
+                                                                         else "paired by seed"))  # fmt: skip
+    assert pair["verdict"] in ("better", "inconclusive") and data["protocol"]["family_size"] == 1
+    assert "evaluation examples" in data["interval"] and "evaluation_sampling" in data["protocol"]["test"]
+    seeds_only = json.loads(to_json(compare(records, "val/acc", interval="seeds")))
+    assert {c["ci_method"] for c in seeds_only["cells"]} == {"seeds"}
+    assert seeds_only["pairs"]["cls"][0]["test"] == "Welch t-test over seeds"
+
+
+def test_outcomes_that_do_not_reproduce_the_logged_value_are_not_used(tmp_path):
+    from pe_sweeps.compare.statistics import compare
+
+    records = outcome_runs(tmp_path, True)
+    records[0].final["val/acc"] += 0.01  # another evaluation than the one its outcomes hold
+    comp = compare(records, "val/acc")
+    assert comp.cells["rope", "cls"].sampling is None and comp.cells["alibi", "cls"].sampling is not None
+    assert "in 1 of 2 cells" in comp.interval
+    assert comp.pairs["cls"][0]["test"] == "Welch t-test over seeds"
+
+
+def test_a_single_seed_gets_the_interval_of_its_evaluation_set(tmp_path):
+    from pe_sweeps.compare.statistics import compare
+
+    records = [r for r in outcome_runs(tmp_path, True) if r.seed == 0]
+    cell = compare(records, "val/acc").cells["rope", "cls"]
+    p = cell.mean
+    low, high = cell.ci
+    assert high - low == pytest.approx(2 * stats.t.ppf(0.975, 239) * np.sqrt(p * (1 - p) / 239), rel=1e-6)
+
+
+def test_an_unknown_interval_is_one_line(tmp_path):
+    from pe_core.errors import ConfigError
+    from pe_sweeps.compare.statistics import compare
+
+    with pytest.raises(ConfigError, match=r"--interval 'boot'; choose one of: seeds\+examples, seeds"):
+        compare(outcome_runs(tmp_path, True), "val/acc", interval="boot")

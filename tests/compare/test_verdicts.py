@@ -217,7 +217,7 @@ def test_perplexity_is_tested_on_the_log_scale():
     (pair,) = comp.pairs["wiki"]
     assert pair["scale"] == "log" and pair["verdict"] == "better" and pair["p_holm"] < ALPHA
     assert pair["ci_low"] < pair["difference"] < pair["ci_high"] < 1  # alibi / sinusoid, geometric means
-    assert "Welch t-test on log values" in comp.tests["wiki"] and "alibi better than sinusoidal" in comp.tests["wiki"]
+    assert "Welch t-test over seeds on log values" in comp.tests["wiki"] and "alibi better than sinusoidal" in comp.tests["wiki"]
     protocol = json.loads(to_json(comp))["protocol"]
     assert protocol["test"].endswith("on log values") and "ratio of geometric means" in protocol["interval"]
 
