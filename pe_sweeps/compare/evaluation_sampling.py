@@ -102,6 +102,7 @@ def run_outcomes(record: RunRecord, metric: str, value: str) -> RunOutcomes | No
     if stage == "val" and record.history and record.history[-1].get("step") != pointer.get("step"):
         return None  # outcomes of another validation than the final one
     logged = record.final.get(metric)
+    logged = None if logged is None else float(logged)
     table = outcome_table(record, stage)
     if table is None or logged is None or COLUMNS[match[1]] not in table:
         return None
@@ -109,9 +110,25 @@ def run_outcomes(record: RunRecord, metric: str, value: str) -> RunOutcomes | No
     if keep is None or not keep.any():
         return None
     strata = table["length"][keep] if "length" in table else np.zeros(int(keep.sum()), dtype=np.int64)
-    found = RunOutcomes(table["id"][keep], table[COLUMNS[match[1]]][keep].astype(np.float64), strata,
-                        pointer.get("fingerprint"))  # fmt: skip
-    return found if abs(found.statistic - float(logged)) <= TOLERANCE * max(1.0, abs(float(logged))) else None
+    values = table[COLUMNS[match[1]]][keep].astype(np.float64)
+    candidates = [values]
+    if "tokens" in table and "length" not in table:  # a language model's token-weighted mean
+        candidates.append(token_weighted(values, table["tokens"][keep].astype(np.float64)))
+    for candidate in candidates:
+        found = RunOutcomes(table["id"][keep], candidate, strata, pointer.get("fingerprint"))
+        if np.isfinite(candidate).all() and abs(found.statistic - float(logged)) <= TOLERANCE * max(1.0, abs(logged)):
+            return found
+    return None
+
+
+def token_weighted(values: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Per-example values whose plain mean is the token-weighted mean sum(t y) / sum(t), linearised (the ratio
+    estimator's influence values theta + t (y - theta) / mean(t)), so their variance is the weighted mean's."""
+    if tokens.sum() <= 0:
+        return np.full_like(values, np.nan)
+    scored = tokens > 0
+    theta = float((tokens * np.where(scored, values, 0.0)).sum() / tokens.sum())
+    return theta + tokens * (np.where(scored, values, theta) - theta) / tokens.mean()
 
 
 def selected(table: dict, match: re.Match, record: RunRecord) -> np.ndarray | None:

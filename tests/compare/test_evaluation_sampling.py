@@ -185,3 +185,17 @@ def test_an_unknown_interval_is_one_line(tmp_path):
 
     with pytest.raises(ConfigError, match=r"--interval 'boot'; choose one of: seeds\+examples, seeds"):
         compare(outcome_runs(tmp_path, True), "val/acc", interval="boot")
+
+
+def test_a_token_weighted_mean_is_linearised():
+    """A language model's val/loss is sum(tokens * nll) / sum(tokens): the linearised values have that mean, and the
+    variance of their mean is the ratio estimator's (the delta method), checked against the closed form."""
+    from pe_sweeps.compare.evaluation_sampling import token_weighted
+
+    rng = np.random.default_rng(9)
+    tokens, nll = rng.integers(0, 40, 500).astype(float), rng.gamma(3.0, 1.0, 500)
+    z = token_weighted(nll, tokens)
+    theta = (tokens * nll).sum() / tokens.sum()
+    assert z.mean() == pytest.approx(theta)
+    residual = tokens * (np.where(tokens > 0, nll, theta) - theta)
+    assert z.var(ddof=1) / 500 == pytest.approx(residual.var(ddof=1) / tokens.mean() ** 2 / 500)
