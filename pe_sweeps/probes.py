@@ -15,7 +15,8 @@ values, so their hidden states carry no position: the rows come out identical, w
 (`identical_rows`) and scored at chance instead of fitting float rounding noise.
 
 To run:
-    python cli.py probe --encoding sinusoidal --max-length 512 --dim 768 --report out/probe-sinusoidal
+    python cli.py probe --encoding rope                       # quick: 512 positions of a 64-wide, 4-head layer
+    python cli.py probe --encoding sinusoidal --max-length 512 --dim 768 --num_heads 12 --report out/probe-sin
     python cli.py probe --ckpt out/runs/<run>/checkpoints/last.ckpt --report out/probe-run
     python cli.py probe --hf-model path/to/gpt2 --report out/probe-gpt2     # a folder saved by transformers
     python cli.py probe --table table.npy
@@ -63,8 +64,9 @@ class ProbeOptions:
     hf_model: str | None = None  # Hugging Face GPT-2 / BERT / RoBERTa folder (or hub name): its position table
     table: str | None = None  # a (positions, width) table in a .npy or .pt file
     max_length: int | None = None  # positions probed; default 512, the checkpoint's max_length, or all rows
-    dim: int = 768  # bare encoding only (the paper's 768-d embeddings)
-    num_heads: int = 12  # bare encoding only
+    # bare encoding only: its width; small for a quick look (the paper's 768-d: --dim 768 --num_heads 12)
+    dim: int = 64
+    num_heads: int = 4  # bare encoding only
     causal: bool = True  # bare encoding only: the 1-layer Transformer used for hidden states
     hidden: bool = False  # probe first-layer hidden states even when the encoding has a table
     token: int = 0  # the constant input token of hidden-state probes

@@ -209,13 +209,24 @@ def test_figures_and_numbers_go_to_an_active_wandb_run(tmp_path, monkeypatch):
         (["--encoding", "rope", "--ckpt", "x.ckpt"], "exactly one of --encoding"),
         (["--encoding", "rope", "--pairs", "5"], "--pairs >= 20"),
         (["--encoding", "learned", "--hidden", "true", "--token", "-1"], "outside the vocabulary"),
-        (["--encoding", "rope", "--dim", "64"], r"--dim 64 is not divisible by --num_heads 12; .* one of 1, 2, 4, 8"),
+        (["--encoding", "rope", "--dim", "30"], r"--dim 30 is not divisible by --num_heads 4; .* one of 1, 2$"),
+        (["--encoding", "rope", "--dim", "64", "--num_heads", "12"], r"--num_heads 12; .* one of 1, 2, 4, 8, 16$"),
     ],
 )
 def test_bad_input_is_one_line(args, message):
     with pytest.raises(ConfigError, match=message) as error:
         probe_main(args)
     assert "\n" not in str(error.value)
+
+
+def test_the_default_probe_is_a_small_model_and_dim_64_alone_works():
+    """Issue 45.7: without a checkpoint the probe built BERT-base sizes (768 wide, 12 heads: ~7 M parameters, ~35 s
+    an attempt on a busy 2-core CPU) and `--dim 64` alone failed. The default is a 64-wide, 4-head layer."""
+    opts = ProbeOptions(encoding="learned")
+    transformer = build_bare(opts, 512)
+    assert sum(p.numel() for p in transformer.parameters()) < 200_000
+    result = probe_main(["--encoding", "rope", "--dim", "64", "--max-length", "32", "--pairs", "20", "--seeds", "1"])
+    assert (result.positions, result.width) == (32, 64)
 
 
 def test_unreadable_checkpoint_is_one_line(tmp_path):
