@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's Chromium for the report's browser test (tests/compare/test_compare.py) when no Chromium is on
+# Install Debian's Chromium for the report's browser test (tests/compare/test_compare_report.py) when no Chromium is on
 # PATH. Needs root and Debian's package registry; prints the browser's path.
 set -euo pipefail
 for name in chromium chromium-browser google-chrome google-chrome-stable headless_shell; do
