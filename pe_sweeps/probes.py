@@ -5,7 +5,8 @@ Two linear probes on a matrix E of position vectors (PAPERS.md section 1) and th
   error of the rounded prediction (the sinusoid scores 0.0);
 - relative position classification: concat(E[i], E[j]) -> (j > i), logistic regression, 5-fold CV,
   error rate over `pairs` sampled pairs, repeated over seeds (the official 512 pairs move with the seed);
-- cosine-similarity heatmap of E, 2-D PCA of E, and the encoding's positional logits per head.
+- cosine-similarity heatmap of E, 2-D PCA of E, and the encoding's positional logits per head; for an encoding
+  without a logit term of its own (rope, the sinusoid), the first layer's attention logits of a constant input.
 E is a pre-trained model's table (`--hf-model`: GPT-2, BERT, RoBERTa through transformers, RoBERTa's padding
 offset removed; `--table`: a .npy / .pt file; see lightning_modules/position_tables.py), or the encoding's
 table (`.weight`) when it has one, else the first-layer hidden states of a constant input, which is how
@@ -36,7 +37,7 @@ from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.model_selection import KFold
 
 from lightning_modules.arch import ArchConfig
-from lightning_modules.encodings import ENCODINGS, check_encoding_name
+from lightning_modules.encodings import ENCODINGS, PositionalEncoding, check_encoding_name
 from lightning_modules.position_tables import check_finite_rows, hf_position_table, load_table_file
 from lightning_modules.transformer import Transformer
 from pe_core.errors import ConfigError
@@ -64,8 +65,7 @@ class ProbeOptions:
     hf_model: str | None = None  # Hugging Face GPT-2 / BERT / RoBERTa folder (or hub name): its position table
     table: str | None = None  # a (positions, width) table in a .npy or .pt file
     max_length: int | None = None  # positions probed; default 512, the checkpoint's max_length, or all rows
-    # bare encoding only: its width; small for a quick look (the paper's 768-d: --dim 768 --num_heads 12)
-    dim: int = 64
+    dim: int = 64  # bare encoding only: a small width for a quick look (the paper's: --dim 768 --num_heads 12)
     num_heads: int = 4  # bare encoding only
     causal: bool = True  # bare encoding only: the 1-layer Transformer used for hidden states
     hidden: bool = False  # probe first-layer hidden states even when the encoding has a table
@@ -321,9 +321,48 @@ def pca_2d(E: np.ndarray) -> np.ndarray:
     return centred @ vt[:2].T
 
 
-def figure_arrays(E: np.ndarray, transformer: Transformer | None, length: int) -> dict[str, np.ndarray]:
+@torch.no_grad()
+def attention_logits(transformer: Transformer, length: int, token: int = 0) -> np.ndarray | None:
+    """(H, L, L) the first layer's attention logits, scale * q.k plus every additive term, for the constant
+    input `token` repeated `length` times; NaN where a key is masked. With one token everywhere the content is
+    the same at every position, so what varies is position alone: for rope q_i.k_j depends on j - i only, for
+    the sinusoid it is the table's term through W_q, W_k. None when the layer's attention is not the plain
+    scaled dot product (an encoding with its own `attend`, FlexAttention): its logits are not q.k."""
+    encoding = transformer.layer_encoding(0)
+    if type(encoding).attend is not PositionalEncoding.attend:
+        return None
+    captured = {}
+    plain = encoding.attend
+
+    def attend(q, k, v, mask, *, is_causal, dropout_p, scale, positions):
+        logits = scale * (q[0].float() @ k[0].float().transpose(-1, -2))  # (H, L, L)
+        if mask is not None:
+            mask = mask[0] if mask.dim() == 4 else mask
+            logits = logits + mask.float() if mask.is_floating_point() else logits.masked_fill(~mask, -math.inf)
+        if is_causal:
+            logits = logits.masked_fill(torch.ones_like(logits, dtype=torch.bool).triu(1), -math.inf)
+        captured.setdefault("logits", logits)
+        return plain(q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale, positions=positions)
+
+    was_training = transformer.training
+    encoding.attend = attend  # on this instance only, removed below
+    try:
+        transformer.eval()
+        transformer(torch.full((1, length), token, dtype=torch.long))
+    finally:
+        del encoding.attend
+        transformer.train(was_training)
+    if "logits" not in captured:  # FlexAttention: never through `attend`
+        return None
+    logits = captured["logits"].cpu().numpy()
+    return np.where(np.isfinite(logits), logits, np.nan)
+
+
+def figure_arrays(E: np.ndarray, transformer: Transformer | None, length: int, token: int = 0) -> dict[str, np.ndarray]:
     """The arrays behind the figures: cosine (N, N), pca (N, 2) and, when the encoding has them,
-    logits (H, L, L) from `positional_logits` (none for a saved table: `transformer` None)."""
+    logits (H, L, L) from `positional_logits` (none for a saved table: `transformer` None); for an encoding
+    without a logit term of its own (rope, the sinusoid, ...), attention (H, L, L): the first layer's logits
+    of a constant input (`attention_logits`)."""
     arrays = {"cosine": cosine_similarity_matrix(E), "pca": pca_2d(E)}
     logits = None if transformer is None else transformer.encoding.positional_logits(length)
     if logits is not None:
@@ -331,6 +370,8 @@ def figure_arrays(E: np.ndarray, transformer: Transformer | None, length: int) -
         if transformer.causal:  # keys after the query are masked: no logit there, drawn blank
             query, key = np.triu_indices(length, k=1)
             arrays["logits"][:, query, key] = np.nan
+    elif transformer is not None and (attention := attention_logits(transformer, length, token)) is not None:
+        arrays["attention"] = attention
     return arrays
 
 
@@ -340,10 +381,10 @@ def save_figures(
     """Write one PNG per array (Agg canvas, no pyplot state); returns their paths. `trained`: positions
     from there on were never reached in training, marked in every figure."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = {"cosine": plot_cosine, "pca": plot_pca, "logits": plot_logits}
+    plots = {"cosine": plot_cosine, "pca": plot_pca, "logits": plot_logits, "attention": plot_attention}
     paths = []
     for key, array in arrays.items():
-        figure = plots[key](array, name if key == "logits" else f"{name}, {source}")
+        figure = plots[key](array, name if key in ("logits", "attention") else f"{name}, {source}")
         if trained is not None and trained < array.shape[-2]:
             mark_trained(figure, key, trained)
         paths.append(out_dir / f"{key}.png")
@@ -389,14 +430,19 @@ def plot_pca(points: np.ndarray, title: str):
     return figure
 
 
-def plot_logits(logits: np.ndarray, title: str):
+def plot_attention(logits: np.ndarray, title: str):
+    """The first layer's attention logits of a constant input, per head (`attention_logits`)."""
+    return plot_logits(logits, title, "first-layer attention logits of a constant input, per head")
+
+
+def plot_logits(logits: np.ndarray, title: str, what: str = "positional logits per head"):
     from matplotlib.figure import Figure
 
     heads = logits.shape[0]
     cols = min(4, heads)
     rows = math.ceil(heads / cols)
     figure = Figure(figsize=(3 * cols, 2.8 * rows + 0.4), layout="constrained")
-    figure.suptitle(f"positional logits per head (query x key; blank: masked): {title}")
+    figure.suptitle(f"{what} (query x key; blank: masked): {title}")
     shown = np.where(np.isfinite(logits), logits, np.nan)
     bound = float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else 1.0
     axes = figure.subplots(rows, cols, squeeze=False)
@@ -517,7 +563,7 @@ def run_probe(opts: ProbeOptions) -> ProbeResult:
     )  # fmt: skip
     paths = []
     if opts.report:
-        arrays = figure_arrays(E, transformer, length)
+        arrays = figure_arrays(E, transformer, length, opts.token)
         paths = save_figures(arrays, name, source, Path(opts.report), trained)
         result.figures = [str(p) for p in paths]
         write_index(result, paths, Path(opts.report))

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_modules.encodings import ENCODINGS
+from lightning_modules.encodings import ENCODINGS, PositionalEncoding
 from pe_core.errors import ConfigError
 from pe_sweeps.cli import cli_main
 from pe_sweeps.compare.command import compare_main
@@ -75,6 +75,7 @@ def test_sinusoid_scores_as_in_the_paper(tmp_path):
     for png in ("cosine.png", "pca.png"):
         assert (tmp_path / png).stat().st_size > 0 and png in index
     assert not (tmp_path / "logits.png").exists()  # the sinusoid adds no logit term
+    assert (tmp_path / "attention.png").stat().st_size > 0  # but the attention logits of a constant input
 
 
 def test_probe_functions_are_seeded():
@@ -142,6 +143,8 @@ def test_figure_arrays_shapes(name):
         assert arrays["logits"].shape == (4, 16, 16)
     else:
         assert transformer.encoding.positional_logits(16) is None
+    plain = type(transformer.encoding).attend is PositionalEncoding.attend  # else its logits are not q.k
+    assert ("logits" in arrays or "attention" in arrays) == (plain or "logits" in arrays)  # a logit heatmap each
 
 
 def test_rounding_noise_is_collapsed_but_signal_kept():
@@ -266,3 +269,21 @@ def test_heatmaps_blank_the_masked_triangle_on_one_diverging_scale_and_scores_ha
     assert chance_mae(4) == 1.0 and chance_mae(512) == pytest.approx(128.0, abs=0.5)
     result = ProbeResult("x", "table", positions=512, width=8, absolute_mae=3.0, relative_errors=[0.1])
     assert result.chance == {"absolute_mae": chance_mae(512), "relative_error": 0.5}
+
+
+@pytest.mark.parametrize("name", ["rope", "sinusoidal"])
+def test_rope_and_the_sinusoid_get_a_logit_heatmap_of_a_constant_input(name, tmp_path):
+    """Issue 45, point 5: no positional_logits of their own, so the first layer's attention logits of a constant
+    input are drawn: for rope they depend on j - i only (q_i.k_j = q.R_(j-i) k), blank above the diagonal."""
+    transformer = build_bare(ProbeOptions(encoding=name, dim=32, num_heads=4), 12)
+    E, _ = position_vectors(transformer, 12, token=0, hidden=False)
+    logits = figure_arrays(E, transformer, 12)["attention"]
+    assert logits.shape == (4, 12, 12)
+    upper = np.triu(np.ones((12, 12), dtype=bool), 1)
+    assert np.isnan(logits[:, upper]).all() and np.isfinite(logits[:, ~upper]).all()
+    diagonals = [np.diagonal(logits, offset=-d, axis1=1, axis2=2) for d in range(12)]  # query i, key i - d
+    toeplitz = all(np.allclose(d, d[:, :1], atol=1e-5) for d in diagonals)
+    assert toeplitz == (name == "rope")  # the sinusoid's logits depend on both positions
+    probe_main(["--encoding", name, *SMALL, "--report", str(tmp_path)])
+    assert (tmp_path / "attention.png").stat().st_size > 0
+    assert "attention.png" in (tmp_path / "index.html").read_text()
