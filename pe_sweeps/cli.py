@@ -21,7 +21,6 @@ PROCESS_START = time.time()  # before the heavy imports: start-up cost is record
 import inspect  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-import textwrap  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from pydoc import locate  # noqa: E402
@@ -66,7 +65,7 @@ from pe_sweeps.layout import (  # noqa: E402
     parent_run_dir,
     shipped_files,
 )
-from pe_sweeps.light_commands import compare_main, sweep_main  # noqa: E402
+from pe_sweeps.light_commands import SUBCOMMANDS, compare_main, overview, sweep_main  # noqa: E402
 from pe_sweeps.runs.callbacks import LogLearningRate, ModelSummaryWithFlops, StepProgressBar  # noqa: E402
 from pe_sweeps.runs.checkpointing import LastCheckpoint  # noqa: E402
 from pe_sweeps.runs.console import quiet_lightning_tips  # noqa: E402
@@ -88,14 +87,9 @@ PREBUILT: dict = {}  # filled in a sweep's fork server by prepare_fork_server():
 # short class names accepted wherever a model or data class path is (`--model=SyntheticTaskModel`,
 # `--model.help SyntheticTaskModel`)
 CLASSES = {"model": TASK_MODULE_PATHS, "data": DATA_MODULES}  # the registries (lightning_modules, datamodules)
-SUBCOMMANDS = {
-    "fit": "train a model (LightningCLI: --config FILE, --model.*, --data.*, --trainer.*, --run.*)",
-    "validate": "evaluate a checkpoint on the validation set (--ckpt_path)",
-    "test": "evaluate a checkpoint on the test set (--ckpt_path)",
-    "predict": "run a checkpoint's predictions (--ckpt_path)",
-    "sweep": "run a W&B sweep file with Optuna, offline, resumable, in parallel (--reseed: tune, then reseed)",
-    "compare": "compare runs (local records or a W&B project): tables, ranks, tests, an HTML report",
-    "probe": "probe what an encoding learned: absolute and relative position probes, heatmaps",
+HEADINGS = {
+    "model": "model: a task module (--model CLASS; --model.help CLASS lists its options)",
+    "data": "data: a data module (--data CLASS; --data.help CLASS lists its options)",
 }
 OPTIMISATION = ("--optimizer", "--lr_scheduler")  # LightningCLI's; refused: the task modules own theirs
 
@@ -159,6 +153,12 @@ class PECLI(LightningCLI):
             raise ParserBuilt
 
     def add_arguments_to_parser(self, parser) -> None:
+        # the usage line names no option (the ~50 lines of every --trainer.* were the options listed below again),
+        # and the model's and data's headings say what they are (Lightning's: a class repr, a cut docstring)
+        parser.usage = "%(prog)s [options]"
+        for key, title in HEADINGS.items():
+            if key in (parser.groups or {}):
+                parser.groups[key].title = title
         parser.epilog = (
             "Model and data options: `--model.help CLASS` / `--data.help CLASS` (short names: "
             f"{', '.join(CLASSES['model'])}; {', '.join(CLASSES['data'])}), or `--print_config` with a --config."
@@ -416,21 +416,6 @@ def probe_main(args: list[str]):
 
 
 EXTRA_COMMANDS = {"sweep": sweep_main, "compare": compare_main, "probe": probe_main}
-
-
-def overview(columns: int = 80) -> str:
-    """`cli.py --help`: every subcommand and what it does, LightningCLI's and ours, within `columns` (wrapped
-    between words, never inside an option)."""
-    width = max(map(len, SUBCOMMANDS))
-    indent = " " * (width + 4)
-    lines = []
-    for name, text in SUBCOMMANDS.items():
-        wrapped = textwrap.wrap(text, columns - len(indent), break_long_words=False, break_on_hyphens=False)
-        lines += [f"  {name:<{width}}  {wrapped[0]}", *(indent + line for line in wrapped[1:])]
-    return "\n".join([
-        "usage: cli.py SUBCOMMAND [options]   (cli.py SUBCOMMAND --help: its options)", "",
-        *textwrap.wrap((__doc__ or "").splitlines()[0], columns), "", "subcommands:", *lines,
-    ])  # fmt: skip
 
 
 def expand_class_names(argv: list[str]) -> list[str]:

@@ -13,6 +13,7 @@ import sys
 from jsonargparse import ArgumentParser
 
 from pe_core.errors import TYPE_WORDS
+from pe_sweeps.help_format import WrappedHelpFormatter
 
 TYPE_NAMES = {kind.__name__: words for kind, words in TYPE_WORDS.items()} | {
     "dict": "a mapping such as {key: value}", "list": "a list such as [a, b]"}  # fmt: skip
@@ -80,6 +81,9 @@ class OneLineErrors:
     library's behaviour."""
 
     ranges: dict[str, str] = {}  # {key: its declared range in words}, for a range error's line (options_parser)
+
+    def __init__(self, *args, formatter_class=WrappedHelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)  # headings within the help's width
 
     def error(self, message: str, ex: Exception | None = None):
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):

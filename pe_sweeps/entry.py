@@ -1,6 +1,7 @@
 """The command line's front door (`pe-sweeps`, `python -m pe_sweeps`, `python cli.py`): `compare` and `sweep`
 start without importing torch or Lightning (pe_sweeps/light_commands.py); every other command goes to
-pe_sweeps/cli.py."""
+pe_sweeps/cli.py. `cli.py --help` imports neither, and a subcommand's --help is printed from a cache once built
+(pe_sweeps/help_cache.py)."""
 
 import signal
 import sys
@@ -31,6 +32,27 @@ def run_command() -> None:
         exit_in_one_line(error)
         raise
     start_watchdog()  # a sweep's trial (or a sweep a trial started) exits with its sweep: sweep/children.py
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        from pe_sweeps.light_commands import overview
+
+        print(overview())
+        return
+    from pe_sweeps.help_cache import cached_help, is_help, recorded_help
+
+    if is_help(sys.argv[1:]):  # printed from the cache, or run as below and kept (help_cache.py)
+        text = cached_help(sys.argv[1:])
+        if text is not None:
+            sys.stdout.write(text)
+            return
+        with recorded_help(sys.argv[1:]):
+            return run_subcommand()
+    run_subcommand()
+
+
+def run_subcommand() -> None:
+    """Run a subcommand: `compare` and `sweep` without pe_sweeps/cli.py (torch and Lightning), the rest in it."""
+    from pe_sweeps.exits import exit_in_one_line
+
     if sys.argv[1:2] not in (["compare"], ["sweep"]):
         from pe_sweeps.cli import cli_main
 

@@ -35,6 +35,7 @@ TRIAL_GPUS_ENV = "PE_TRIAL_GPUS"  # the GPUs a sweep gave its trial (--devices_p
 FAULT_ENV = "PE_FAULT_AT"  # tests only: the sweep kills itself at this named step (failpoints.py)
 SWEEP_PARAMS_ENV = "PE_SWEEP_PARAMS"  # a sweep's trial: the parameters its sweep varied (run names, W&B config)
 UMASK_ENV = "PE_UMASK"  # the umask of every command and trial, default 077 (pe_sweeps/permissions.py)
+CACHE_ENV = "PE_CACHE_DIR"  # where help texts are kept (pe_sweeps/help_cache.py); empty: none kept
 
 # What a launcher (SLURM's srun / sbatch, torchrun, Lightning's own DDP launcher, LSF's jsrun, mpirun) sets to
 # place a process in its job, and Lightning reads to find its rank: SLURMEnvironment (SLURM_NTASKS,

@@ -303,9 +303,11 @@ def test_every_data_option_has_a_description_in_help(data, capsys):
     with pytest.raises(SystemExit):
         cli_main(["fit", "--data.help", data])
     out = capsys.readouterr().out
-    title, options_text = out.split("\n\n", 2)[-1].split("\n", 1)
+    title, options_text = out.split("\n\n", 2)[-1].split("\n  --", 1)
+    options_text = "  --" + options_text
     first_paragraph = " ".join(locate(DATA_MODULES[data]).__doc__.split("\n\n")[0].split())
-    assert title == first_paragraph.removesuffix(".") + ":"  # whole: jsonargparse shows only its first line
+    # whole (jsonargparse shows only a docstring's first line), wrapped between words within the help's width
+    assert " ".join(title.split()) == first_paragraph.removesuffix(".") + ":"
     entries = re.split(r"\n  (?=--data\.)", "\n" + options_text)
     options = [e for e in entries if e.startswith("--data.")]
     assert {"--data.batch_size", "--data.seed", "--data.num_workers"} <= {e.split()[0] for e in options}, out
