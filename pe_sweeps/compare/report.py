@@ -28,6 +28,7 @@ import base64
 import html
 import math
 import re
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -108,12 +109,12 @@ def col_label(comp: Comparison, col: str) -> str:
     return readable(comp, comp.col_keys, 1, col)
 
 
-def panels(comp: Comparison) -> tuple[Figure, list]:
-    """A figure with one axis per column, at most three per line."""
+def panels(comp: Comparison, width: float = 4.8) -> tuple[Figure, list]:
+    """A figure with one axis per column (`width` inches each), at most three per line."""
     n = max(len(comp.cols), 1)
     ncols = min(n, 3)
     nrows = math.ceil(n / ncols)
-    fig = Figure(figsize=(4.8 * ncols, 3.4 * nrows), layout="constrained")
+    fig = Figure(figsize=(width * ncols, 3.4 * nrows), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False).flatten()
     for ax in axes[n:]:
@@ -172,7 +173,7 @@ def point_chart(comp: Comparison) -> Figure | None:
     outlined in black. Points, not bars: a bar from 0 hides the interval and n = 1 drew a zero-width stub."""
     if not comp.cells:
         return None
-    fig, axes = panels(comp)
+    fig, axes = panels(comp, width=max(4.8, 0.7 * len(comp.rows) + 1.5))
     colors = row_colors(comp)
     for ax, col in zip(axes, comp.cols):
         rows = [r for r in comp.rows if (r, col) in comp.cells]
@@ -188,13 +189,28 @@ def point_chart(comp: Comparison) -> Figure | None:
             edge = "black" if comp.is_best(row, col) else colors[row]
             ax.plot([x], [cell.center], "o", color=colors[row], markerfacecolor=face, markeredgecolor=edge,
                     markersize=8, markeredgewidth=1.8 if edge == "black" else 1.2, zorder=3)  # fmt: skip
-        ax.set_xticks(range(len(rows)), [f"{row_label(comp, r)}\nn={comp.cells[r, col].n}" for r in rows], fontsize=8)
+        row_ticks(ax, [row_label(comp, r) for r in rows], [comp.cells[r, col].n for r in rows])
         ax.margins(x=0.15)
         ax.grid(axis="y", alpha=0.3)
         ax.set(title=col_label(comp, col), ylabel=axis_label(comp, col=col))
-    fig.suptitle(f"point: {comp.aggregate} over seeds; line: {interval_name(comp)}; hollow: no interval (one seed); "
-                 "black edge: best in its panel; n = seeds per cell", fontsize=8)  # fmt: skip
+    note(fig, f"point: {comp.aggregate} over seeds; line: {interval_name(comp)}; hollow: no interval (one seed); "
+              "black edge: best in its panel; n = seeds per cell")  # fmt: skip
     return fig
+
+
+def note(fig: Figure, text: str) -> None:
+    """What the figure's marks are, written on it above the panels, wrapped to the figure's width."""
+    fig.suptitle(textwrap.fill(text, width=int(fig.get_figwidth() * 17)), fontsize=8)
+
+
+def row_ticks(ax, names: list[str], ns: list[int]) -> None:
+    """The rows' names with their n under their points: `rope` over `n=3`, or, when long or many, one slanted
+    line `rope (n=3)` each, so that none overlaps."""
+    if len(names) * max(map(len, names)) > 40:
+        ax.set_xticks(range(len(names)), [f"{name} (n={n})" for name, n in zip(names, ns)], fontsize=8, rotation=30,
+                      ha="right", rotation_mode="anchor")  # fmt: skip
+    else:
+        ax.set_xticks(range(len(names)), [f"{name}\nn={n}" for name, n in zip(names, ns)], fontsize=8)
 
 
 def over_seeds(records: list[dict], points) -> dict:
@@ -250,7 +266,7 @@ def per_length(comp: Comparison, prefix: str, ylabel: str, xlabel: str, boundary
             plain_log_ticks(ax.yaxis)
         ax.set(title=col_label(comp, col), xlabel=xlabel, ylabel=ylabel)
         ax.legend(fontsize=7)
-    fig.suptitle(band_note(comp), fontsize=8)
+    note(fig, band_note(comp))
     return fig
 
 
@@ -314,8 +330,7 @@ def heatmap(comp: Comparison, prefix: str) -> Figure | None:
         ax.set(title=col_label(comp, col), xlabel="task length n")
     if image is not None:
         fig.colorbar(image, ax=axes, label=f"{metric_label(prefix.removesuffix('_len_'))}")
-    fig.suptitle(f"{comp.aggregate} over seeds per encoding and length (dashed: the longest training length)",
-                 fontsize=8)  # fmt: skip
+    note(fig, f"{comp.aggregate} over seeds per encoding and length (dashed: the longest training length)")
     return fig
 
 
@@ -341,7 +356,7 @@ def learning_curves(comp: Comparison) -> Figure | None:
             aggregate_and_band(ax, comp, over_seeds(comp.cells[row, col].records, points), metric, colors[row], label)
         ax.set(title=col_label(comp, col), xlabel="training step", ylabel=metric_label(metric, kind_of(comp, col)))
         ax.legend(fontsize=7)
-    fig.suptitle(band_note(comp), fontsize=8)
+    note(fig, band_note(comp))
     return fig
 
 
