@@ -210,7 +210,8 @@ def cell_table(cfg: dict) -> str:
         "cut per seed: seed-only t (old)",
     ]
     note = (
-        f"Nominal {LEVEL:.0%}; {EXAMPLES} examples per cut, example ease sd {EASE} and seed x example jitter sd "
+        f"Coverage of the population accuracy (over seeds and examples), nominal {LEVEL:.0%}; "
+        f"{EXAMPLES} examples per cut, example ease sd {EASE} and seed x example jitter sd "
         f"{JITTER} on the logit, population accuracy {population_accuracy(0.5):.3f} (seed sd 0.5). One seed on a "
         f"cut per seed is one run on one cut: the same design as a shared cut (its binomial interval)."
     )
