@@ -10,5 +10,6 @@ declares where runs live and the environment a trial is given. Rooms by concern:
 - `runs/`: what one run writes (its record, W&B run, name, callbacks, summary);
 - `compare/`: `cli.py compare`;
 - `launchers/`: SLURM.
-`probes.py` is `cli.py probe`; `internals.py` holds every use of another library's private API.
+`probes.py` is `cli.py probe` (its options in `probe_options.py`); `help_cache.py` prints a subcommand's --help
+once built; `internals.py` holds every use of another library's private API.
 """

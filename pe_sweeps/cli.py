@@ -65,7 +65,7 @@ from pe_sweeps.layout import (  # noqa: E402
     parent_run_dir,
     shipped_files,
 )
-from pe_sweeps.light_commands import SUBCOMMANDS, compare_main, overview, sweep_main  # noqa: E402
+from pe_sweeps.light_commands import SUBCOMMANDS, compare_main, overview, probe_main, sweep_main  # noqa: E402
 from pe_sweeps.runs.callbacks import LogLearningRate, ModelSummaryWithFlops, StepProgressBar  # noqa: E402
 from pe_sweeps.runs.checkpointing import LastCheckpoint  # noqa: E402
 from pe_sweeps.runs.console import quiet_lightning_tips  # noqa: E402
@@ -406,13 +406,6 @@ def restore_option_nulls(config, model_class: type[TaskModule]) -> None:
         options = config.get(key)
         if isinstance(options, dict) and "None" in options.values():
             config[key] = {k: None if v == "None" else v for k, v in options.items()}
-
-
-def probe_main(args: list[str]):
-    """`cli.py probe --encoding NAME --max-length N --dim D | --ckpt PATH | --hf-model NAME_OR_DIR | --table FILE`"""
-    from pe_sweeps.probes import probe_main as main
-
-    return main(args)
 
 
 EXTRA_COMMANDS = {"sweep": sweep_main, "compare": compare_main, "probe": probe_main}

@@ -1,7 +1,7 @@
 """The command line's front door (`pe-sweeps`, `python -m pe_sweeps`, `python cli.py`): `compare` and `sweep`
-start without importing torch or Lightning (pe_sweeps/light_commands.py); every other command goes to
-pe_sweeps/cli.py. `cli.py --help` imports neither, and a subcommand's --help is printed from a cache once built
-(pe_sweeps/help_cache.py)."""
+start without importing torch or Lightning, `probe` without Lightning (pe_sweeps/light_commands.py); every other
+command goes to pe_sweeps/cli.py. `cli.py --help` imports neither, and a subcommand's --help is printed from a cache
+once built (pe_sweeps/help_cache.py)."""
 
 import signal
 import sys
@@ -50,10 +50,10 @@ def run_command() -> None:
 
 
 def run_subcommand() -> None:
-    """Run a subcommand: `compare` and `sweep` without pe_sweeps/cli.py (torch and Lightning), the rest in it."""
+    """Run a subcommand: `compare`, `sweep` and `probe` without pe_sweeps/cli.py (Lightning), the rest in it."""
     from pe_sweeps.exits import exit_in_one_line
 
-    if sys.argv[1:2] not in (["compare"], ["sweep"]):
+    if sys.argv[1:2] not in (["compare"], ["sweep"], ["probe"]):
         from pe_sweeps.cli import cli_main
 
         cli_main()

@@ -1,4 +1,5 @@
-"""The commands that import neither torch nor Lightning: `cli.py sweep ...` (a sweep process only schedules
+"""The commands that import no Lightning (pe_sweeps/cli.py): `cli.py probe ...` (torch only) and, importing
+neither torch nor Lightning, `cli.py sweep ...` (a sweep process only schedules
 trials; each trial, or the warm-start server, imports them itself) and `cli.py compare ...` (it reads JSON
 records). pe_sweeps/entry.py runs them without loading pe_sweeps/cli.py; cli.py dispatches to the same functions.
 Also `cli.py --help` (`overview`), which needs none of them either."""
@@ -44,7 +45,18 @@ def compare_main(args: list[str]):
     return main([dashes_to_underscores(a) for a in args])
 
 
-LIGHT_COMMANDS = {"sweep": sweep_main, "compare": compare_main}
+def probe_main(args: list[str]):
+    """`cli.py probe (--encoding NAME | --ckpt PATH | --hf-model NAME_OR_DIR | --table FILE) ...`: the probes
+    need torch and scikit-learn, never Lightning; --help and a bad option only the encoding registry."""
+    from pe_sweeps.probe_options import ProbeOptions
+
+    opts = parse_options(ProbeOptions, args)
+    from pe_sweeps.probes import show_probe
+
+    return show_probe(opts)
+
+
+LIGHT_COMMANDS = {"sweep": sweep_main, "compare": compare_main, "probe": probe_main}
 
 
 def overview(columns: int = 80) -> str:

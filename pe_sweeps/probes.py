@@ -29,7 +29,6 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -43,6 +42,7 @@ from lightning_modules.transformer import Transformer
 from pe_core.errors import ConfigError
 from pe_sweeps.cli_options import parse_options
 from pe_sweeps.layout import RECORD_FILE
+from pe_sweeps.probe_options import ProbeOptions
 from pe_sweeps.runs.records import read_record, write_record
 
 TABLE = "embedding table"
@@ -52,30 +52,6 @@ HIDDEN_ABS_MAE, HIDDEN_REL_ERROR = "probe/hidden_abs_mae", "probe/hidden_rel_err
 REL_ERROR = "probe/rel_error"  # in a run record: the mean over probe seeds, a fraction (`error`: lower is better)
 MIN_LENGTH, MIN_PAIRS, FOLDS = 10, 20, 5
 IDENTICAL_RTOL = 1e-4  # rows closer than this (relative to max |E|) differ by float rounding only
-
-
-@dataclass
-class ProbeOptions:
-    """Options of `cli.py probe` (the PE-Study probes of Wang & Chen 2020)."""
-
-    CHOICES: ClassVar[dict] = {"encoding": tuple(ENCODINGS)}
-
-    encoding: str | None = None  # registry name: probe a freshly built (untrained) encoding
-    ckpt: str | None = None  # a synthetic, causal LM, masked LM or classifier checkpoint: its trained encoding
-    hf_model: str | None = None  # Hugging Face GPT-2 / BERT / RoBERTa folder (or hub name): its position table
-    table: str | None = None  # a (positions, width) table in a .npy or .pt file
-    max_length: int | None = None  # positions probed; default 512, the checkpoint's max_length, or all rows
-    dim: int = 64  # bare encoding only: a small width for a quick look (the paper's: --dim 768 --num_heads 12)
-    num_heads: int = 4  # bare encoding only
-    causal: bool = True  # bare encoding only: the 1-layer Transformer used for hidden states
-    hidden: bool = False  # probe first-layer hidden states even when the encoding has a table
-    token: int = 0  # the constant input token of hidden-state probes
-    pairs: int = 512  # pairs of the relative probe (the official code samples 512)
-    seed: int = 0  # shuffling, folds, pair sampling and the bare encoding's initialisation
-    seeds: int = 5  # relative probe repeated with seed, seed+1, ...
-    report: str | None = None  # directory for the PNG figures, index.html and probe.json
-    to_record: bool = True  # --ckpt of a finished run: add probe/abs_mae and probe/rel_error (the mean over
-    # --seeds) to its record.json's final metrics, so `cli.py compare --metric probe/abs_mae` tabulates them
 
 
 @dataclass
@@ -576,9 +552,13 @@ def run_probe(opts: ProbeOptions) -> ProbeResult:
 def probe_main(args: list[str]) -> ProbeResult:
     """`cli.py probe (--encoding NAME | --ckpt PATH | --hf-model NAME_OR_DIR | --table FILE) [--max-length N]
     [--pairs 512] [--seeds 5] ...`"""
+    return show_probe(parse_options(ProbeOptions, args))
+
+
+def show_probe(opts: ProbeOptions) -> ProbeResult:
+    """Run the probes of `opts` and print their table, notes and where the figures are."""
     from pe_sweeps.runs.console import app_console
 
-    opts = parse_options(ProbeOptions, args)
     result = run_probe(opts)
     console = app_console()  # in a file or pipe, nothing wrapped or cut
     console.print(results_table(result))
