@@ -57,6 +57,7 @@ from pe_sweeps.runs.run_naming import in_name, short_key, short_value
 TRAIN_MAX_LEN = "data.init_args.train_max_len"  # synthetic tasks: the longest training sequence
 BLOCK_SIZE = "data.init_args.block_size"  # language models: the training context
 COLORS = [f"C{i}" for i in range(10)]  # matplotlib's default cycle (tab10)
+CSS_PX_PER_INCH = 90  # a figure's width on the page
 DPI = 300  # print resolution of the PNGs; SVG and PDF are vector
 SUFFIXES = (".png", ".svg", ".pdf")
 PLOT_STEMS = (
@@ -191,6 +192,7 @@ def point_chart(comp: Comparison) -> Figure | None:
                     markersize=8, markeredgewidth=1.8 if edge == "black" else 1.2, zorder=3)  # fmt: skip
         row_ticks(ax, [row_label(comp, r) for r in rows], [comp.cells[r, col].n for r in rows])
         ax.margins(x=0.15)
+        within_range(ax, bounds(comp.metric))
         ax.grid(axis="y", alpha=0.3)
         ax.set(title=col_label(comp, col), ylabel=axis_label(comp, col=col))
     note(fig, f"point: {comp.aggregate} over seeds; line: {interval_name(comp)}; hollow: no interval (one seed); "
@@ -201,6 +203,17 @@ def point_chart(comp: Comparison) -> Figure | None:
 def note(fig: Figure, text: str) -> None:
     """What the figure's marks are, written on it above the panels, wrapped to the figure's width."""
     fig.suptitle(textwrap.fill(text, width=int(fig.get_figwidth() * 17)), fontsize=8)
+
+
+def within_range(ax, limits: tuple[float, float]) -> None:
+    """Keep the y axis inside the metric's range (an accuracy never below 0 or above 1), a small margin kept."""
+    low, high = ax.get_ylim()
+    floor, ceiling = limits
+    pad = 0.03 * (ceiling - floor) if math.isfinite(floor) and math.isfinite(ceiling) else 0.0
+    ax.set_ylim(
+        max(low, floor - pad) if math.isfinite(floor) else low,
+        min(high, ceiling + pad) if math.isfinite(ceiling) else high,
+    )
 
 
 def row_ticks(ax, names: list[str], ns: list[int]) -> None:
@@ -465,10 +478,12 @@ def figure_html(out: Path, filename: str, title: str, fig: Figure) -> str:
     for suffix in SUFFIXES:
         fig.savefig(path.with_suffix(suffix), dpi=DPI)
     data = base64.b64encode(path.read_bytes()).decode()
+    width = round(fig.get_figwidth() * CSS_PX_PER_INCH)  # one type size on the page, whatever the figure's width
     links = " · ".join(f'<a href="{path.with_suffix(s).name}">{path.with_suffix(s).name}</a>' for s in SUFFIXES)
     return (
         f'<section class="figure"><h3>{html.escape(title)}</h3>\n<figure><img alt="{filename}" '
-        f'src="data:image/png;base64,{data}"><figcaption>{links}</figcaption></figure></section>'
+        f'src="data:image/png;base64,{data}" style="width:{width}px">'
+        f"<figcaption>{links}</figcaption></figure></section>"
     )
 
 

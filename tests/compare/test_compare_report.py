@@ -202,6 +202,7 @@ def test_points_with_their_interval_and_n_never_zero_width_bars():
             interval = comp.cells[row, col].interval
             assert [segment[0][1], segment[1][1]] == pytest.approx([interval.low, interval.high])
         assert ax.get_ylabel() == "exact-match accuracy" and "val/acc" not in ax.get_ylabel()
+        assert -0.031 <= ax.get_ylim()[0] and ax.get_ylim()[1] <= 1.031  # an accuracy's axis stays in [0, 1]
     reverse = fig.axes[comp.cols.index("reverse")]
     assert "none\nn=1" in [t.get_text() for t in reverse.get_xticklabels()]  # one seed: said, no line
     assert "interval" in " ".join(fig.get_suptitle().split()) and "n = seeds" in " ".join(fig.get_suptitle().split())
