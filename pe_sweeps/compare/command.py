@@ -41,6 +41,7 @@ To run:
     python cli.py compare --aggregate median --best-over model.init_args.lr   # TUPE's rule
     python cli.py compare --report out/report               # plots of every metric + one HTML page
     python cli.py compare --per_seed                        # every cell's per-seed values under the table
+    python cli.py compare --explain                         # the full methodology under the table
     python cli.py compare --wandb my-entity/pe-sweeps
     python cli.py compare --sweep repro_alibi --save_runs docs/results/alibi.json   # keep the runs
     python cli.py compare --from docs/results/alibi.json --format markdown         # recompute the table
@@ -90,6 +91,8 @@ class CompareOptions:
     cols: str = "task"  # comma-separated record fields or dotted config paths, one column per value
     format: str = "table"  # table (rich, to the console), csv, json, markdown, latex (to stdout)
     per_seed: bool = False  # table, markdown, latex: list every cell's per-seed values under it (csv, json: always)
+    explain: bool = False  # table, markdown: the full methodology under the table in place of its short legend (the
+    # interval's method, every column's tests, the IQM's bootstrap, the protocol); latex: on stderr
     latex_interval: bool = False  # --format latex: each cell's interval after its aggregate
     latex_rank: bool = False  # --format latex: a rank column beside each column
     report: str | None = None  # write the plots (PNG, SVG, PDF) of every metric and index.html to this folder
@@ -144,7 +147,8 @@ def run_compare(opts: CompareOptions) -> Comparison | list[Comparison]:
         out_dir = None if opts.wandb or opts.from_runs else opts.out_dir
         size = save_runs(opts.save_runs, records, spec, opts.sweep, shown, command_of(opts), out_dir)
         print(f"saved {len(records)} runs to {opts.save_runs} ({size / 1000:.1f} kB)", file=sys.stderr)
-    output(comps, opts.format, per_seed=opts.per_seed, interval=opts.latex_interval, rank=opts.latex_rank)
+    output(comps, opts.format, per_seed=opts.per_seed, interval=opts.latex_interval, rank=opts.latex_rank,
+           explain=opts.explain)  # fmt: skip
     if opts.format == "table":
         print_front(comps[: len(metrics)], [d for _, d in metrics], Console())
     if opts.report:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lightning_modules.metric_names import bounds, goal
-from pe_sweeps.compare.across_tasks import IQM_INTERVAL
+from pe_sweeps.compare.across_tasks import IQM_INTERVAL, MIN_IQM_COLUMNS
 from pe_sweeps.compare.coverage import TOLERANCE, mean_level, median_ranks, shown_level, t_interval
 from pe_sweeps.compare.preconditions import MARK
 from pe_sweeps.runs.records import RunRecord
@@ -306,6 +306,13 @@ def aggregate_lines(comp: Comparison) -> list[str]:
     if comp.no_aggregate:
         return [f"no mean rank, MRR or IQM: {comp.no_aggregate}"]
     lines = []
+    if len(comp.cols) < 2:
+        lines.append("no mean rank, MRR or IQM: one column (a row's rank is its #rank in it)")
+    elif not comp.mean_rank:
+        lines.append("no mean rank, MRR or IQM: fewer than two rows with every column, nothing to rank")
+    elif not comp.iqm:
+        lines.append(f"no IQM: {len(comp.cols)} columns; over fewer than {MIN_IQM_COLUMNS} it is a trimmed mean of a "
+                     "handful of runs, its bootstrap far below 95% (compare/across_tasks.py)")  # fmt: skip
     if comp.missing or comp.failed_rows:
         left = [f"{row} (no {', '.join(cols)})" for row, cols in sorted(comp.missing.items())]
         left += [f"{row} (precondition failed in {', '.join(cols)})" for row, cols in sorted(comp.failed_rows.items())]

@@ -1,27 +1,29 @@
 """The five formats of `cli.py compare`: a rich table (to the console), csv, json, markdown and a LaTeX
-booktabs table (to stdout); the report's plots are compare/report.py."""
+booktabs table (to stdout); the lines under the table are compare/legend.py, the report's plots compare/report.py."""
 
 import csv
 import io
 import json
 import math
 import re
+import sys
 
 import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from pe_sweeps.compare.across_tasks import IQM_INTERVAL
-from pe_sweeps.compare.comparison import (
-    CLIPPED,
-    LEVEL,
-    Comparison,
-    cell_text,
-    legend,
-    notes,
-    protocol_lines,
-    seed_lines,
+from pe_sweeps.compare.comparison import CLIPPED, LEVEL, Comparison, cell_text
+from pe_sweeps.compare.legend import (
+    exclusion_lines,
+    interval_line,
+    methodology,
+    precondition_line,
+    short_legend,
+    tests_line,
+    verdict_line,
 )
 from pe_sweeps.compare.preconditions import MARK
 from pe_sweeps.compare.statistics import compare, log_scale
@@ -34,14 +36,15 @@ def as_list(comps) -> list[Comparison]:
 
 
 def grid_of(comps, compact: bool = False) -> tuple[list[str], list[tuple[str, list[tuple[str, bool]], list[str]]]]:
-    """Header and rows shared by the table, markdown and LaTeX: one column per (column, metric), then per
-    metric the mean rank and mean reciprocal rank. Rows follow the first metric's mean rank. `compact`: cells
-    as `center [low, high]` (comparison.cell_text)."""
+    """Header and rows shared by the table and markdown: one column per (column, metric), then per metric the
+    mean rank and mean reciprocal rank where it has them (2 columns or more, `statistics.aggregate_rows`). Rows
+    follow the first metric's mean rank. `compact`: cells as `center [low, high]` (comparison.cell_text)."""
     comps = as_list(comps)
     many = len(comps) > 1
+    ranked = [comp for comp in comps if comp.mean_rank]
     header = [", ".join(comps[0].row_keys)]
     header += [f"{c} {comp.metric}" if many else c for comp in comps for c in comp.cols]
-    header += [f"{k} {comp.metric}" if many else k for comp in comps for k in ("mean rank", "MRR")]
+    header += [f"{k} {comp.metric}" if many else k for comp in ranked for k in ("mean rank", "MRR")]
     rows = list(dict.fromkeys(r for comp in comps for r in comp.rows))
     out = []
     for row in rows:
@@ -50,17 +53,15 @@ def grid_of(comps, compact: bool = False) -> tuple[list[str], list[tuple[str, li
             if (row, c) in comp.cells else ("-", False)
             for comp in comps for c in comp.cols
         ]  # fmt: skip
-        ranks = [f"{comp.mean_rank[row]:.2f}" if row in comp.mean_rank else "-" for comp in comps]
-        mrr = [f"{comp.mrr[row]:.2f}" if row in comp.mrr else "-" for comp in comps]
+        ranks = [f"{comp.mean_rank[row]:.2f}" if row in comp.mean_rank else "-" for comp in ranked]
+        mrr = [f"{comp.mrr[row]:.2f}" if row in comp.mrr else "-" for comp in ranked]
         out.append((row, texts, [x for pair in zip(ranks, mrr) for x in pair]))
     return header, out
 
 
-def footer(comps, best: str = "*", per_seed: bool = False, compact: bool = False) -> list[str]:
-    """The lines under a table: each metric's legend and notes (its verdicts), then the protocol once."""
-    lines = [line for comp in as_list(comps) for line in [legend(comp, best, compact), *notes(comp)]]
-    lines += protocol_lines(as_list(comps))
-    return lines + ([line for comp in as_list(comps) for line in seed_lines(comp)] if per_seed else [])
+def footer(comps, best: str = "*", per_seed: bool = False, compact: bool = False, explain: bool = False) -> list[str]:
+    """The lines under a table: the short legend (compare/legend.py), or with `explain` the full methodology."""
+    return (methodology if explain else short_legend)(as_list(comps), best, compact, per_seed)
 
 
 def columns_of(header: list[str], rows: list) -> list[list[str]]:
@@ -77,40 +78,59 @@ def fits(header: list[str], rows: list, width: int) -> bool:
     return sum(max(map(len, column)) + 3 for column in columns_of(header, rows)) + 1 <= width
 
 
-class ComparisonTable:
-    """The comparison as a rich renderable that fits the console it is printed on (`table_for`)."""
+def longest_words(header: list[str], rows: list) -> list[int]:
+    """Each column's longest word, header included: its narrowest width that splits no number or name (1 for a
+    column with no words, e.g. every run excluded or a row value "")."""
+    return [max((len(word) for text in column for word in text.split()), default=1)
+            for column in columns_of(header, rows)]  # fmt: skip
 
-    def __init__(self, comps, per_seed: bool = False):
-        self.comps, self.per_seed = as_list(comps), per_seed
+
+def fits_wrapped(comps: list[Comparison], width: int) -> bool:
+    """Whether the compact table of `comps` fits `width` columns with its cells wrapped between words."""
+    return sum(n + 3 for n in longest_words(*grid_of(comps, compact=True))) + 1 <= width
+
+
+class ComparisonTable:
+    """The comparison as a rich renderable that fits the console it is printed on: the metrics side by side in one
+    table where that fits between words, else one table a metric under one heading; then the legend (or, with
+    `explain`, the full methodology), wrapped between words at the console's width."""
+
+    def __init__(self, comps, per_seed: bool = False, explain: bool = False):
+        self.comps, self.per_seed, self.explain = as_list(comps), per_seed, explain
 
     def __rich_console__(self, console, options):
-        yield table_for(self.comps, self.per_seed, options.max_width)
+        width = options.max_width
+        groups = [self.comps] if fits_wrapped(self.comps, width) else [[comp] for comp in self.comps]
+        compact = any(not fits(*grid_of(group), width) for group in groups)
+        if len(groups) > 1:
+            yield Text(title_of(self.comps, compact), justify="center")
+        for group in groups:
+            yield table_for(group, width, compact, title_of(group, compact) if len(groups) == 1 else None)
+        for line in footer(self.comps, per_seed=self.per_seed, compact=compact, explain=self.explain):
+            yield Text(line)  # plain text: "[...]" is not markup
 
 
-def render_table(comps, per_seed: bool = False) -> ComparisonTable:
-    """One or several comparisons (metrics side by side) as a table, tests and exclusions as its caption."""
-    return ComparisonTable(comps, per_seed)
+def render_table(comps, per_seed: bool = False, explain: bool = False) -> ComparisonTable:
+    """One or several comparisons (metrics side by side) as a table, then its legend (`ComparisonTable`)."""
+    return ComparisonTable(comps, per_seed, explain)
 
 
-def table_for(comps, per_seed: bool, width: int) -> Table:
-    """The rich Table for a console `width` columns wide. Cells wrap only between words, so a number is never
-    split; when the full cells do not fit on one line each, they are compact (`center [low, high]`), as the
-    caption says."""
+def title_of(comps: list[Comparison], compact: bool) -> str:
+    """`final val/acc, val/acc_ood (max/max), mean ± std over seeds`."""
     first = comps[0]
-    header, rows = grid_of(comps)
-    compact = not fits(header, rows, width)
-    if compact:
-        header, rows = grid_of(comps, compact=True)
     metrics = ", ".join(c.metric for c in comps)
     spread = "" if compact else " ± std"
-    title = f"{first.value} {metrics} ({'/'.join(c.goal for c in comps)}), {first.aggregate}{spread} over seeds"
-    caption = [escape(line) for line in footer(comps, per_seed=per_seed, compact=compact)]  # "[...]": text
-    table = Table(title=title, caption="\n".join(caption), caption_justify="left", min_width=min(width, 160))
-    for name_, column in zip(header, columns_of(header, rows)):
-        # the longest word of a column is its minimum width: rich wraps at spaces, never inside a number (a
-        # column with no cells, or only empty ones, e.g. every run excluded or a row value "", has none)
-        longest = max((len(word) for text in column[1:] for word in text.split()), default=1)
-        table.add_column(name_, overflow="fold", min_width=longest,
+    return f"{first.value} {metrics} ({'/'.join(c.goal for c in comps)}), {first.aggregate}{spread} over seeds"
+
+
+def table_for(comps, width: int, compact: bool, title: str | None = None) -> Table:
+    """The rich Table for a console `width` columns wide (titled by its metric when `title` is None). Cells wrap
+    only between words, so a number is never split; `compact`: cells as `center [low, high]`."""
+    header, rows = grid_of(comps, compact=compact)
+    title = title or f"{comps[0].metric} ({comps[0].goal})"
+    table = Table(title=title, min_width=min(width, 160))
+    for name_, longest in zip(header, longest_words(header, rows)):
+        table.add_column(name_, overflow="fold", min_width=min(longest, max(1, width - 4)),
                          justify="right" if "rank" in name_ or "MRR" in name_ else "left")  # fmt: skip
     for row, texts, ranks in rows:
         table.add_row(
@@ -119,7 +139,7 @@ def table_for(comps, per_seed: bool, width: int) -> Table:
     return table
 
 
-def comparison_table(records: list, metric: str, value: str = "final", rows="encoding", cols="task") -> Table:
+def comparison_table(records: list, metric: str, value: str = "final", rows="encoding", cols="task"):
     """The rich comparison table of records (see `compare` for what is aggregated and excluded)."""
     return render_table(compare(records, metric, value, rows, cols))
 
@@ -238,12 +258,13 @@ def to_json(comps) -> str:
     return json.dumps(data, indent=1)
 
 
-def to_markdown(comps, per_seed: bool = False) -> str:
+def to_markdown(comps, per_seed: bool = False, explain: bool = False) -> str:
+    """The table, then its short legend as a list (with `explain`, the full methodology)."""
     header, rows = grid_of(comps)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row, texts, ranks in rows:
         lines.append("| " + " | ".join([row, *[f"**{t}**" if best else t for t, best in texts], *ranks]) + " |")
-    lines += ["", *[re.sub(r"^( *)", r"\1- ", line) for line in footer(comps, "bold", per_seed)]]
+    lines += ["", *[re.sub(r"^( *)", r"\1- ", line) for line in footer(comps, "bold", per_seed, explain=explain)]]
     return "\n".join(lines) + "\n"
 
 
@@ -287,40 +308,38 @@ def rank_format(comp: Comparison, col: str) -> str:
     return ".0f" if all(float(k).is_integer() for k in ranks) else ".1f"
 
 
-def tests(comps: list[Comparison]) -> str:
-    """The tests behind the pairs' verdicts, named once each: over seeds and examples, or Welch over seeds."""
-    names = (p.get("test", "").split(" (")[0] for c in comps for col in c.cols for p in c.pairs.get(col, []))
-    return " or ".join(dict.fromkeys(n for n in names if n)) or "Welch t-test over seeds"
-
-
 def latex_caption(comps: list[Comparison], interval: bool) -> str:
-    """What a reader needs beside the numbers: the aggregate, n (runs per cell), the interval method and the
-    test under the table."""
+    """What a reader needs beside the numbers, the float's only text: the aggregate, n (runs per cell), the marks,
+    the interval, the test with its family and alpha, and per column the verdict of its best row against the
+    runner-up (`--explain` and `--format json` hold the rest)."""
     first = comps[0]
     ns = sorted({cell.n for comp in comps for cell in comp.cells.values()}) or [0]
     n = f"n = {ns[0]}" if len(ns) == 1 else f"n = {ns[0]} to {ns[-1]}"
     goals = ", ".join(f"{c.metric} ({'higher' if c.goal == 'max' else 'lower'} is better)" for c in comps)
     where = "in brackets" if interval else "in the report's error bars"
-    methods = "; ".join(dict.fromkeys(c.interval for c in comps))
-    return (
-        f"{first.value.capitalize()} {goals}: {first.aggregate} over {n} runs (seeds) per cell; best per column in "
-        f"bold. Intervals ({where}): {methods}. Below the table, per column: the verdict of the best row against the "
-        f"runner-up ({tests(comps)}, Holm-adjusted over one declared family), and the protocol."
-    )
+    marks = "".join(f"; {line}" for comp in comps for line in dict.fromkeys(precondition_line(comp)))
+    text = (f"{first.value.capitalize()} {goals}: {first.aggregate} over {n} runs (seeds) per cell; best per column "
+            f"in bold{marks}. Intervals ({where}): {interval_line(comps).removeprefix('interval: ')}.")  # fmt: skip
+    tests_ = tests_line(comps)
+    verdicts = [line for comp in comps for col in comp.cols if (line := verdict_line(comp, col, len(comps) > 1))]
+    if tests_ and verdicts:
+        text += f" Tests: {tests_.removeprefix('tests: ')}: {'; '.join(verdicts)}."
+    return text
 
 
 def to_latex(comps, per_seed: bool = False, interval: bool = False, rank: bool = False) -> str:
-    """A booktabs table (needs \\usepackage{booktabs}) with a caption naming n, the interval and the test:
-    per (metric, column) the aggregate to one number format (`column_decimals`), `interval` adds each
-    cell's interval, `rank` a rank column beside each; per metric the mean rank and MRR; best cells bold;
-    the tests, the exclusions (and with per_seed the values) as its footer."""
+    """A booktabs float (needs \\usepackage{booktabs}): the tabular and its caption only (`latex_caption`; the
+    exclusions go to stderr, `output`). Per (metric, column) the aggregate to one number format
+    (`column_decimals`), `interval` adds each cell's interval, `rank` a rank column beside each; per metric the
+    mean rank and MRR where defined; best cells bold. `per_seed`: the values go to stderr too."""
     comps = as_list(comps)
     many = len(comps) > 1
     columns = [(comp, col) for comp in comps for col in comp.cols]
+    ranked = [comp for comp in comps if comp.mean_rank]
     header = [", ".join(comps[0].row_keys)]
     for comp, col in columns:
         header += [f"{col} {comp.metric}" if many else col] + (["rank"] if rank else [])
-    header += [f"{k} {comp.metric}" if many else k for comp in comps for k in ("mean rank", "MRR")]
+    header += [f"{k} {comp.metric}" if many else k for comp in ranked for k in ("mean rank", "MRR")]
     lines = [r"\begin{table}[t]", r"\centering", r"\small",
              r"\caption{" + latex_escape(latex_caption(comps, interval)) + "}", r"\label{tab:compare}",
              r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}", r"\toprule",
@@ -333,26 +352,38 @@ def to_latex(comps, per_seed: bool = False, interval: bool = False, rank: bool =
             texts.append(latex_cell(comp, row, col, decimals[id(comp), col], interval))
             if rank:
                 texts.append(f"{comp.ranks[row, col]:{ranks[id(comp), col]}}" if (row, col) in comp.ranks else "-")
-        for comp in comps:
+        for comp in ranked:
             texts += [f"{getattr(comp, k)[row]:.2f}" if row in getattr(comp, k) else "-" for k in ("mean_rank", "mrr")]
         lines.append(" & ".join(texts) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip\footnotesize"]
-    notes_ = [line for comp in comps for line in notes(comp)] + protocol_lines(comps)
-    notes_ += [line for comp in comps for line in seed_lines(comp)] if per_seed else []
-    lines += [latex_escape(line.strip()) + r"\\" for line in notes_]
-    return "\n".join(lines + [r"\end{table}"]) + "\n"
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def latex_notes(comps, per_seed: bool = False, explain: bool = False) -> list[str]:
+    """What `--format latex` says beside its float, on stderr: the exclusions and selection warnings (with
+    `explain`, the full methodology; with `per_seed`, the values)."""
+    comps = as_list(comps)
+    if explain:
+        return methodology(comps, "bold", per_seed=per_seed)
+    lines = [f"selected on a beyond-training-length metric: {c.ood_selection}" for c in comps if c.ood_selection]
+    lines += exclusion_lines(comps)
+    return lines + ([line for line in methodology(comps, per_seed=True) if "(seed " in line] if per_seed else [])
 
 
 def output(
-    comps, fmt_name: str, console: Console | None = None, per_seed: bool = False, interval=False, rank=False
-) -> None:
-    """Print the comparison in a format; `interval` and `rank` are LaTeX's optional columns."""
+    comps, fmt_name: str, console: Console | None = None, per_seed: bool = False, interval=False, rank=False,
+    explain: bool = False,
+) -> None:  # fmt: skip
+    """Print the comparison in a format; `interval` and `rank` are LaTeX's optional columns; `explain`: the full
+    methodology in place of the short legend (table, markdown; LaTeX: on stderr)."""
     if fmt_name == "table":
-        (console or Console()).print(render_table(comps, per_seed))
+        (console or Console()).print(render_table(comps, per_seed, explain))
     elif fmt_name == "latex":
         print(to_latex(comps, per_seed, interval=interval, rank=rank), end="")
+        for line in latex_notes(comps, per_seed, explain):
+            print(line, file=sys.stderr)
     elif fmt_name == "markdown":
-        print(to_markdown(comps, per_seed), end="")
+        print(to_markdown(comps, per_seed, explain), end="")
     else:
         print({"csv": to_csv, "json": to_json}[fmt_name](comps), end="")
 

@@ -15,7 +15,7 @@ from scipy import stats
 
 from lightning_modules.metric_names import goal
 from pe_core.errors import ConfigError
-from pe_sweeps.compare.across_tasks import iqm_coverage, iqm_interval
+from pe_sweeps.compare.across_tasks import MIN_IQM_COLUMNS, iqm_coverage, iqm_interval
 from pe_sweeps.compare.comparison import Cell, Comparison, Protocol, cell_number, lookup
 from pe_sweeps.compare.evaluation_sampling import cell_estimate, pair_estimate, run_outcomes
 from pe_sweeps.compare.preconditions import Precondition, failures
@@ -60,8 +60,9 @@ def kind_of(comp: Comparison, col: str) -> str:
 
 
 def aggregate_rows(comp: Comparison) -> None:
-    """Mean rank, mean reciprocal rank (Kazemnejad et al. 2023) and IQM with its stratified-bootstrap interval
-    (rliable, Agarwal et al. 2021) per row, over every column. Only over columns of one kind of run (the
+    """Mean rank, mean reciprocal rank (Kazemnejad et al. 2023) and, from MIN_IQM_COLUMNS columns, IQM with its
+    stratified-bootstrap interval (rliable, Agarwal et al. 2021) per row, over every column; none over one column
+    (the mean rank would be its rank) or for fewer than two rows. Only over columns of one kind of run (the
     same metric name means different things for, e.g., a synthetic task and a masked LM), and only for the
     rows with a cell in every column, ranked among themselves: a row missing its worst column would
     otherwise rank better. The rows left out are listed in `comp.missing`."""
@@ -78,15 +79,16 @@ def aggregate_rows(comp: Comparison) -> None:
     comp.failed_rows = {r: [c for c in comp.cols if (r, c) in comp.failed] for r in comp.rows}
     comp.failed_rows = {r: cols for r, cols in comp.failed_rows.items() if cols}
     complete = [r for r in comp.rows if r not in comp.missing and r not in comp.failed_rows]
-    if not complete:
+    if len(complete) < 2 or len(comp.cols) < 2:  # over one column: its rank; of one row: nothing to compare
         return
     ranks = [column_ranks(comp, col, complete) for col in comp.cols]
     for row in complete:
         mine = [by_row[row] for by_row in ranks]
         comp.mean_rank[row] = float(np.mean(mine))
         comp.mrr[row] = float(np.mean([1.0 / k for k in mine]))
-        comp.iqm[row] = iqm_interval([comp.cells[row, col].values for col in comp.cols])
-        comp.iqm_level[row] = iqm_coverage(tuple(sorted(comp.cells[row, col].n for col in comp.cols)))
+        if len(comp.cols) >= MIN_IQM_COLUMNS:  # across_tasks.MIN_IQM_COLUMNS: why not over fewer
+            comp.iqm[row] = iqm_interval([comp.cells[row, col].values for col in comp.cols])
+            comp.iqm_level[row] = iqm_coverage(tuple(sorted(comp.cells[row, col].n for col in comp.cols)))
 
 
 def holm(pvalues) -> list[float]:
@@ -323,7 +325,8 @@ def compare(
     comp.rows = sorted({r for r, _ in kept})
     comp.cols = sorted({c for _, c in kept})
     rank_columns(comp)
-    comp.rows.sort(key=lambda r: (comp.mean_rank.get(r, math.inf), r))
+    order = comp.mean_rank or ({r: comp.ranks[r, c] for (r, c) in comp.ranks} if len(comp.cols) == 1 else {})
+    comp.rows.sort(key=lambda r: (order.get(r, math.inf), r))  # one column: by its rank
     judge([comp])
     return comp
 
