@@ -21,13 +21,17 @@ from lightning_modules.encodings.dd_alibi_row import PerRowDataDependentAlibi
 from lightning_modules.encodings.deberta import DeBERTa
 from lightning_modules.encodings.dynamic_bias import DynamicBias
 from lightning_modules.encodings.fire import FIRE
+from lightning_modules.encodings.fope import FoPE
 from lightning_modules.encodings.fox import Fox
+from lightning_modules.encodings.grape_a import GrapeA
+from lightning_modules.encodings.grape_m import GrapeM
 from lightning_modules.encodings.kerple import KerpleLog, KerplePower
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.none import NoPE
 from lightning_modules.encodings.path import PaTH
 from lightning_modules.encodings.pope import PoPE
 from lightning_modules.encodings.rope import RoPE
+from lightning_modules.encodings.rope_clipped import ClippedRoPE
 from lightning_modules.encodings.sandwich import Sandwich
 from lightning_modules.encodings.scaled_sinusoidal import ScaledSinusoidal
 from lightning_modules.encodings.shaw import Shaw
@@ -49,6 +53,8 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     + (DapeALiBi, DapeKerple)
     + (PoPE, PerRowDataDependentAlibi)
     + (PaTH, StickBreaking)
+    + (GrapeM, GrapeA)
+    + (ClippedRoPE, FoPE)
 }
 
 # name -> (registered encoding, its default options): a variant that changes defaults only
