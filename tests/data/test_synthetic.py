@@ -28,7 +28,7 @@ from datamodules.synthetic import (
     SyntheticDataModule,
     format_example,
 )
-from datamodules.tasks import split_options, unpack
+from datamodules.tasks import limits, split_options, unpack
 from pe_core.errors import ConfigError
 
 NUM_SYMBOLS, TRAIN_MAX_LEN = 12, 6  # 12: every registered task's alphabet fits
@@ -150,7 +150,8 @@ def test_supervised_targets_are_the_answer(task, causal):
 @CAUSAL
 def test_sizes_known_before_setup(task, causal):
     dm = SyntheticDataModule(task=task, causal=causal, train_max_len=5, num_symbols=12)
-    assert dm.vocab_size == 5 + 12 + 5
+    declared = limits(task, 20, 12, 5, {}).get("vocab", 0)  # tokens after the shared vocabulary (lego, scan, pcfg)
+    assert dm.vocab_size == max(5 + 12 + 5, declared)
     assert dm.eval_lengths == list(range(1, 21))
     assert dm.train_set is None  # nothing generated before setup()
 
