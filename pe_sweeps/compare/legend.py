@@ -57,7 +57,7 @@ def short_legend(comps: list[Comparison], best: str = "*", compact: bool = False
 def cells_line(comps: list[Comparison], best: str, compact: bool) -> str:
     """The cells' form and every mark the table can hold: best, a clipped interval end, a failed precondition."""
     aggregate = comps[0].aggregate
-    marks = [f"{best} best in column"]
+    marks = [f"{best}{':' * best.isalpha()} best in column"]  # "* best", "bold: best"
     ranges = {}
     for comp in comps:
         if any(any(cell.interval.clipped) for cell in comp.cells.values()):
@@ -111,8 +111,9 @@ def interval_line(comps: list[Comparison]) -> str:
     return line
 
 
-def tests_line(comps: list[Comparison]) -> str | None:
-    """The test, its family and size, alpha and the margin, once for every metric shown; None without a pair."""
+def tests_line(comps: list[Comparison], paper: bool = False) -> str | None:
+    """The test, its family and size, alpha and the margin, once for every metric shown; None without a pair.
+    `paper` (a LaTeX caption): no command-line hint."""
     protocol = comps[0].protocol
     if protocol is None or not any(comp.pairs.get(col) for comp in comps for col in comp.cols):
         return None
@@ -134,8 +135,11 @@ def tests_line(comps: list[Comparison]) -> str | None:
                  else ", ".join(f"{m} ±{v:g}" for m, v in protocol.margins.items()))  # fmt: skip
         margin = f"equivalent: within {shown} by TOST"
     else:
-        margin = "no equivalence margin (--margin M): inconclusive is not 'no difference'"
-    return f"tests: {pair_test_names(comps)}, {family}, {alpha}; {margin}; below: best vs runner-up"
+        margin = (
+            f"no equivalence margin{' declared' if paper else ' (--margin M)'}: inconclusive is not 'no difference'"
+        )
+    where = "per column, best vs runner-up" if paper else "below: best vs runner-up"
+    return f"tests: {pair_test_names(comps)}, {family}, {alpha}; {margin}; {where}"
 
 
 def pair_test_names(comps: list[Comparison]) -> str:

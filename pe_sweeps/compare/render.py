@@ -320,7 +320,7 @@ def latex_caption(comps: list[Comparison], interval: bool) -> str:
     marks = "".join(f"; {line}" for comp in comps for line in dict.fromkeys(precondition_line(comp)))
     text = (f"{first.value.capitalize()} {goals}: {first.aggregate} over {n} runs (seeds) per cell; best per column "
             f"in bold{marks}. Intervals ({where}): {interval_line(comps).removeprefix('interval: ')}.")  # fmt: skip
-    tests_ = tests_line(comps)
+    tests_ = tests_line(comps, paper=True)
     verdicts = [line for comp in comps for col in comp.cols if (line := verdict_line(comp, col, len(comps) > 1))]
     if tests_ and verdicts:
         text += f" Tests: {tests_.removeprefix('tests: ')}: {'; '.join(verdicts)}."
