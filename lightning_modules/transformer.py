@@ -197,6 +197,17 @@ def sample_positions(batch: int, length: int, max_position: int, device=None, le
     return order.masked_fill(~real, max_position).sort(dim=-1).values.masked_fill(~real, 0)
 
 
+def sample_continuous_positions(batch: int, length: int, max_position: int, device=None,
+                                lengths: Tensor | None = None) -> Tensor:  # fmt: skip
+    """(B, L) float positions (`continuous_positions`): row b holds `lengths[b]` sorted i.i.d. uniform draws from
+    [0, max_position) in its first `lengths[b]` slots (all L without `lengths`), padded slots 0."""
+    draws = torch.rand(batch, length, device=device) * max_position
+    if lengths is None:
+        return draws.sort(dim=-1).values
+    real = torch.arange(length, device=device) < lengths[:, None]  # (B, L), right padding
+    return draws.masked_fill(~real, float("inf")).sort(dim=-1).values.masked_fill(~real, 0.0)
+
+
 def example_positions(positions: Tensor, padding_mask: Tensor) -> Tensor:
     """(L,) or (B, L) positions -> (B, L) with every padded slot at 0, so that each row's largest position is
     its own example's (a `length_dependent` encoding, e.g. RoPE's dynamic NTK, then gives an example the same
@@ -433,10 +444,13 @@ def can_cache(model: nn.Module) -> bool:
 def default_positions(encoding: PositionalEncoding, training: bool, batch: int, length: int, device,
                       lengths: Tensor | None = None) -> Tensor:  # fmt: skip
     """(L,) 0..L-1, or (B, L) randomized positions drawn for each example's own length (`lengths` (B,), the
-    real tokens of each right-padded row; None: all L) at training time when the encoding asks for them, and at
-    evaluation too with `randomize_positions_eval` (both within the encoding's position tables, grown for a
-    longer input); evaluation's draws come from the encoding's own generator (`eval_generator`)."""
+    real tokens of each right-padded row; None: all L) at training time when the encoding asks for them (floats
+    with `continuous_positions`), and at evaluation too with `randomize_positions_eval` (integers; both within
+    the encoding's position tables, grown for a longer input); evaluation's draws come from the encoding's own
+    generator (`eval_generator`)."""
     max_position = encoding.randomize_positions
+    if max_position is not None and training and encoding.continuous_positions:
+        return sample_continuous_positions(batch, length, max_position, device, lengths)
     if max_position is not None and (training or encoding.randomize_positions_eval):
         generator = None if training else encoding.eval_generator(device)
         return sample_positions(batch, length, max_position, device, lengths, generator)

@@ -34,6 +34,7 @@ class ALiBi(PositionalEncoding):
     name = "alibi"
     init_reference = {}
     shift_invariant = True
+    float_positions = True
     flex = True
 
     def __init__(self, *, heads: PositiveInt | None = None, **common):

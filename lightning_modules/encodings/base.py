@@ -62,6 +62,21 @@ def chain_score_mods(*mods: ScoreMod | None) -> ScoreMod | None:
     return lambda score, b, h, i, j: second(first(score, b, h, i, j), b, h, i, j)
 
 
+def check_continuous_positions(encoding: "PositionalEncoding", randomize_positions: int | None) -> None:
+    """A one-line error unless `continuous_positions` can serve `encoding`: it needs `randomize_positions` (the
+    range) and an encoding that takes float positions, which the error names."""
+    if randomize_positions is None:
+        raise ConfigError("continuous_positions needs randomize_positions (the range [0, N) to sample from)")
+    if not encoding.float_positions:
+        from lightning_modules.encodings import ENCODINGS  # the registry imports this module
+
+        serving = ", ".join(name for name, cls in ENCODINGS.items() if cls.float_positions)
+        raise ConfigError(
+            f"encoding {encoding.name!r} takes integer positions only (a table or count indexed by them, or none); "
+            f"continuous_positions serves: {serving}"
+        )
+
+
 class PositionalEncoding(nn.Module):
     """Base class of every encoding: each hook is the identity until a subclass overrides it.
 
@@ -86,6 +101,11 @@ class PositionalEncoding(nn.Module):
     as the paper's Figure 1, or samples too with `randomize_positions_eval` (the official JAX code samples at
     evaluation, one set per batch of one length). Encodings with a table size it by
     `num_positions = max(max_length, randomize_positions)`.
+    `continuous_positions` (with `randomize_positions` N): the training positions are floats instead, each
+    example's own length of sorted i.i.d. uniform draws from [0, N) (padded slots 0); evaluation keeps 0..L-1
+    (and `randomize_positions_eval`'s integer draws). Only for an encoding whose hooks compute from the
+    positions themselves (`float_positions`: RoPE and its variants, the sinusoid, ALiBi, FoPE); one that indexes a
+    table by them (a learned table, T5's buckets) refuses it in one line.
     `length_scale` (every encoding): each query row of every layer is multiplied, after `rotate` and before
     `content_bias` and the attention, by a factor of its length: `ssmax` (Nakanishi 2025, "Scalable-Softmax Is
     Superior for Attention": s_h log n, n the keys the query attends over, i + 1 causal, the real length
@@ -123,9 +143,12 @@ class PositionalEncoding(nn.Module):
     # attention is a softmax over the logits (SDPA, FlexAttention); False: the encoding's `attend` computes another
     # attention (stick-breaking), so FlexAttention cannot serve it and a softmax reference does not apply
     softmax_attention: ClassVar[bool] = True
+    # the hooks take float positions (computed from them, no table indexed by them): `continuous_positions`
+    float_positions: ClassVar[bool] = False
 
     def __init__(self, *, dim: int, num_heads: int, max_length: int, causal: bool, cls_first: bool = False,
                  randomize_positions: PositiveInt | None = None, randomize_positions_eval: bool = False,
+                 continuous_positions: bool = False,
                  length_scale: Literal["none", "ssmax", "llama4"] = "none"):  # fmt: skip
         super().__init__()
         if dim % num_heads:
@@ -138,6 +161,9 @@ class PositionalEncoding(nn.Module):
             )
         if randomize_positions_eval and randomize_positions is None:
             raise ConfigError("randomize_positions_eval needs randomize_positions (the range N to sample from)")
+        if continuous_positions:
+            check_continuous_positions(self, randomize_positions)
+        self.continuous_positions = continuous_positions
         self.dim, self.num_heads, self.max_length, self.causal = dim, num_heads, max_length, causal
         self.cls_first = cls_first  # position 0 holds [CLS] (set by the model, never by the user)
         self.head_dim = dim // num_heads

@@ -46,6 +46,7 @@ class FoPE(PositionalEncoding):
     """
 
     name = "fope"
+    float_positions = True
     init_reference = {}  # fixed coefficients (fourier_learnable=False); their init is checked in test_fope.py
 
     def __init__(self, *, base: AboveOne = 10000.0, train_length: PositiveInt | None = None,

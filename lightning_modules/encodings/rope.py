@@ -64,6 +64,7 @@ class RoPE(PositionalEncoding):
     name = "rope"
     init_reference = {}
     shift_invariant = True
+    float_positions = True
 
     def __init__(self, *, base: AboveOne = 10000.0, rotary_dim: PositiveInt | None = None,
                  interpolation_factor: AtLeastOne = 1.0, ntk_base_rescale: PositiveFloat = 1.0,
@@ -150,13 +151,13 @@ class RoPE(PositionalEncoding):
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """(L, R) or (B, 1, L, R) cos and signed sin of the angles of `positions`, each angle twice, as
-        `rotate_pairs` takes them: rows of the `rotations` position table, or, for dynamic NTK beyond
-        `original_length` (frequencies that depend on the evaluated length of each row), computed in this
-        forward."""
+        `rotate_pairs` takes them: rows of the `rotations` position table, or, for float positions
+        (`continuous_positions`) and for dynamic NTK beyond `original_length` (frequencies that depend on the
+        evaluated length of each row), computed in this forward."""
         dynamic = self.length_dependent
         lengths = positions.max(-1).values + 1 if dynamic else None  # () for (L,) positions, (B,) for (B, L)
-        if dynamic and bool((lengths > self.original_length).any()):
-            cos, sin = self.cos_sin_table(positions, self.frequencies(lengths))
+        if positions.is_floating_point() or (dynamic and bool((lengths > self.original_length).any())):
+            cos, sin = self.cos_sin_table(positions, self.frequencies(lengths) if dynamic else None)
         else:
             cos, sin = self.rotations[:, positions]  # each (L, R) or (B, L, R)
         return (cos, sin) if positions.dim() == 1 else (cos[:, None], sin[:, None])

@@ -25,6 +25,7 @@ class Sinusoidal(PositionalEncoding):
 
     name = "sinusoidal"
     init_reference = {}
+    float_positions = True
 
     def __init__(self, *, base: AboveOne = 10000.0, scale_tokens: bool = False, **common):
         super().__init__(**common)
@@ -37,7 +38,10 @@ class Sinusoidal(PositionalEncoding):
         return x * self.token_scale + self.table(positions).to(x.dtype)
 
     def table(self, positions: Tensor) -> Tensor:
-        """(..., L) positions -> (..., L, C) sinusoids: rows of the `sinusoid` position table."""
+        """(..., L) positions -> (..., L, C) sinusoids: rows of the `sinusoid` position table (computed for
+        float positions, `continuous_positions`)."""
+        if positions.is_floating_point():
+            return self.sinusoid_table(positions).to(self.sinusoid.dtype)
         return self.sinusoid[positions]
 
     def sinusoid_table(self, positions: Tensor) -> Tensor:
