@@ -32,10 +32,12 @@ class FoPE(PositionalEncoding):
     (the paper's "clipping floor frequencies"), and the M others form the basis. For pair d < d_out =
     min(M, D // 4) of head h, the position p turns (x_2d, x_2d+1) by the 2x2 [[C, -S], [S, C]] with
         C_hd(p) = sum_m a_hmd cos(w_m p),   S_hd(p) = sum_m b_hmd sin(w_m p)
-    (the paper's f(p) = e^{i w p} + sum_w' a_w' e^{i w' p}, sine and cosine coefficients separate, per head), the
-    same for q and k. The other D/2 - d_out pairs carry the zero frequency: position-free. Coefficients
+    (the paper's Fourier series per dimension: its own frequency with weight 1, the step identity below, plus
+    small weights on the others; sine and cosine coefficients separate, per head), the same for q and k.
+    The other D/2 - d_out pairs carry the zero frequency: position-free. Coefficients
     a, b (H, M, d_out): xavier_normal_(gain = `init_gain`, 0.3 in the reference's 60M configs) plus the step
-    identity (`step_eye`), so at gain 0 pair d is RoPE at w_{d ceil(M / d_out)}; fixed, as the reference's
+    identity (`step_eye`), so at gain 0 pair d is RoPE at w_{d ceil(M / d_out)} (a pair with d ceil(M / d_out) >= M
+    gets no frequency: it starts at zero, the noise aside, as in the reference); fixed, as the reference's
     default fourier_learnable=False (`learnable=True` trains them). `train_length` L_train: the training length
     the floor is taken from (default max_length; set it to the training length when evaluation runs longer).
     Not shift invariant: q.k depends on p_i and p_j, not only on p_j - p_i, unless a = b is a single frequency.
