@@ -281,10 +281,14 @@ def main(argv: list[str] | None = None) -> None:
     """Print every table (the full simulation, or a smoke version with --quick)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few draws per case: a smoke test, not a measurement")
+    parser.add_argument("--tables", default=None, help="which tables, e.g. 4,5 (default: all)")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     start = time.perf_counter()
-    for title, table in TABLES.items():
+    chosen = None if args.tables is None else {int(k) for k in args.tables.split(",")}
+    for number, (title, table) in enumerate(TABLES.items(), 1):
+        if chosen is not None and number not in chosen:
+            continue
         began = time.perf_counter()
         print(f"### {title}\n\n{table(cfg)}\n({time.perf_counter() - began:.0f} s)\n", flush=True)
     print(f"{'quick' if args.quick else 'full'} run, {time.perf_counter() - start:.0f} s")

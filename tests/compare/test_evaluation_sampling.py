@@ -44,7 +44,7 @@ def scored(rng, ease, seeds, seed_sd, fingerprint, shift=0.0, shared=True):
     return runs
 
 
-@pytest.mark.parametrize("seeds, seed_sd", [(3, 0.03), (5, 0.03), (3, 0.5), (5, 0.5)])
+@pytest.mark.parametrize("seeds, seed_sd", [(3, 0.03), (5, 0.03), (3, 0.5), (5, 0.5), (2, 1.0)])
 @pytest.mark.filterwarnings("ignore:Precision loss")
 def test_shared_cut_false_separations_and_coverage(population, seeds, seed_sd):
     u, v = population
