@@ -19,12 +19,18 @@ import inspect
 from collections.abc import Callable
 from typing import NamedTuple
 
-from datamodules.tasks import basic, chomsky_context_free, chomsky_context_sensitive, chomsky_regular, flip_flop
+from datamodules.tasks import (
+    basic,
+    chomsky_context_free,
+    chomsky_context_sensitive,
+    chomsky_regular,
+    flip_flop,
+    pcfg,
+    scan,
+)
 from datamodules.tasks import kazemnejad as K
 from datamodules.tasks.arithmetic import addition_zhou, addition_zhou_limits, addition_zhou_reference
-from datamodules.tasks.pcfg import pcfg, pcfg_limits, pcfg_reference
 from datamodules.tasks.retrieval import mqar, mqar_reference, passkey, passkey_reference
-from datamodules.tasks.scan import scan, scan_limits, scan_reference
 from pe_core.errors import ConfigError, wrong_type
 
 
@@ -57,8 +63,8 @@ TASKS: dict[str, Task] = {
     "polynomial_evaluation": _entry(K, "polynomial_evaluation", "basic"),
     "summation": _entry(K, "summation", "basic"),
     "lego": Task(K.lego, K.lego_reference, "basic", limits=K.lego_limits),
-    "scan": Task(scan, scan_reference, "compositional", limits=scan_limits),
-    "pcfg": Task(pcfg, pcfg_reference, "compositional", limits=pcfg_limits),
+    "scan": Task(scan.scan_task, scan.scan_reference, "compositional", limits=scan.scan_limits),
+    "pcfg": Task(pcfg.pcfg_task, pcfg.pcfg_reference, "compositional", limits=pcfg.pcfg_limits),
     # Chomsky hierarchy (Delétang et al. 2023)
     "even_pairs": _entry(R, "even_pairs", "regular"),
     "modular_arithmetic": _entry(R, "modular_arithmetic", "regular"),

@@ -91,7 +91,7 @@ def _answer(output: list[int], alphabet: int, max_output: int) -> list[int]:
     return tokens(output) + [SYMBOL0 + alphabet] + [IGNORE_INDEX] * (max_output - len(output))
 
 
-def pcfg(rng, n, num_symbols, train_max_len, *, alphabet: int = 8, max_output: int = 32):
+def pcfg_task(rng, n, num_symbols, train_max_len, *, alphabet: int = 8, max_output: int = 32):
     """prompt = a PCFG SET input of n functions, answer = its output, the terminator, unscored padding (see the
     module docstring)."""
     _check(num_symbols, alphabet, max_output)

@@ -2,18 +2,20 @@
 of length, as Kazemnejad et al. 2023 use it (McGill-NLP/length-generalization, make_scan_dataset.py: the `length`
 split regrouped by action-sequence length, train <= 25, test 26-48).
 
-The grammar, every command once (20,910):
+The grammar (Lake & Baroni's Table 1), every command once (20,910):
     C -> S and S | S after S | S          S -> V twice | V thrice | V
-    V -> D opposite D' | D around D' | D | U   (the two Ds one word: `turn opposite left`, `walk around right`)
+    V -> D[1] opposite D[2] | D[1] around D[2] | D | U   (a D's two words around the modifier: `turn opposite left`)
     D -> U left | U right | turn left | turn right          U -> walk | look | run | jump
 and its meaning: `x left` = LTURN x, `x opposite left` = LTURN LTURN x, `x around left` = (LTURN x) x 4 (x empty for
 `turn`), `v twice` / `thrice` repeat it, `a and b` = a b, `a after b` = b a.
 
 Length n = the action sequence's length, the length split's; an example of length n is a command drawn uniformly
 among all commands of n actions (the dataset holds every command once, so this is its distribution within a
-length). Lengths with no command (23, 29, 31, 34, 35, 37-39, 41-47 and beyond 48) draw from the longest length below
-them (deviation: the harness asks for every length; their per-length metrics repeat that length's, so evaluate SCAN
-with eval_max_len <= 48). Commands are words after the shared vocabulary (13 tokens); actions are symbols 0-5.
+length; across lengths the harness draws n uniformly, where the dataset has 6 commands of length 1 and 1,696 of
+length 10, so a rare length weighs more than in theirs). Lengths with no command (23, 29, 31, 34, 35, 37-39, 41-47
+and beyond 48) draw from the longest length below them (deviation: the harness asks for every length; their
+per-length metrics repeat that length's, so evaluate SCAN with eval_max_len <= 48). Commands are words after the
+shared vocabulary (13 tokens); actions are symbols 0-5.
 """
 
 from functools import cache
@@ -71,7 +73,7 @@ def _length(n: int) -> int:
     return max(m for m in commands_by_length() if m <= n)
 
 
-def scan(rng, n, num_symbols, train_max_len):
+def scan_task(rng, n, num_symbols, train_max_len):
     """prompt = a SCAN command (word tokens after the shared vocabulary), answer = its actions (symbols 0-5); a
     command of n actions, or of the longest length below n that has one (see the module docstring)."""
     need_symbols("scan", len(ACTIONS), num_symbols, "the 6 actions")

@@ -155,6 +155,8 @@ def test_scan_grammar_and_lengths():
 
     table = commands_by_length()
     assert sum(len(v) for v in table.values()) == 20910  # SCAN's every command, once
+    # Lake & Baroni's length split: 16,990 commands of up to 22 actions, 3,920 of 24-48
+    assert sum(len(v) for m, v in table.items() if m <= 22) == 16990
     gaps = [23, 29, 31, 34, 35, 37, 38, 39, 41, 42, 43, 44, 45, 46, 47]
     assert sorted(table) == [n for n in range(1, 49) if n not in gaps]
     assert max(len(words) for cmds in table.values() for words, _ in cmds) == 9
