@@ -277,6 +277,8 @@ def per_length(comp: Comparison, prefix: str, ylabel: str, xlabel: str, boundary
         if log:
             ax.set_yscale("log")
             plain_log_ticks(ax.yaxis)
+        else:
+            within_range(ax, bounds(prefix + "1"))
         ax.set(title=col_label(comp, col), xlabel=xlabel, ylabel=ylabel)
         ax.legend(fontsize=7)
     note(fig, band_note(comp))
@@ -367,6 +369,7 @@ def learning_curves(comp: Comparison) -> Figure | None:
             points = lambda r: [(h["step"], h[metric]) for h in r.history if metric in h and h.get("step") is not None]
             label = f"{row_label(comp, row)} (n={comp.cells[row, col].n})"
             aggregate_and_band(ax, comp, over_seeds(comp.cells[row, col].records, points), metric, colors[row], label)
+        within_range(ax, bounds(metric))
         ax.set(title=col_label(comp, col), xlabel="training step", ylabel=metric_label(metric, kind_of(comp, col)))
         ax.legend(fontsize=7)
     note(fig, band_note(comp))

@@ -216,7 +216,7 @@ def test_exact_and_token_accuracy_vs_length_band_is_the_cells_interval_and_says_
                                  (token_length_curves, "val/tok_acc_len_", "token accuracy")):  # fmt: skip
         fig = draw(comp)
         ax = fig.axes[comp.cols.index("copy")]
-        assert ax.get_ylabel() == ylabel
+        assert ax.get_ylabel() == ylabel and -0.031 <= ax.get_ylim()[0] and ax.get_ylim()[1] <= 1.031
         assert "band: 95% Student-t interval of the mean over seeds" in " ".join(
             fig.get_suptitle().split()
         )  # the band's meaning
