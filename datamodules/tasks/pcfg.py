@@ -44,7 +44,7 @@ STRING_LENGTHS = (2, 3, 4, 5)
 
 
 @cache
-def _split_table(k: int) -> np.ndarray:
+def root_probabilities(k: int) -> np.ndarray:
     """Cumulative probabilities of a k-function tree's root: [unary, binary with j functions left, j = 0..k-1].
 
     Their PCFG in integer weights: with a(0) = 3 (a string argument) and a(j) = g(j) (a j-function argument),
@@ -68,7 +68,7 @@ def _tree(rng, k: int, alphabet: int, cap: int) -> tuple[list, list[int]]:
     if k == 0:
         letters = rng.integers(0, alphabet, size=int(rng.choice(STRING_LENGTHS))).tolist()
         return letters, letters
-    table = _split_table(k)
+    table = root_probabilities(k)
     choice = min(int(np.searchsorted(table, rng.random(), side="right")), len(table) - 1)
     if choice == 0:
         written, value = _tree(rng, k - 1, alphabet, cap)

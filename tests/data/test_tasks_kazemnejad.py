@@ -202,6 +202,17 @@ def test_pcfg_function_composition():
     assert answer == [SYMBOL0, SYMBOL0 + 1, END] + [IGNORE_INDEX] * 30  # max_output 32, then the terminator
 
 
+def test_pcfg_trees_are_their_pcfg_conditioned_on_n_functions():
+    """By hand from generate.py's probabilities (a function unary 3/4, an argument a function 1/4): with one
+    function, unary f(S) has 3/4 * 3/4, binary f(S, S) 1/4 * 3/4 * 3/4, so P(unary) = 4/5; with two, unary trees
+    weigh 3/4 * 1/4 * (9/16 + 9/64) and binary ones 2 * 1/4 * 3/4 * 1/4 * (9/16 + 9/64), so P(unary) = 2/3 and the
+    two splits of the binary's one inner function are equally likely."""
+    from datamodules.tasks.pcfg import root_probabilities
+
+    assert np.allclose(root_probabilities(1), [4 / 5, 1])
+    assert np.allclose(root_probabilities(2), [2 / 3, 5 / 6, 1])
+
+
 def test_pcfg_draws_and_bounds():
     functions = set()
     for n in (1, 3, 9, 30):
