@@ -10,7 +10,8 @@ Claims of docs/tasks.md covered here:
   test_lego_chain_and_query
 - "scan (SCAN's grammar, length = the action sequence's; all 20,910 commands; lengths with no command draw the
   longest below)": test_scan_commands_mean_their_actions, test_scan_grammar_and_lengths
-- "pcfg (PCFG SET's ten functions, n = number of functions; outputs capped)": test_pcfg_function_composition,
+- "pcfg (PCFG SET's ten functions, n = number of functions; their PCFG conditioned on n functions; outputs
+  capped)": test_pcfg_function_composition, test_pcfg_trees_are_their_pcfg_conditioned_on_n_functions,
   test_pcfg_draws_and_bounds
 """
 
