@@ -24,6 +24,7 @@ from lightning_modules.encodings.fire import FIRE
 from lightning_modules.encodings.fope import FoPE
 from lightning_modules.encodings.fox import Fox
 from lightning_modules.encodings.grape_a import GrapeA
+from lightning_modules.encodings.grape_ap import GrapeAP
 from lightning_modules.encodings.grape_m import GrapeM
 from lightning_modules.encodings.kerple import KerpleLog, KerplePower
 from lightning_modules.encodings.learned import LearnedAbsolute
@@ -53,7 +54,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     + (DapeALiBi, DapeKerple)
     + (PoPE, PerRowDataDependentAlibi)
     + (PaTH, StickBreaking)
-    + (GrapeM, GrapeA)
+    + (GrapeM, GrapeA, GrapeAP)
     + (ClippedRoPE, FoPE)
 }
 

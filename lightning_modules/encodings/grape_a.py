@@ -11,6 +11,8 @@ from lightning_modules.encodings.t5_bias import relative_distance
 from pe_core.ranges import PositiveFloat
 
 GATE_NORM_EPS = 1e-6  # the reference's u_l2_eps / v_l2_eps
+# the reference's init_llama_mha_weights: every matrix of the model, u and v included, ends N(0, (0.5/sqrt(C))^2)
+LLAMA_INIT_FACTOR = 0.5
 
 
 def softplus_inverse(y: float) -> float:
@@ -31,19 +33,21 @@ class GrapeA(PositionalEncoding):
     (GRAPE-A-K, lambda_k only, keygated.py) or "none" (the ALiBi setting, Eq. 4.7: a content-free `bias`).
     As the reference: omega_h = softplus(w_h) * m_h with m_h ALiBi's geometric slopes and w_h learned,
     initialised to softplus^-1(`omega_init`) (1: omega_h = m_h, so gate "none" starts as `alibi` exactly);
-    u_h, v_h ~ N(0, 1/D), unit-normalised before use (`gate_norm`, the reference's u_l2_norm / v_l2_norm);
-    causal only (the reference's models are causal LMs; for j > i the paper's (j - i) would reward the future,
-    and the causal mask removes it). Positions enter as p_j - p_i of the given positions (the reference: slot
-    indices). The gates read the q and k the Transformer hands the encoding; the reference's Llama applies QK
-    RMSNorm to them first (an architecture choice, not the encoding's). FoX is the path-integral form of
-    Sec. 5 / Appendix C, not this one (see grape_ap). Parity: scripts/parity_grape.py.
+    u_h, v_h ~ N(0, 0.25/C) (the bias module draws N(0, 1/D), then the reference's init_llama_mha_weights
+    redraws every matrix of the model with std 0.5/sqrt(C); only their directions matter), unit-normalised
+    before use (`gate_norm`, the reference's u_l2_norm / v_l2_norm); causal only (the reference's models are
+    causal LMs; for j > i the paper's (j - i) would reward the future, and the causal mask removes it).
+    Positions enter as p_j - p_i of the given positions (the reference: slot indices). The gates read the q
+    and k the Transformer hands the encoding; the reference's Llama applies QK RMSNorm to them first (an
+    architecture choice, not the encoding's). FoX is the path-integral form of Sec. 5 / Appendix C, not this
+    one (see grape_ap). Parity: scripts/parity_grape.py.
     """
 
     name = "grape_a"
     init_reference = {
         "omega": ("const", softplus_inverse(1.0)),
-        "u": ("normal", lambda enc: enc.head_dim**-0.5),
-        "v": ("normal", lambda enc: enc.head_dim**-0.5),
+        "u": ("normal", lambda enc: LLAMA_INIT_FACTOR * enc.dim**-0.5),
+        "v": ("normal", lambda enc: LLAMA_INIT_FACTOR * enc.dim**-0.5),
     }
     causal_only = True
     shift_invariant = True
@@ -55,7 +59,7 @@ class GrapeA(PositionalEncoding):
         self.gate, self.gate_norm = gate, gate_norm
         self.register_buffer("slopes", torch.tensor(alibi_slopes(self.num_heads)), persistent=False)  # (H,)
         self.omega = nn.Parameter(torch.full((self.num_heads,), softplus_inverse(omega_init)))
-        std = self.head_dim**-0.5
+        std = LLAMA_INIT_FACTOR * self.dim**-0.5
         self.u = nn.Parameter(torch.randn(self.num_heads, self.head_dim) * std) if "k" in gate else None
         self.v = nn.Parameter(torch.randn(self.num_heads, self.head_dim) * std) if "q" in gate else None
 

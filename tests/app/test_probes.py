@@ -103,7 +103,12 @@ def test_an_encoding_with_an_absolute_table_is_probed_as_its_table(name):
     said "no position signal" for TUPE, whose table it did not find; issue 29)."""
     encoding = build_bare(ProbeOptions(encoding=name, dim=32, num_heads=4), 32).encoding
     absolute = not encoding.shift_invariant  # a relative table (DeBERTa's, by distance) is not what is probed
-    tables = [p for p in encoding.parameters() if absolute and p.dim() == 2 and p.shape[0] >= 32 and p.shape[1] == 32]
+    linear = {id(m.weight) for m in encoding.modules() if isinstance(m, torch.nn.Linear)}  # projections, not tables
+    tables = [
+        p
+        for p in encoding.parameters()
+        if absolute and id(p) not in linear and p.dim() == 2 and p.shape[0] >= 32 and p.shape[1] == 32
+    ]
     weight = getattr(encoding, "weight", None)
     assert (weight is not None) >= bool(tables), f"{name} holds a position table but exposes no `weight`"
     if weight is not None:

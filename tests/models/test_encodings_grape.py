@@ -10,7 +10,10 @@ Claims of docs/encodings.md covered here:
 - "grape_a | (j - i) omega_h (softplus(v.q_i) + softplus(u.k_j)) ...; gate none is alibi":
   test_grape_a_gate_none_is_alibi, test_grape_a_gates_written_out, test_grape_a_is_shift_invariant,
   test_grape_a_unipotent_lift
-- "grape_a | ... FoX is its path-integral form": test_path_integral_with_endpoint_free_edges_is_fox
+- "grape_ap | b(t, j) = sum_{l=j+1}^t alpha_h logsigmoid(<p_t, R_l rms(p_l)>/d_p) ...; FoX and ALiBi are its
+  endpoint-free cases": test_path_integral_with_endpoint_free_edges_is_fox,
+  test_path_integral_of_constant_edges_is_alibi, test_grape_ap_edges_written_out, test_grape_ap_unipotent_path,
+  test_grape_ap_probe_q_has_no_kv_cache
 """
 
 import math
@@ -21,6 +24,7 @@ import torch.nn.functional as F
 from encoding_helpers import HEAD_DIM, HEADS, hook_logits, make_encoding, make_plain, qk
 
 from lightning_modules.encodings.grape_a import softplus_inverse
+from lightning_modules.encodings.grape_ap import path_integral
 from lightning_modules.encodings.grape_m import rank2_exp
 
 
@@ -184,3 +188,88 @@ def test_grape_a_init_starts_at_alibi_rates():
     torch.testing.assert_close(enc.omega, torch.full((HEADS,), softplus_inverse(0.5)))
     slopes = torch.tensor([2 ** (-8 * (h + 1) / HEADS) for h in range(HEADS)])
     torch.testing.assert_close(enc.rates(), 0.5 * slopes)
+
+
+def test_path_integral_with_endpoint_free_edges_is_fox():
+    """Appendix C: with edges psi(t, l) = log f_l (independent of the endpoint t) the path sum is FoX's
+    D_tj = sum_{l=j+1}^t log f_l: equal to our fox's bias on its gates."""
+    fox = make_encoding("fox")
+    q, k = qk(L=10)
+    B, H, L, D = k.shape
+    log_f = F.logsigmoid(fox.gates(k.transpose(1, 2).reshape(B, L, H * D))).transpose(1, 2)  # (B, H, L)
+    edges = log_f[..., None, :].expand(B, H, L, L)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    ours, theirs = path_integral(edges), fox.content_bias(q, k, torch.arange(L))
+    torch.testing.assert_close(ours[..., causal], theirs[..., causal], atol=1e-5, rtol=1e-5)
+
+
+def test_path_integral_of_constant_edges_is_alibi():
+    """Sec. 5, 'Exact ALiBi': constant edges psi = -m_h give -m_h (t - j), our alibi's bias."""
+    alibi = make_plain("alibi")
+    L = 12
+    edges = -alibi.slopes.expand(HEADS, L, L)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    torch.testing.assert_close(path_integral(edges)[:, causal], alibi.positional_logits(L)[:, causal])
+
+
+@pytest.mark.parametrize("probe", ["own", "q", "k"])
+def test_grape_ap_edges_written_out(probe):
+    """Eq. 5.1-5.2 element by element in float64: psi(t, l) = alpha_h logsigmoid(p_t . R_l rms(p_l) / d_p) with
+    R_l the rotation of every plane (x_2m, x_2m+1) by angle l, and b(t, j) their sum over j < l <= t."""
+    enc = make_encoding("grape_ap", probe=probe)
+    q, k = qk(B=1, L=5)
+    positions = torch.tensor([0, 1, 4, 5, 9])
+    bias = enc.content_bias(q, k, positions)
+    p = enc.probes(q, k).double()[0]  # (H, L, d_p)
+    d = p.shape[-1]
+    slopes = [2 ** (-8 * (h + 1) / HEADS) for h in range(HEADS)]
+    for h in range(HEADS):
+        for t in range(5):
+            for j in range(t + 1):
+                total = 0.0
+                for ell in range(j + 1, t + 1):
+                    normed = p[h, ell] / p[h, ell].pow(2).mean().sqrt()
+                    angle = positions[ell].item()
+                    rotated = normed.clone()
+                    rotated[0::2] = normed[0::2] * math.cos(angle) - normed[1::2] * math.sin(angle)
+                    rotated[1::2] = normed[0::2] * math.sin(angle) + normed[1::2] * math.cos(angle)
+                    total += slopes[h] * F.logsigmoid(p[h, t] @ rotated / d).item()
+                assert bias[0, h, t, j].item() == pytest.approx(total, rel=1e-5, abs=1e-6)
+
+
+def test_grape_ap_unipotent_path():
+    """Eq. 5.4: the path product of the rank-1 unipotent factors I - psi(t, l) E (E = e_{D+2} e_{D+1}^T, E^2 = 0)
+    is I - b(t, j) E, and scoring with its inverse transpose in the lift [q; 1; 0], [k; 0; 1] adds b(t, j)."""
+    enc = make_encoding("grape_ap")
+    q, k = qk(B=1, L=6)
+    positions = torch.arange(6)
+    edges, bias = enc.edges(q, k, positions)[0, 2].double(), enc.content_bias(q, k, positions)[0, 2].double()
+    size = HEAD_DIM + 2
+    E = torch.zeros(size, size, dtype=torch.float64)
+    E[HEAD_DIM + 1, HEAD_DIM] = 1.0
+    t, j = 5, 1
+    product = torch.eye(size, dtype=torch.float64)
+    for ell in range(j + 1, t + 1):
+        product = product @ (torch.eye(size, dtype=torch.float64) - edges[t, ell] * E)
+    torch.testing.assert_close(product, torch.eye(size, dtype=torch.float64) - bias[t, j] * E)
+    q_hat = torch.cat((q[0, 2, t].double(), torch.tensor([1.0, 0.0], dtype=torch.float64)))
+    k_hat = torch.cat((k[0, 2, j].double(), torch.tensor([0.0, 1.0], dtype=torch.float64)))
+    score = q_hat @ torch.linalg.inv(product).T @ k_hat
+    torch.testing.assert_close(score, q[0, 2, t].double() @ k[0, 2, j].double() + bias[t, j])
+    assert bool((bias.tril() <= 0).all())  # a sum of non-positive edges: bounded, non-positive
+
+
+def test_grape_ap_probe_q_has_no_kv_cache():
+    """A query probe reads the past queries, which a KV cache does not keep: decoding recomputes instead; the
+    own and key probes read keys only and cache."""
+    assert not make_plain("grape_ap", probe="q").cacheable
+    assert make_plain("grape_ap", probe="k").cacheable and make_plain("grape_ap").cacheable
+
+
+def test_grape_ap_option_errors():
+    from pe_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="probe_dim must be even"):
+        make_plain("grape_ap", probe_dim=3)
+    with pytest.raises(ConfigError, match="probe_dim is used only with probe='own'"):
+        make_plain("grape_ap", probe="k", probe_dim=4)
