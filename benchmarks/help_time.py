@@ -69,13 +69,13 @@ def measure(args: list[str], repeats: int) -> dict:
 
 
 def main() -> None:
+    global ROOT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--commands", nargs="*", default=list(HELPS), choices=list(HELPS))
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout whose cli.py is timed")
     parser.add_argument("--cache", choices=("on", "off"), default="off")
     args = parser.parse_args()
-    global ROOT
     ROOT = args.root.resolve()
     if args.cache == "on":
         ENV["PE_CACHE_DIR"] = tempfile.mkdtemp(prefix="help-cache-")
