@@ -1,7 +1,7 @@
-"""Parity of grape_m, grape_a and grape_ap (lightning_modules/encodings/grape_*.py) with the reference GRAPE code
-(model-architectures/GRAPE, model/llama-mha-grape-*.py and llama-mha-alibi.py): each reference file's
-`CausalSelfAttention` (QK RMSNorm, KV shift and group norm off: architecture options, not the encoding) against
-the same projections around our encoding's hooks, with the same weights.
+"""Parity of grape_m, grape_m_ctx, grape_a and grape_ap (lightning_modules/encodings/grape_*.py) with the
+reference GRAPE code (model-architectures/GRAPE, model/llama-mha-grape-*.py and llama-mha-alibi.py): each
+reference file's `CausalSelfAttention` (QK RMSNorm, KV shift and group norm off: architecture options, not the
+encoding) against the same projections around our encoding's hooks, with the same weights.
 
     git --git-dir /work/.mirror/model-architectures+GRAPE/repo archive HEAD model | tar -x -C /tmp/grape_ref
     .venv/bin/python scripts/parity_grape.py /tmp/grape_ref/model
@@ -10,8 +10,9 @@ Prints, per variant, the max abs difference of the attention logits' positional 
 the attention layer's output. The reference rotates the half-split pairs (x_m, x_m+D/2) the other way, ours the
 interleaved pairs (x_2m, x_2m+1): q and k (grape_m, grape_ap probe k) or the probe projection's rows (grape_ap's
 own probe) are fed in our order, the permutation (x_m+D/2, x_m) -> (x_2m, x_2m+1), an orthogonal change of
-coordinates that leaves every logit equal. grape_ap's own probe reads the keys, p = W_p k: it is given
-W_p = W_p_ref W_k^-1, the reference's c_p read through the keys. The parameters are moved off their
+coordinates that leaves every logit equal. grape_ap's own probe and grape_m_ctx's phase gate read the keys,
+p = W_p k: they are given W_p = W_p_ref W_k^-1, the reference's projection of the layer input read through the
+keys (W_k, square, is invertible). The parameters are moved off their
 initialisation first (trained-like frequencies, gates, slopes), so the check is not only at init.
 """
 
@@ -93,6 +94,27 @@ def grape_m(model: Path, x: torch.Tensor) -> None:
             report(f"grape_m (shared={shared})", out, ref(x))
 
 
+def grape_m_ctx(model: Path, x: torch.Tensor) -> None:
+    ns = load_definitions(str(model / "llama-mha-grape-m-ctx.py"),
+                          ["_softplus_inverse", "apply_rotary_emb", "MSGRAPEContextType1", "CausalSelfAttention"],
+                          dict(COMMON))  # fmt: skip
+    perm = half_to_pairs(HEAD_DIM)
+    columns = (torch.arange(HEADS)[:, None] * HEAD_DIM + perm).flatten()  # our keys' order in the reference's
+    for per_head in (False, True):
+        torch.manual_seed(5)
+        ref = ns["CausalSelfAttention"](config(grape_ctx_per_head=per_head, grape_ctx_omega_scale=16.0))
+        with torch.no_grad():
+            ref.grape.log_freq.add_(0.3 * torch.randn_like(ref.grape.log_freq))
+            ref.omega_proj.weight.normal_(std=0.5)  # phases that vary with the content
+        enc = build("grape_m_ctx", phase_per_head=per_head)
+        with torch.no_grad():
+            enc.log_freq.copy_(ref.grape.log_freq)
+            enc.phase_proj.weight.copy_((ref.omega_proj.weight @ torch.linalg.inv(ref.c_k.weight))[:, columns])
+            enc.phase_proj.bias.copy_(ref.omega_proj.bias)
+            out, _ = our_attention(ref, enc, x, perm)
+            report(f"grape_m_ctx (per_head={per_head})", out, ref(x))
+
+
 def grape_a(model: Path, x: torch.Tensor) -> None:
     files = {"qk": ("llama-mha-grape-a-querykeygated.py", "QueryKeyGatedAdditiveBias", "querykeygated_bias"),
              "q": ("llama-mha-grape-a-querygated.py", "QueryGatedAdditiveBias", "querygated_bias"),
@@ -152,6 +174,7 @@ def main() -> None:
     torch.manual_seed(0)
     x = torch.randn(BATCH, LENGTH, DIM)
     grape_m(model, x)
+    grape_m_ctx(model, x)
     grape_a(model, x)
     grape_ap(model, x)
 

@@ -26,6 +26,7 @@ from lightning_modules.encodings.fox import Fox
 from lightning_modules.encodings.grape_a import GrapeA
 from lightning_modules.encodings.grape_ap import GrapeAP
 from lightning_modules.encodings.grape_m import GrapeM
+from lightning_modules.encodings.grape_m_ctx import GrapeMContextual
 from lightning_modules.encodings.kerple import KerpleLog, KerplePower
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.none import NoPE
@@ -54,7 +55,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     + (DapeALiBi, DapeKerple)
     + (PoPE, PerRowDataDependentAlibi)
     + (PaTH, StickBreaking)
-    + (GrapeM, GrapeA, GrapeAP)
+    + (GrapeM, GrapeMContextual, GrapeA, GrapeAP)
     + (ClippedRoPE, FoPE)
 }
 

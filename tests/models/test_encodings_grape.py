@@ -7,6 +7,9 @@ Claims of docs/encodings.md covered here:
   test_grape_m_frozen_is_rope, test_grape_m_at_init_is_rope, test_grape_m_rotation_is_the_group_element,
   test_grape_m_group_law, test_grape_m_closed_form_is_the_matrix_exponential
 - "grape_m | ... learned basis ...": test_grape_m_learned_basis_is_relative_and_norm_preserving
+- "grape_m_ctx | ... G(Phi_t), Phi_t = sum_{tau<t} sigmoid(w.k_tau / 16 + b / 16) ...":
+  test_grape_m_ctx_phases_written_out, test_grape_m_ctx_relative_law_in_the_phase,
+  test_grape_m_ctx_constant_phase_rate_is_interpolated_rope
 - "grape_a | (j - i) omega_h (softplus(v.q_i) + softplus(u.k_j)) ...; gate none is alibi":
   test_grape_a_gate_none_is_alibi, test_grape_a_gates_written_out, test_grape_a_is_shift_invariant,
   test_grape_a_unipotent_lift
@@ -273,3 +276,42 @@ def test_grape_ap_option_errors():
         make_plain("grape_ap", probe_dim=3)
     with pytest.raises(ConfigError, match="probe_dim is used only with probe='own'"):
         make_plain("grape_ap", probe="k", probe_dim=4)
+
+
+def test_grape_m_ctx_phases_written_out():
+    """Phi_t = sum_{tau < t} sigmoid((w.k_tau + b) / s) over the concatenated keys (exclusive: Phi_0 = 0)."""
+    enc = make_encoding("grape_m_ctx", phase_per_head=True)
+    _, k = qk(B=1, L=5)
+    keys = k.transpose(1, 2).reshape(1, 5, -1)[0].double()  # (L, C)
+    w, b = enc.phase_proj.weight.double(), enc.phase_proj.bias.double()
+    omega = torch.sigmoid((keys @ w.T + b) / 16.0)  # (L, H)
+    expected = torch.stack([omega[:t].sum(0) for t in range(5)], -1)  # (H, L)
+    torch.testing.assert_close(enc.phases(k)[0].double(), expected, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("options", [{}, {"phase_per_head": True, "share_across_heads": False}])
+def test_grape_m_ctx_relative_law_in_the_phase(options):
+    """Sec. 2.2 in the phase: the logit of (t, j) is q_t^T G(Phi_j - Phi_t) k_j, G written out from GRAPE-M's
+    planes and spectrum."""
+    enc = make_encoding("grape_m_ctx", **options)
+    q, k = qk(B=1, L=6)
+    rq, rk = enc.rotate(q, k, torch.arange(6))
+    phases = enc.phases(k)[0].double().expand(HEADS, 6)  # (H, L)
+    for h, t, j in ((0, 5, 2), (HEADS - 1, 3, 3), (1, 4, 0)):
+        g = enc.group_element((phases[h, j] - phases[h, t]).item())[h]
+        expected = q[0, h, t].double() @ g @ k[0, h, j].double()
+        torch.testing.assert_close((rq[0, h, t] @ rk[0, h, j]).double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_grape_m_ctx_constant_phase_rate_is_interpolated_rope():
+    """With the gate's weight at 0 every token advances the phase by c = sigmoid(b / s): Phi_t = c t, i.e. RoPE
+    with positions scaled by c (`rope`'s interpolation_factor 1 / c)."""
+    enc = make_plain("grape_m_ctx")
+    with torch.no_grad():
+        enc.phase_proj.weight.zero_()
+    c = torch.sigmoid(enc.phase_proj.bias / 16.0).item()
+    rope = make_plain("rope", interpolation_factor=1 / c)
+    q, k = qk(L=12)
+    for ours, theirs in zip(enc.rotate(q, k, torch.arange(12)), rope.rotate(q, k, torch.arange(12)), strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    assert not enc.cacheable  # a cached step would lose the phase of the past
