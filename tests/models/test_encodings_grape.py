@@ -1,6 +1,7 @@
-"""GRAPE (Zhang et al., ICLR 2026): the multiplicative form grape_m and the additive form grape_a, against their
-closed forms, their reductions (RoPE, ALiBi, FoX) and their group laws. Parity with the reference repository is
-scripts/parity_grape.py (it needs the fetched snapshot; these tests do not).
+"""GRAPE (Zhang et al., ICLR 2026): the multiplicative forms grape_m and grape_m_ctx and the additive forms
+grape_a and grape_ap, against their closed forms, their reductions (RoPE, ALiBi, FoX) and their group laws.
+Parity with the reference repository is scripts/parity_grape.py (it needs the fetched snapshot; these tests do
+not).
 
 Claims of docs/encodings.md covered here:
 - "grape_m | ... G(n) = exp(n L) of commuting rank-2 skew generators ...; frozen, it is rope":
