@@ -9,7 +9,8 @@ runs' outcome fingerprints tell:
 
 - **independent cuts**: every run evaluated examples of its own (a synthetic task whose data seed follows the seed).
   The runs' statistics are independent draws that already carry both sources, and Student's t over the seeds is
-  the interval (exact for normal values): s^2 / S with S - 1 degrees of freedom.
+  the interval (exact for normal values): s^2 / S with S - 1 degrees of freedom, but never below the runs' own
+  examples' variance (two seeds can tie on a discrete accuracy by chance: no certainty follows from that).
 - **one shared cut**: every run evaluated the same examples (PE-Study's fixed `split_seed`, a fixed data seed). The
   cut's sampling is common to all seeds and invisible to a seed-only interval. Var(cell) = s^2 / S (the runs'
   statistics over seeds) + V (the stratified variance of the mean of the examples' means over seeds: sum over
@@ -187,7 +188,8 @@ def cell_estimate(runs: list[RunOutcomes]) -> Estimate | None:
     if kind == "independent cuts":
         if seeds < 2:
             return None
-        return Estimate(mean, seed_se(statistics), seeds - 1, kind, seeds, examples)
+        floor = np.mean([strata_variance(r.values, r.strata)[0] for r in runs]) / seeds
+        return Estimate(mean, floored_se(statistics, floor), seeds - 1, kind, seeds, examples)
     if kind == "shared cut":
         per_example = np.stack([aligned(r, runs[0]) for r in runs]).mean(0)
         return combined(mean, [statistics], per_example, runs[0].strata[order(runs[0])], kind, examples)
@@ -215,12 +217,22 @@ def pair_estimate(a: list[RunOutcomes], b: list[RunOutcomes], seeds_a: list, see
         by_seed_b = dict(zip(map(str, seeds_b), b))
         if all(r.fingerprint == by_seed_b[str(s)].fingerprint for r, s in zip(a, seeds_a)) and len(a) >= 2:
             d = np.array([r.statistic - by_seed_b[str(s)].statistic for r, s in zip(a, seeds_a)])
-            return Estimate(difference, seed_se(d), len(d) - 1, "paired by seed", len(d), min(len(r.ids) for r in a))
+            within = [strata_variance(aligned(r, r) - aligned(by_seed_b[str(s)], r), r.strata[order(r)])[0]
+                      for r, s in zip(a, seeds_a)]  # fmt: skip
+            se = floored_se(d, np.mean(within) / len(d))
+            return Estimate(difference, se, len(d) - 1, "paired by seed", len(d), min(len(r.ids) for r in a))
     if kind_a == kind_b == "independent cuts" and len(a) >= 2 and len(b) >= 2:
-        return satterthwaite(difference, [(stat_a.var(ddof=1) / len(a), len(a) - 1),
-                                          (stat_b.var(ddof=1) / len(b), len(b) - 1)],
-                             "independent cuts", min(len(a), len(b)), None)  # fmt: skip
+        terms = [(floored_se(stat, np.mean([strata_variance(r.values, r.strata)[0] for r in runs]) / len(runs)) ** 2,
+                  len(runs) - 1) for stat, runs in ((stat_a, a), (stat_b, b))]  # fmt: skip
+        return satterthwaite(difference, terms, "independent cuts", min(len(a), len(b)), None)
     return None
+
+
+def floored_se(values: np.ndarray, floor: float) -> float:
+    """The standard error of the mean of runs' statistics over seeds, at least what the runs' own evaluation
+    examples give (`floor`, a variance): each run's statistic varies by its examples' sampling at least, so a spread
+    over seeds below that (two seeds tying by chance on a discrete accuracy) is not taken as certainty."""
+    return math.sqrt(max(float(np.var(values, ddof=1)) / len(values), float(floor)))
 
 
 def seed_se(values: np.ndarray) -> float:
