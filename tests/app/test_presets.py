@@ -3,8 +3,9 @@ version ranges and extras, the shipped sweep files' grids and the presets' setti
 benchmark's options. Each test reads files only (no training, no process started).
 
 Claims covered here (README.md, docs/index.md, docs/tasks.md, docs/benchmarks.md):
-- README Quick start "sweeps rope, t5_bias, learned x copy x 2 seeds ... val/acc (lengths <= 8, the sweep's selection
-  metric) and ... val/acc_ood (every second length from 9 to 31, and 32)": test_quickstart_sweep_and_its_lengths
+- README Quick start "sweeps alibi, rope, none x passkey x 3 seeds ... val/acc (lengths <= 8, the sweep's
+  selection metric and the precondition val/acc >= 0.9) and ... val/acc_ood (every second length from 9 to 31, and
+  32; the primary metric)": test_quickstart_sweep_and_its_lengths
 - docs/index.md "scripts/setup.sh installs the CPU build of PyTorch 2.13.0 first (the project accepts
   torch>=2.2,<2.15), then the project with its dev extra (pytest, ruff, ... x-transformers and sacrebleu, pinned ...,
   and transformers ...); pip install -e '.[hf]' adds transformers alone":
@@ -68,12 +69,13 @@ def test_quickstart_sweep_and_its_lengths():
     from datamodules.synthetic import SyntheticDataModule
 
     axes = grid("quickstart.yaml")
-    assert axes == {"model.arch.encoding": {"rope", "t5_bias", "learned"}, "data.task": {"copy"},
-                    "seed_everything": {0, 1}, "#points": 6}  # fmt: skip
+    assert axes == {"model.arch.encoding": {"alibi", "rope", "none"}, "data.task": {"passkey"},
+                    "seed_everything": {0, 1, 2}, "#points": 9}  # fmt: skip
     sweep = sf.load_sweep(ROOT / "sweeps" / "quickstart.yaml")
-    assert sf.metric_names(sweep) == ["val/acc"]
-    assert sweep["command"][-5:] == ["--config", "configs/synthetic.yaml", "--config", "configs/quickstart.yaml",
-                                     "${args}"]  # fmt: skip
+    assert sf.metric_names(sweep) == ["val/acc"]  # chosen and selected on the training lengths only
+    assert sweep["compare"] == {"precondition": "val/acc >= 0.9", "primary": "val/acc_ood"}
+    assert sweep["command"][-6:] == ["--config", "configs/synthetic.yaml", "--config", "configs/quickstart.yaml",
+                                     "--trainer.val_check_interval=200", "${args}"]  # fmt: skip
     _, data = init_args("synthetic.yaml", "quickstart.yaml")
     data = {k: v for k, v in data.items() if k not in ("data_dir",)}
     dm = SyntheticDataModule(**data)  # sizes and lengths are known before setup (nothing generated)
