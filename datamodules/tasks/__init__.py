@@ -26,9 +26,11 @@ from datamodules.tasks import (
     chomsky_regular,
     flip_flop,
     pcfg,
+    ruler,
     scan,
 )
 from datamodules.tasks import kazemnejad as K
+from datamodules.tasks import state_tracking as ST
 from datamodules.tasks.arithmetic import addition_zhou, addition_zhou_limits, addition_zhou_reference
 from datamodules.tasks.retrieval import mqar, mqar_reference, passkey, passkey_reference
 from pe_core.errors import ConfigError, wrong_type
@@ -46,8 +48,10 @@ class Task(NamedTuple):
     depth: bool = False
 
 
-def _entry(module, name: str, family: str, **eval_options) -> Task:
-    return Task(getattr(module, name), getattr(module, f"{name}_reference"), family, eval_options)
+def _entry(module, name: str, family: str, limits: bool = False, **eval_options) -> Task:
+    """The task `name` of `module`, with its reference (and its `limits` function where `limits`)."""
+    bounds = getattr(module, f"{name}_limits") if limits else None
+    return Task(getattr(module, name), getattr(module, f"{name}_reference"), family, eval_options, bounds)
 
 
 R, CF, CS = chomsky_regular, chomsky_context_free, chomsky_context_sensitive
@@ -90,6 +94,12 @@ TASKS: dict[str, Task] = {
     # retrieval proxies of needle-in-a-haystack / RULER
     "passkey": Task(passkey, passkey_reference, "retrieval", depth=True),
     "mqar": Task(mqar, mqar_reference, "retrieval"),
+    "niah_multikey": Task(ruler.niah_multikey, ruler.niah_multikey_reference, "retrieval", depth=True),
+    "variable_tracking": Task(ruler.variable_tracking, ruler.variable_tracking_reference, "retrieval", depth=True),
+    "common_words": _entry(ruler, "common_words", "retrieval"),
+    # state tracking (Merrill et al. 2024): the S5 / A5 word problems
+    "word_problem_s5": _entry(ST, "word_problem_s5", "state_tracking", limits=True),
+    "word_problem_a5": _entry(ST, "word_problem_a5", "state_tracking", limits=True),
 }
 
 CHOMSKY_FAMILIES = ("regular", "context_free", "context_sensitive")
