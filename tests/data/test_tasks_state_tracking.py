@@ -8,6 +8,7 @@ Claims of docs/tasks.md covered here:
   test_a5_is_the_even_half_of_s5
 - "one token per element after the shared vocabulary; answer length 1, or n with prefixes":
   test_lengths_and_vocabulary
+- "with `prefixes: true`, train an encoder (`--model.causal=false`)": test_lengths_and_vocabulary
 """
 
 from functools import reduce
@@ -19,7 +20,7 @@ from sympy.combinatorics import Permutation
 from datamodules.synthetic import SyntheticDataModule
 from datamodules.tasks import TASKS, limits
 from datamodules.tasks.state_tracking import A5, S5, compose
-from datamodules.tasks.tokens import vocab_size
+from datamodules.tasks.tokens import IGNORE_INDEX, MASK, vocab_size
 
 S, T = 12, 8  # num_symbols, train_max_len
 BASE = vocab_size(S, T)  # element e is token BASE + e
@@ -72,3 +73,10 @@ def test_lengths_and_vocabulary(task):
             assert all(BASE <= t < BASE + size for t in prompt + answer)
     dm = SyntheticDataModule(task=task, num_symbols=S, train_max_len=4, eval_max_len=8)
     assert dm.vocab_size == BASE - T + 4 + size  # the shared vocabulary (train_max_len 4) + the elements
+    # the tagging protocol: an encoder predicts every prefix product at its MASK slot
+    dm = SyntheticDataModule(task=task, task_options={"prefixes": True}, causal=False, num_symbols=S, train_max_len=4,
+                             eval_max_len=8, train_size=8, eval_per_length=2, batch_size=64)  # fmt: skip
+    dm.setup()
+    batch = next(iter(dm.val_dataloader()))
+    assert ((batch["tokens"] == MASK).sum(1) == batch["length"]).all()
+    assert ((batch["targets"] != IGNORE_INDEX).sum(1) == batch["length"]).all() and dm.max_seq_len == 2 * 8 + 1
