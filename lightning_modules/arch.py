@@ -49,6 +49,12 @@ class ArchConfig:
     window: int | list[int | None] | None = None
     """sliding-window size (keys a query sees, itself included; >= 1) of every layer, or a list with one per
     layer; null: full attention. Causal models"""
+    attention_sinks: bool = False
+    """a learned logit s_h per head and layer in every softmax's denominator, a sink that takes probability mass
+    and gives no value (gpt-oss); any softmax encoding"""
+    qk_norm: bool = False
+    """RMSNorm (learned scale) of each head's queries and keys before the encoding rotates them and before the
+    dot product (OLMo 2, Gemma 3, Qwen3); any encoding"""
 
     def __post_init__(self) -> None:
         check_ranges(type(self), vars(self), "arch.")  # built directly (not parsed): the declared ranges still hold

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
 from lightning_modules.arch import ArchConfig
 from lightning_modules.encodings import ENCODINGS, PositionalEncoding, build_encoding
@@ -18,6 +18,8 @@ from lightning_modules.schedule import distinct, primary_encoding, scheduled_opt
 from pe_core.errors import ConfigError
 
 BACKENDS = ("auto", "sdpa", "flex")
+SINK_INIT_STD = 0.02  # gpt-oss's sinks start as N(0, 0.02^2): transformers' GptOssPreTrainedModel, initializer_range
+QK_NORM_EPS = 1e-6  # the RMSNorm epsilon of Gemma 3's and Qwen3's q_norm / k_norm (rms_norm_eps)
 
 
 def merge_mask(logits: Tensor | None, allowed: Tensor | None) -> Tensor | None:
@@ -106,11 +108,39 @@ def compiled_flex_attention():
     return torch.compile(flex_attention)
 
 
-def run_flex_attention(q, k, v, score_mod: ScoreMod | None, block_mask: BlockMask | None, scale: float) -> Tensor:
-    """FlexAttention, compiled on CUDA; eager elsewhere (CPU tests) and inside an already compiled block."""
+def run_flex_attention(q, k, v, score_mod: ScoreMod | None, block_mask: BlockMask | None, scale: float,
+                       sinks: Tensor | None = None) -> Tensor:  # fmt: skip
+    """FlexAttention, compiled on CUDA; eager elsewhere (CPU tests) and inside an already compiled block.
+    `sinks` (H,): each row's softmax has exp(s_h) more in its denominator, i.e. the output times
+    Z / (Z + exp(s_h)) = sigmoid(lse - s_h), lse = log Z the row's logsumexp (FlexAttention returns it)."""
     compiled = q.is_cuda and not torch.compiler.is_compiling()
     attend = compiled_flex_attention() if compiled else flex_attention
-    return attend(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    if sinks is None:
+        return attend(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    y, aux = attend(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                    return_aux=AuxRequest(lse=True))  # fmt: skip
+    return y * torch.sigmoid(aux.lse - sinks[:, None].float())[..., None].to(y.dtype)
+
+
+def with_sink_key(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+                  sinks: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """k, v (B, H, T, D) and the SDPA mask (None, boolean or float; `is_causal`: the causal triangle) of L
+    queries -> the same with one more key, the sink: a zero key and a zero value whose logit is s_h (`sinks`
+    (H,)), a float mask column (B or 1, H, L, 1). SDPA's softmax over T + 1 logits is then gpt-oss's
+    concat-then-softmax, and the sink's weight multiplies a zero value (the column dropped)."""
+    L, T, H = q.shape[-2], k.shape[-2], q.shape[-3]
+    if is_causal:
+        mask = torch.ones(L, T, dtype=torch.bool, device=q.device).tril(T - L)
+    if mask is None:
+        mask = q.new_zeros(L, T)
+    elif mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
+    mask = mask.reshape((1,) * (4 - mask.dim()) + mask.shape)
+    mask = mask.expand(mask.shape[0], H, L, T)
+    column = sinks.to(mask.dtype)[None, :, None, None].expand(mask.shape[0], H, L, 1)
+    k = torch.cat([k, k.new_zeros(*k.shape[:-2], 1, k.shape[-1])], dim=-2)  # (a rotation may widen k: PoPE)
+    v = torch.cat([v, v.new_zeros(*v.shape[:-2], 1, v.shape[-1])], dim=-2)
+    return k, v, torch.cat([mask, column], dim=-1)
 
 
 def check_attention_backend(backend: str, encoding: PositionalEncoding, dropout: float) -> None:
@@ -232,14 +262,58 @@ def key_counts(L: int, causal: bool, allowed: Tensor | None, device) -> Tensor:
     return allowed.sum(-1)[:, 0]
 
 
-class Attention(nn.Module):
-    """Multi-head self-attention; position enters only through the encoding's hooks."""
+def check_attention_options(arch: ArchConfig, encoding: PositionalEncoding) -> None:
+    """One-line ConfigError where `arch.attention_sinks` cannot serve the encoding (`sink_capable`)."""
+    if arch.attention_sinks and not encoding.sink_capable:
+        why = "its attention is not a softmax" if not encoding.softmax_attention else "its attend computes the weights"
+        able = [name for name, cls in ENCODINGS.items() if cls.softmax_attention]
+        raise ConfigError(f"arch.attention_sinks cannot serve encoding {encoding.name!r} ({why}); set "
+                          f"arch.attention_sinks=false or use one of: {', '.join(able)}")  # fmt: skip
 
-    def __init__(self, dim: int, num_heads: int, dropout: float):
+
+class Attention(nn.Module):
+    """Multi-head self-attention; position enters only through the encoding's hooks.
+
+    Two options of every encoding (ArchConfig):
+    - `sinks` (`arch.attention_sinks`; gpt-oss, OpenAI 2025, its reference `sdpa`: the logits q.k * scale, a
+      column of the sink logit s_h appended, softmax, the column dropped): a learned logit s_h per head, a
+      parameter (H,) of each layer (`sinks`), in every query row's denominator:
+      w_ij = exp(l_ij) / (exp(s_h) + sum_j' exp(l_ij')); the sink takes probability mass and adds no value.
+      It is not scaled by `length_scale` nor by the content scale (a raw logit, as gpt-oss). Initialised as
+      transformers' GptOss (gpt-oss's own code only loads trained weights): N(0, 0.02^2). SDPA gets one more key,
+      zero, with the sink's logit in its mask (`with_sink_key`); FlexAttention rescales its output by
+      sigmoid(lse - s_h). Not for an encoding whose `attend` computes the weights itself (`sink_capable`).
+    - `qk_norm` (`arch.qk_norm`): RMSNorm with a learned scale (ones at first, eps 1e-6) over each head's D
+      dims of q and of k (`q_norm`, `k_norm`, shared by the heads), right after the projection: before the
+      encoding's `rotate` and before every logit term that reads q or k, as Gemma 3 and Qwen3 (per head) and
+      OLMo 2 (which normalises the whole C-wide q and k instead of each head's) do it before RoPE. The
+      content scale stays the encoding's `attention_scale` (1/sqrt(D)).
+    """
+
+    def __init__(self, dim: int, num_heads: int, dropout: float, sinks: bool = False, qk_norm: bool = False):
         super().__init__()
         self.num_heads, self.dropout = num_heads, dropout
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
+        self.sinks = nn.Parameter(torch.randn(num_heads) * SINK_INIT_STD) if sinks else None  # (H,): s_h
+        head_dim = dim // num_heads
+        self.q_norm = nn.RMSNorm(head_dim, eps=QK_NORM_EPS) if qk_norm else None
+        self.k_norm = nn.RMSNorm(head_dim, eps=QK_NORM_EPS) if qk_norm else None
+
+    def normalize(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """q, k (B, H, L, D) through `qk_norm`'s RMSNorms; unchanged without it."""
+        if self.q_norm is None:
+            return q, k
+        return self.q_norm(q), self.k_norm(k)
+
+    def attend(self, encoding: PositionalEncoding, q, k, v, mask: Tensor | None, is_causal: bool, positions,
+               dropout_p: float = 0.0) -> Tensor:  # fmt: skip
+        """The encoding's `attend` (SDPA unless it overrides it), with the sink key appended under `sinks`."""
+        if self.sinks is not None:
+            k, v, mask = with_sink_key(q, k, v, mask, is_causal, self.sinks)
+            is_causal = False
+        return encoding.attend(q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p,
+                               scale=encoding.attention_scale(), positions=positions)  # fmt: skip
 
     def forward(self, x, encoding: PositionalEncoding, positions, mask, allowed, causal,
                 cache: LayerCache | None = None, window: int | None = None) -> Tensor:  # fmt: skip
@@ -251,12 +325,12 @@ class Attention(nn.Module):
         B, L, C = x.shape
         qkv = self.qkv(x).view(B, L, 3, self.num_heads, C // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, D)
-        q, k = encoding.rotate(q, k, positions)
+        q, k = encoding.rotate(*self.normalize(q, k), positions)
         if encoding.length_scale != "none":
             q = scale_queries(q, encoding, positions, key_counts(L, causal, allowed, x.device))
         if isinstance(mask, FlexMasks):
             score_mod = chain_score_mods(mask.score_mod, encoding.content_score_mod(q, k, positions))
-            y = run_flex_attention(q, k, v, score_mod, mask.block_mask, encoding.attention_scale())
+            y = run_flex_attention(q, k, v, score_mod, mask.block_mask, encoding.attention_scale(), self.sinks)
             return self.out(y.transpose(1, 2).reshape(B, L, C))
         extra = encoding.content_bias(q, k, positions)  # (B, H, L, L) or None
         if extra is not None:
@@ -265,10 +339,8 @@ class Attention(nn.Module):
             mask = merge_mask(extra if mask is None or mask.dtype == torch.bool else mask + extra, allowed)
         if mask is not None and mask.is_floating_point():
             mask = mask.to(q.dtype)  # a no-op but for a content term: the shared mask is in the compute dtype
-        y = encoding.attend(
-            q, k, v, mask, is_causal=causal and mask is None, dropout_p=self.dropout if self.training else 0.0,
-            scale=encoding.attention_scale(), positions=positions,
-        )  # fmt: skip
+        dropout_p = self.dropout if self.training else 0.0
+        y = self.attend(encoding, q, k, v, mask, causal and mask is None, positions, dropout_p)
         return self.out(y.transpose(1, 2).reshape(B, L, C))  # (B, L, C)
 
     def decode_step(self, x, encoding: PositionalEncoding, positions, bias: Tensor | None, cache: LayerCache,
@@ -280,7 +352,7 @@ class Attention(nn.Module):
         key, also those a window no longer sees); evaluation only (no dropout)."""
         B, n, C = x.shape
         q, k, v = self.qkv(x).view(B, n, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
-        q, k = encoding.rotate(q, k, positions[..., -n:])
+        q, k = encoding.rotate(*self.normalize(q, k), positions[..., -n:])
         k, v = cache.append(k, v)  # (B, H, T, D)
         T = k.shape[-2]
         if encoding.length_scale != "none":  # the new queries see T - n + 1 .. T keys
@@ -299,18 +371,18 @@ class Attention(nn.Module):
         mask = merge_mask(mask, allowed)
         if mask is not None and mask.is_floating_point():
             mask = mask.to(q.dtype)
-        y = encoding.attend(q, k, v, mask, is_causal=False, dropout_p=0.0, scale=encoding.attention_scale(),
-                            positions=positions)  # fmt: skip
+        y = self.attend(encoding, q, k, v, mask, False, positions)
         return self.out(y.transpose(1, 2).reshape(B, n, C))
 
 
 class Block(nn.Module):
     """One Transformer layer, pre-LN (GPT-2, default) or post-LN (BERT / TUPE's setting)."""
 
-    def __init__(self, dim: int, num_heads: int, ffn_mult: int, dropout: float, post_norm: bool):
+    def __init__(self, dim: int, num_heads: int, ffn_mult: int, dropout: float, post_norm: bool,
+                 sinks: bool = False, qk_norm: bool = False):  # fmt: skip
         super().__init__()
         self.post_norm = post_norm
-        self.attn = Attention(dim, num_heads, dropout)
+        self.attn = Attention(dim, num_heads, dropout, sinks, qk_norm)
         self.ffn = nn.Sequential(
             nn.Linear(dim, ffn_mult * dim), nn.GELU(), nn.Linear(ffn_mult * dim, dim), nn.Dropout(dropout)
         )
@@ -354,13 +426,15 @@ class Transformer(nn.Module):
             )
         for encoding in self.encodings:
             check_attention_backend(arch.attention_backend, encoding, arch.dropout)
+            check_attention_options(arch, encoding)
         if not causal and any(window is not None for window in self.windows):
             raise ConfigError("arch.window (a causal sliding window) needs a causal model; set --model.causal=true "
                               "or arch.window=null")  # fmt: skip
         self.token_emb = nn.Embedding(arch.vocab_size, dim)
         self.emb_drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            Block(dim, arch.num_heads, arch.ffn_mult, dropout, post_norm) for _ in range(arch.depth)
+            Block(dim, arch.num_heads, arch.ffn_mult, dropout, post_norm, arch.attention_sinks, arch.qk_norm)
+            for _ in range(arch.depth)
         )
         self.norm = nn.LayerNorm(dim)  # final norm (pre-LN) or embedding norm (post-LN, as BERT)
         self.post_norm = post_norm

@@ -28,6 +28,7 @@ from lightning_modules.transformer import (
     build_arch_encoding,
     can_cache,
     check_attention_backend,
+    check_attention_options,
     decoding_bias,
     default_positions,
     init_weights,
@@ -77,10 +78,11 @@ class DecoderBlock(nn.Module):
     """Causal self-attention (position through the encoding's hooks), cross-attention, FFN; pre-LN
     (default) or post-LN (Vaswani et al. 2017)."""
 
-    def __init__(self, dim: int, num_heads: int, ffn_mult: int, dropout: float, post_norm: bool):
+    def __init__(self, dim: int, num_heads: int, ffn_mult: int, dropout: float, post_norm: bool,
+                 sinks: bool = False, qk_norm: bool = False):  # fmt: skip
         super().__init__()
         self.post_norm = post_norm
-        self.self_attn = Attention(dim, num_heads, dropout)
+        self.self_attn = Attention(dim, num_heads, dropout, sinks, qk_norm)  # the options of `arch`
         self.cross_attn = CrossAttention(dim, num_heads, dropout)
         self.ffn = nn.Sequential(
             nn.Linear(dim, ffn_mult * dim), nn.GELU(), nn.Linear(ffn_mult * dim, dim), nn.Dropout(dropout)
@@ -107,9 +109,11 @@ class Decoder(nn.Module):
         super().__init__()
         self.encoding, self.post_norm, self.arch = build_arch_encoding(arch, causal=True), arch.post_norm, arch
         check_attention_backend(arch.attention_backend, self.encoding, arch.dropout)
+        check_attention_options(arch, self.encoding)
         self.emb_drop = nn.Dropout(arch.dropout)
+        attention_options = (arch.attention_sinks, arch.qk_norm)
         self.blocks = nn.ModuleList(
-            DecoderBlock(arch.dim, arch.num_heads, arch.ffn_mult, arch.dropout, arch.post_norm)
+            DecoderBlock(arch.dim, arch.num_heads, arch.ffn_mult, arch.dropout, arch.post_norm, *attention_options)
             for _ in range(arch.depth)
         )
         self.norm = nn.LayerNorm(arch.dim)  # final norm (pre-LN) or embedding norm (post-LN)

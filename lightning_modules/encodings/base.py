@@ -275,6 +275,13 @@ class PositionalEncoding(nn.Module):
         none."""
         return self.softmax_attention and (self.flex or not self.adds_logit_terms)
 
+    @property
+    def sink_capable(self) -> bool:
+        """`arch.attention_sinks` can serve it: a softmax that SDPA / FlexAttention computes (the sink is one more
+        key, zero, with its own logit); not an `attend` that computes the weights itself (an override that defers
+        to this one says so by overriding this property)."""
+        return self.softmax_attention and type(self).attend is PositionalEncoding.attend
+
     def query_scale(self, positions: Tensor, keys: Tensor) -> Tensor | None:
         """`length_scale`'s factor of each query row, broadcastable to (B, H, L, D) queries, or None (`none`).
         `positions` (L,) or (B, L) of the queries; `keys` (L,), (B, L) or (B, 1): how many keys each attends over."""

@@ -72,6 +72,11 @@ class Shaw(PositionalEncoding):
         at, m = position_at(positions), self.max_relative
         return lambda score, b, h, i, j: score + per_row[b, h, i, (at(b, j) - at(b, i)).clamp(-m, m) + m]
 
+    @property
+    def sink_capable(self) -> bool:
+        """Without relative values its `attend` is SDPA's (the relative values index the weights by distance)."""
+        return self.value_table is None
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, is_causal: bool, dropout_p: float,
                scale: float, positions: Tensor) -> Tensor:  # fmt: skip
         if self.value_table is None:
