@@ -199,3 +199,38 @@ def test_checkpoint_round_trip(tmp_path):
     tokens = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(5))
     assert torch.equal(again(tokens), m(tokens))
     assert ArchConfig.from_hparams({"arch": {"encoding": "rope"}}).attention_sinks is False  # older checkpoints
+
+
+def test_translation_decoder_takes_the_options():
+    """The translation model's encoder and decoder self-attention carry them; cached decoding equals recomputing."""
+    from lightning_modules.translation import TranslationModel
+
+    torch.manual_seed(0)
+    config = ArchConfig("rope", dim=DIM, depth=1, num_heads=HEADS, vocab_size=40, max_length=MAX_LEN,
+                        attention_sinks=True, qk_norm=True)  # fmt: skip
+    m = randomize_(TranslationModel(config, decoder_encoding="alibi", decoder_depth=1)).eval()
+    keys = set(m.state_dict())
+    assert {key for key in keys if key.endswith("attn.sinks")} == {"encoder.blocks.0.attn.sinks",
+                                                                   "decoder.blocks.0.self_attn.sinks"}  # fmt: skip
+    assert sum(key.endswith(("q_norm.weight", "k_norm.weight")) for key in keys) == 4
+    src = torch.randint(4, 40, (3, 7), generator=torch.Generator().manual_seed(2))
+    src_mask = torch.arange(7)[None, :] < torch.tensor([7, 5, 3])[:, None]
+    cached, cached_scores = m.beam_search(src, src_mask, beam_size=3, max_len=8)
+    plain, plain_scores = m.beam_search(src, src_mask, beam_size=3, max_len=8, cache=False)
+    assert torch.equal(cached, plain)
+    torch.testing.assert_close(cached_scores, plain_scores, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention has no backward on the CPU")
+@pytest.mark.parametrize("name", ["alibi", "rope"])
+def test_flex_gradients_with_sinks_match_sdpa_on_cuda(name):
+    """The sink's gradient through FlexAttention's logsumexp equals the SDPA sink key's."""
+    tokens = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(6)).cuda()
+    results = []
+    for backend in ("sdpa", "flex"):
+        m = model(name, True, backend, attention_sinks=True, qk_norm=True).cuda()
+        m(tokens).square().sum().backward()
+        results.append({key: p.grad for key, p in m.named_parameters() if p.grad is not None})
+    assert results[0].keys() == results[1].keys() and "blocks.0.attn.sinks" in results[0]
+    for key in results[0]:
+        torch.testing.assert_close(results[1][key], results[0][key], atol=1e-3, rtol=1e-3, msg=key)
