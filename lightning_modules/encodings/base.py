@@ -68,13 +68,17 @@ def check_continuous_positions(encoding: "PositionalEncoding", randomize_positio
     if randomize_positions is None:
         raise ConfigError("continuous_positions needs randomize_positions (the range [0, N) to sample from)")
     if not encoding.float_positions:
-        from lightning_modules.encodings import ENCODINGS  # the registry imports this module
-
-        serving = ", ".join(name for name, cls in ENCODINGS.items() if cls.float_positions)
+        # the registry imports this module: its classes are found as this class's subclasses, not by importing it
+        serving = ", ".join(sorted({c.name for c in subclasses(PositionalEncoding) if c.float_positions}))
         raise ConfigError(
             f"encoding {encoding.name!r} takes integer positions only (a table or count indexed by them, or none); "
             f"continuous_positions serves: {serving}"
         )
+
+
+def subclasses(cls: type) -> list[type]:
+    """Every class defined below `cls`, depth first, in definition order."""
+    return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
 
 
 class PositionalEncoding(nn.Module):
