@@ -120,6 +120,19 @@ def test_cached_decoding_equals_recompute(name, option):
     torch.testing.assert_close(torch.cat(steps, dim=1), m(tokens), atol=1e-5, rtol=1e-5)
 
 
+@torch.no_grad()
+def test_sinks_with_a_sliding_window_as_gpt_oss():
+    """gpt-oss alternates banded and full layers, sinks in both: a windowed layer's sink joins its band's softmax
+    (the full forward, with its band mask, equals cached decoding, which cuts the band itself)."""
+    torch.manual_seed(0)
+    config = arch("rope", attention_sinks=True, qk_norm=True, window=[3, None])
+    m = randomize_(Transformer(config, causal=True)).eval()
+    tokens = torch.randint(0, VOCAB, (2, 10), generator=torch.Generator().manual_seed(7))
+    cache = KVCache(DEPTH)
+    steps = [m.decode(tokens[:, :2], cache)] + [m.decode(tokens[:, t : t + 1], cache) for t in range(2, 10)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), m(tokens), atol=1e-5, rtol=1e-5)
+
+
 def refusal(name: str, **options) -> str | None:
     """The one-line ConfigError of `attention_sinks` for encoding `name` (with `options`), or None: it takes them."""
     try:
