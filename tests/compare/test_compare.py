@@ -139,7 +139,9 @@ def test_cells_mean_std_n_ci_ranks_and_best():
     assert comp.mrr == {"alibi": 0.75, "rope": 0.75, "none": pytest.approx(1 / 3)}
     assert comp.is_best("rope", "copy") and comp.is_best("alibi", "reverse") and not comp.is_best("rope", "reverse")
     text = text_of(comparison_table(grid(), "val/acc"))
-    assert "* 0.90 ± 0.10 (n=3) [0.65, 1.00†] 80% #1" in text and "mean rank" in text and "MRR" in text and "1.50" in text
+    assert (
+        "* 0.90 ± 0.10 (n=3) [0.65, 1.00†] 80% #1" in text and "mean rank" in text and "MRR" in text and "1.50" in text
+    )
     assert "95% Student-t interval of the mean over seeds" in text and "† clipped to the metric's range [0, 1]" in text
     assert "n < 5 in every cell: wide by design" in text
 
@@ -621,7 +623,9 @@ def test_per_seed_values_in_csv_and_json_always_and_under_the_table_on_request(t
     data = json.loads(to_json(comp))
     rope = next(c for c in data["cells"] if c["row"] == "rope" and c["col"] == "copy")
     assert rope["values"] == [0.9, 0.8, 1.0] and rope["seeds"] == [0, 1, 2] and rope["ci_clipped"] == [False, True]
-    assert rope["ci_level"] == pytest.approx(0.798, abs=0.005) and data["interval"].startswith("95% Student-t interval of the mean")
+    assert rope["ci_level"] == pytest.approx(0.798, abs=0.005) and data["interval"].startswith(
+        "95% Student-t interval of the mean"
+    )
     row = next(r for r in csv.DictReader(io.StringIO(to_csv(comp))) if r["encoding"] == "rope" and r["task"] == "copy")
     assert row["values"] == "[0.9, 0.8, 1.0]" and row["seeds"] == "[0, 1, 2]"
     assert "rope / copy [val/acc]: 0.9 (seed 0), 0.8 (seed 1), 1 (seed 2)" not in text_of(render_table(comp))
