@@ -14,8 +14,9 @@ runs' outcome fingerprints tell:
 - **one shared cut**: every run evaluated the same examples (PE-Study's fixed `split_seed`, a fixed data seed). The
   cut's sampling is common to all seeds and invisible to a seed-only interval. Var(cell) = s^2 / S (the runs'
   statistics over seeds) + V (the stratified variance of the mean of the examples' means over seeds: sum over
-  strata k of (1/K)^2 s_k^2 / n_k); degrees of freedom by Welch-Satterthwaite from S - 1 and N - K. (The
-  seed x example interaction enters both terms: slightly conservative.) One seed: V alone, the cut's sampling only.
+  strata k of (1/K)^2 s_k^2 / n_k), each term scaled by its own degrees of freedom's t quantile (S - 1 and N - K;
+  `combined`). (The seed x example interaction enters both terms: slightly conservative.) One seed gets no
+  interval: the cut's sampling alone says nothing of the seeds' spread.
 
 A pair a - b, by the same rules: on one shared cut, the per-example differences (the same seeds in both rows:
 d_si = a_si - b_si, paired by seed and example; else both rows' seed terms plus the examples term of m^a_i - m^b_i);
@@ -185,9 +186,9 @@ def cell_estimate(runs: list[RunOutcomes]) -> Estimate | None:
     statistics = np.array([r.statistic for r in runs])
     mean, seeds = float(statistics.mean()), len(runs)
     examples = min(len(r.ids) for r in runs)
+    if seeds < 2:  # one seed: its cut's sampling only, which covers the mean over seeds 41-71 % when seeds matter
+        return None
     if kind == "independent cuts":
-        if seeds < 2:
-            return None
         floor = np.mean([strata_variance(r.values, r.strata)[0] for r in runs]) / seeds
         return Estimate(mean, floored_se(statistics, floor), seeds - 1, kind, seeds, examples)
     if kind == "shared cut":
@@ -200,6 +201,8 @@ def pair_estimate(a: list[RunOutcomes], b: list[RunOutcomes], seeds_a: list, see
     """a's mean minus b's with a standard error that includes the evaluation set's sampling, paired by seed and by
     example wherever the two rows share them (module docstring); None for a design it does not cover."""
     kind_a, kind_b = design(a), design(b)
+    if len(a) < 2 or len(b) < 2:  # a row of one seed says nothing of the seeds' spread
+        return None
     same_seeds = sorted(map(str, seeds_a)) == sorted(map(str, seeds_b)) and len(set(map(str, seeds_a))) == len(a)
     stat_a, stat_b = np.array([r.statistic for r in a]), np.array([r.statistic for r in b])
     difference = float(stat_a.mean() - stat_b.mean())
