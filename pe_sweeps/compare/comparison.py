@@ -197,8 +197,8 @@ class Comparison:
         if not sampled:
             why = "--interval seeds" if self.interval_choice == "seeds" else "no per-example outcomes"
             return f"{seeds_only} ({why})"
-        both = (f"{LEVEL:.0%} t interval over seeds and evaluation examples (variance components, "
-                f"Welch-Satterthwaite df; compare/evaluation_sampling.py)")  # fmt: skip
+        both = (f"{LEVEL:.0%} t interval over seeds and evaluation examples (a seed term and, on a shared cut, an "
+                f"examples term, each with its own t quantile; compare/evaluation_sampling.py)")  # fmt: skip
         if sampled == len(self.cells):
             return both
         return f"{both} in {sampled} of {len(self.cells)} cells; the others (no per-example outcomes): {seeds_only}"

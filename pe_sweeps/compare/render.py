@@ -242,8 +242,9 @@ def protocol_dict(comp: Comparison) -> dict | None:
 
 def pair_tests(comp: Comparison, log: bool) -> str:
     """The tests of a comparison's pairs (each pair's `test` names its own)."""
-    sampled = "t-test over seeds and evaluation examples (variance components, Welch-Satterthwaite df; paired by "
-    sampled += "seed and example where the rows share them): compare/evaluation_sampling.py"
+    sampled = "t-test over seeds and evaluation examples (a seed term and, on a shared cut, an examples term, each "
+    sampled += "with its own t quantile; paired by seed and example where the rows share them): "
+    sampled += "compare/evaluation_sampling.py"
     welch = "Welch's t-test over seeds (scipy.stats.ttest_ind, equal_var=False)" + (" on log values" * log)
     used = {p.get("test", "").split(" (")[0] for pairs in comp.pairs.values() for p in pairs}
     names = [sampled] * any(t.startswith("t-test over seeds and") for t in used)
