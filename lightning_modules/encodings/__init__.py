@@ -15,6 +15,8 @@ import typing
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.bert_r import BertR
+from lightning_modules.encodings.cable import Cable
+from lightning_modules.encodings.comrope import ComRoPE
 from lightning_modules.encodings.cope import CoPE
 from lightning_modules.encodings.dape import DapeALiBi, DapeKerple
 from lightning_modules.encodings.dd_alibi_row import PerRowDataDependentAlibi
@@ -29,11 +31,14 @@ from lightning_modules.encodings.grape_m import GrapeM
 from lightning_modules.encodings.grape_m_ctx import GrapeMContextual
 from lightning_modules.encodings.kerple import KerpleLog, KerplePower
 from lightning_modules.encodings.learned import LearnedAbsolute
+from lightning_modules.encodings.liere import LieRE
 from lightning_modules.encodings.none import NoPE
+from lightning_modules.encodings.nope_head_scale import NoPEHeadScale
 from lightning_modules.encodings.path import PaTH
 from lightning_modules.encodings.pope import PoPE
 from lightning_modules.encodings.rope import RoPE
 from lightning_modules.encodings.rope_clipped import ClippedRoPE
+from lightning_modules.encodings.rope_decoupled import DecoupledRoPE
 from lightning_modules.encodings.sandwich import Sandwich
 from lightning_modules.encodings.scaled_sinusoidal import ScaledSinusoidal
 from lightning_modules.encodings.shaw import Shaw
@@ -57,11 +62,15 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     + (PaTH, StickBreaking)
     + (GrapeM, GrapeMContextual, GrapeA, GrapeAP)
     + (ClippedRoPE, FoPE)
+    + (ComRoPE, LieRE)
+    + (Cable, NoPEHeadScale)
+    + (DecoupledRoPE,)
 }
 
 # name -> (registered encoding, its default options): a variant that changes defaults only
 PRESETS: dict[str, tuple[str, dict]] = {
     "tupe_a_tied": ("tupe_a", {"untie_cls": False}),  # TUPE-A with [CLS] tied, TUPE's ablation (Ke et al. 2021)
+    "rope_global": ("rope", {"base": 1_000_000.0}),  # Gemma 3's global layers: RoPE base 1M (Gemma Team 2025)
 }
 ENCODINGS |= {name: ENCODINGS[base] for name, (base, _) in PRESETS.items()}
 
