@@ -15,6 +15,7 @@ import typing
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.bert_r import BertR
+from lightning_modules.encodings.comrope import ComRoPE
 from lightning_modules.encodings.cope import CoPE
 from lightning_modules.encodings.dape import DapeALiBi, DapeKerple
 from lightning_modules.encodings.dd_alibi_row import PerRowDataDependentAlibi
@@ -29,6 +30,7 @@ from lightning_modules.encodings.grape_m import GrapeM
 from lightning_modules.encodings.grape_m_ctx import GrapeMContextual
 from lightning_modules.encodings.kerple import KerpleLog, KerplePower
 from lightning_modules.encodings.learned import LearnedAbsolute
+from lightning_modules.encodings.liere import LieRE
 from lightning_modules.encodings.none import NoPE
 from lightning_modules.encodings.path import PaTH
 from lightning_modules.encodings.pope import PoPE
@@ -58,6 +60,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     + (PaTH, StickBreaking)
     + (GrapeM, GrapeMContextual, GrapeA, GrapeAP)
     + (ClippedRoPE, FoPE)
+    + (ComRoPE, LieRE)
     + (DecoupledRoPE,)
 }
 
