@@ -15,6 +15,7 @@ import typing
 from lightning_modules.encodings.alibi import ALiBi
 from lightning_modules.encodings.base import PositionalEncoding
 from lightning_modules.encodings.bert_r import BertR
+from lightning_modules.encodings.cable import Cable
 from lightning_modules.encodings.comrope import ComRoPE
 from lightning_modules.encodings.cope import CoPE
 from lightning_modules.encodings.dape import DapeALiBi, DapeKerple
@@ -32,6 +33,7 @@ from lightning_modules.encodings.kerple import KerpleLog, KerplePower
 from lightning_modules.encodings.learned import LearnedAbsolute
 from lightning_modules.encodings.liere import LieRE
 from lightning_modules.encodings.none import NoPE
+from lightning_modules.encodings.nope_head_scale import NoPEHeadScale
 from lightning_modules.encodings.path import PaTH
 from lightning_modules.encodings.pope import PoPE
 from lightning_modules.encodings.rope import RoPE
@@ -61,6 +63,7 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
     + (GrapeM, GrapeMContextual, GrapeA, GrapeAP)
     + (ClippedRoPE, FoPE)
     + (ComRoPE, LieRE)
+    + (Cable, NoPEHeadScale)
     + (DecoupledRoPE,)
 }
 
