@@ -27,6 +27,7 @@ that adds a logit term without a score_mod is simply not `flex_capable`; FlexAtt
 one line and SDPA serves it.
 """
 
+import sys
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
@@ -68,8 +69,10 @@ def check_continuous_positions(encoding: "PositionalEncoding", randomize_positio
     if randomize_positions is None:
         raise ConfigError("continuous_positions needs randomize_positions (the range [0, N) to sample from)")
     if not encoding.float_positions:
-        # the registry imports this module: its classes are found as this class's subclasses, not by importing it
-        serving = ", ".join(sorted({c.name for c in subclasses(PositionalEncoding) if c.float_positions}))
+        # the registry imports this module, so it is read from the loaded modules, not imported here
+        registry = sys.modules.get("lightning_modules.encodings")
+        found = registry.ENCODINGS.items() if registry else ((c.name, c) for c in subclasses(PositionalEncoding))
+        serving = ", ".join(sorted({name for name, cls in found if cls.float_positions and name != "base"}))
         raise ConfigError(
             f"encoding {encoding.name!r} takes integer positions only (a table or count indexed by them, or none); "
             f"continuous_positions serves: {serving}"
