@@ -41,7 +41,7 @@ from optuna.trial import TrialState
 from pe_sweeps.layout import FAULT_ENV
 from pe_sweeps.storages.storage import grace_period
 from pe_sweeps.sweep import sweep_file as sf
-from pe_sweeps.sweep.recovery import owner_of
+from pe_sweeps.sweep.recovery import OWNER, owner_of
 from pe_sweeps.sweep.trial_child import build_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,8 +172,9 @@ def test_stale_heartbeat_of_a_trial_from_another_host_is_retried(tmp_path):
     kill_once_started(first, started, 120, "the first trial never started")
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'sweeps' / 's' / 'optuna.db'}")
     (running,) = [t for t in trials(tmp_path) if t.state == TrialState.RUNNING]
-    for key in ("host", "host_id"):  # host_id is what the same-host check compares
-        storage.set_trial_user_attr(running._trial_id, key, "another-host")
+    storage.set_trial_user_attr(running._trial_id, "host", "another-host")
+    owner = {**owner_of(running.user_attrs), "host_id": "another-host"}  # host_id: what the same-host check compares
+    storage.set_trial_user_attr(running._trial_id, OWNER, owner)
     time.sleep(grace_period(1) + 1.0)  # the heartbeat is now stale: the state any other host would see
     fast = {**env, "FAKE_STEPS": "1"}
     second = subprocess.run(sweep_cmd(path, tmp_path, "--heartbeat=1"), cwd=ROOT, env=fast, capture_output=True,
