@@ -182,11 +182,12 @@ def cell_coverage(seeds: int, seed_sd: float, shared: bool, draws: int) -> tuple
     for d in range(draws):
         ease = rng.normal(0, EASE, (1 if shared else seeds, EXAMPLES))
         runs = scored(rng, ease, seed_sd, ["cut" if shared else f"cut{s}" for s in range(seeds)])
-        low, high = cell_estimate(runs).interval(LEVEL)
+        found = cell_estimate(runs)  # None for one seed: the cell gets no interval
+        low, high = found.interval(LEVEL) if found is not None else (math.nan, math.nan)
         new += low <= truth <= high
         statistics[d] = [r.statistic for r in runs]
     if seeds < 2:
-        return new / draws, math.nan
+        return math.nan, math.nan
     low, high = t_interval(statistics)
     return new / draws, float(np.mean((low <= truth) & (truth <= high)))
 

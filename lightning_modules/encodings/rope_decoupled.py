@@ -41,7 +41,7 @@ class DecoupledRoPE(RoPE):
     float_positions = True
 
     def __init__(self, *, rope_dim: PositiveInt | None = None, **options):
-        if options.get("rotary_dim") is not None or options.get("rotary_heads") is not None:
+        if options.pop("rotary_dim", None) is not None or options.pop("rotary_heads", None) is not None:
             raise ConfigError(f"{self.name} sets the rotated width with rope_dim (rotary_dim and rotary_heads "
                               "are plain rope's)")  # fmt: skip
         dim, heads = options.get("dim"), options.get("num_heads")
