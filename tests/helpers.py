@@ -153,3 +153,18 @@ class FakeRun:
 
     def log(self, row):
         self.logged.append(row)
+
+
+def offline_run_records(run_dir: Path) -> list[dict] | None:
+    """The records of an offline run's .wandb log, by `wandb leet inspect --json` (None without it)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    leet = shutil.which("wandb") or str(Path(sys.executable).with_name("wandb"))
+    result = subprocess.run([leet, "leet", "inspect", "--json", str(next(run_dir.glob("*.wandb")))],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    if result.returncode != 0:
+        return None
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]

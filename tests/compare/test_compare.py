@@ -67,6 +67,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TINY
+from helpers import offline_run_records
 from helpers import record as make_record
 from rich.console import Console
 from scipy import stats
@@ -341,18 +342,6 @@ def test_wandb_path_with_a_fake_api(monkeypatch, capsys):
     assert record.best["val/loss"] == 1.0 and "epoch" not in record.final
 
 
-def wandb_records(run_dir: Path) -> list[dict] | None:
-    """The records of an offline run's .wandb log, by `wandb leet inspect --json` (None without it)."""
-    import shutil
-
-    leet = shutil.which("wandb") or str(Path(sys.executable).with_name("wandb"))
-    result = subprocess.run([leet, "leet", "inspect", "--json", str(next(run_dir.glob("*.wandb")))],
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
-    if result.returncode != 0:
-        return None
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-
-
 @pytest.mark.slow
 def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     """Also issue 13's W&B identity, checked in the offline run files: a sweep trial's name and group (a
@@ -385,7 +374,7 @@ def test_offline_wandb_fit_logs_directions_and_length_table(tmp_path):
     output = result.stdout + result.stderr
     assert f"wandb sync {run_dir}" in result.stdout and f"record: {record.run_dir}" in result.stdout
     assert "val/acc_ood" in result.stdout and "Tip:" not in output and "You can sync this run" in output
-    records = wandb_records(run_dir)
+    records = offline_run_records(run_dir)
     if records is None:
         pytest.skip("`wandb leet inspect` is not available: the rest reads the .wandb log through it")
     (run,) = [r["run"] for r in records if r["type"] == "run"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TINY
-from helpers import FakeRun
+from helpers import FakeRun, offline_run_records
 from helpers import record as make_record
 
 from pe_sweeps.runs import wandb_setup as ws
@@ -105,19 +105,6 @@ def test_an_agents_locked_config_is_not_updated(monkeypatch):
     ws.describe_run(None, make_record(task="copy", encoding="rope", seed=2, config={}))
     assert warned == []
     assert run.config["seed_everything"] == 2 and run.config["seed"] == 2 and run.config["encoding"] == "rope"
-
-
-def offline_run_records(run_dir: Path) -> list[dict] | None:
-    """The records of an offline run's .wandb log, by `wandb leet inspect --json` (None without it)."""
-    import json
-    import shutil
-
-    leet = shutil.which("wandb") or str(Path(sys.executable).with_name("wandb"))
-    result = subprocess.run([leet, "leet", "inspect", "--json", str(next(run_dir.glob("*.wandb")))],
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
-    if result.returncode != 0:
-        return None
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
 @pytest.mark.slow
