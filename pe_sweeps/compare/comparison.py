@@ -353,7 +353,11 @@ def protocol_lines(comps: list[Comparison]) -> list[str]:
             family += f"; the {protocol.exploratory} tests of the other metrics are exploratory (Holm over those)"
     else:
         family = f"the {protocol.family} tests of every pair x column x metric shown"
-    lines = [f"tests: per pair of rows in a column, Welch's t-test over seeds{on_log}, Holm-adjusted over one family: "
+    pairs = [p for c in comps for col in c.cols for p in c.pairs.get(col, [])]
+    test = "Welch's t-test over seeds"
+    if any(p.get("test", "").startswith("t-test over seeds and") for p in pairs):  # compare/evaluation_sampling.py
+        test = "the t-test over seeds and evaluation examples (Welch's t-test over seeds where runs kept no outcomes)"
+    lines = [f"tests: per pair of rows in a column, {test}{on_log}, Holm-adjusted over one family: "
              f"{family}; alpha {alpha}"]  # fmt: skip
     if protocol.margins:
         margins = ", ".join(f"{m} ±{v:g}" + (" (log scale)" if m in logs else "") for m, v in protocol.margins.items())
