@@ -11,6 +11,9 @@ def main() -> None:
     """Returns None for every command: the `pe-sweeps` script passes main()'s value to sys.exit, which would print
     a returned study and exit 1. Ctrl-C before a command handles it itself (while it imports, builds its parser,
     creates its study) is one line and exit 130, not a KeyboardInterrupt traceback."""
+    from pe_sweeps.exits import exit_at_once_on_ctrl_c
+
+    exit_at_once_on_ctrl_c()  # until the command's imports are done (pe_sweeps/exits.py)
     try:
         run_command()
     except KeyboardInterrupt:
@@ -51,11 +54,12 @@ def run_command() -> None:
 
 def run_subcommand() -> None:
     """Run a subcommand: `compare`, `sweep` and `probe` without pe_sweeps/cli.py (Lightning), the rest in it."""
-    from pe_sweeps.exits import exit_in_one_line
+    from pe_sweeps.exits import ctrl_c_raises, exit_in_one_line
 
     if sys.argv[1:2] not in (["compare"], ["sweep"], ["probe"]):
         from pe_sweeps.cli import cli_main
 
+        ctrl_c_raises()
         cli_main()
         return
     from pe_sweeps.layout import shipped_files

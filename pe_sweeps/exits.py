@@ -3,9 +3,30 @@ name, size, option or file, or W&B refusing to start, 3 a diverged loss), or its
 Light on purpose: `sweep` and `compare` use it without importing torch or Lightning (pe_sweeps/entry.py)."""
 
 import errno
+import os
+import signal
 import sys
 
 from pe_core.errors import ConfigError, DivergedError
+
+
+def exit_at_once_on_ctrl_c() -> None:
+    """While a command imports its libraries, Ctrl-C exits 130 at once with one line. Raised as KeyboardInterrupt
+    inside an import, it can be swallowed by an extension module's initialisation and come back as another error
+    (numpy's lazy `linalg` recursing 900 deep; scipy's "type ObjSense is already registered"), exit 1 with a
+    traceback. Nothing is written yet, so there is nothing to clean up."""
+    command = " ".join(["cli.py", *sys.argv[1:2]])
+
+    def stop(signum, frame):
+        os.write(2, f"error: {command} stopped by SIGINT (Ctrl-C)\n".encode())
+        os._exit(128 + signal.SIGINT)
+
+    signal.signal(signal.SIGINT, stop)
+
+
+def ctrl_c_raises() -> None:
+    """The imports are done: Ctrl-C raises KeyboardInterrupt again, for the command to stop cleanly."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def exit_in_one_line(error: BaseException) -> None:

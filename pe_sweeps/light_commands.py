@@ -7,6 +7,7 @@ Also `cli.py --help` (`overview`), which needs none of them either."""
 import textwrap
 
 from pe_sweeps.cli_options import dashes_to_underscores, parse_options
+from pe_sweeps.exits import ctrl_c_raises
 
 SUMMARY = "Train, sweep and compare Transformers parameterised by their positional encoding."
 SUBCOMMANDS = {
@@ -28,6 +29,7 @@ def sweep_main(args: list[str]):
     from pe_sweeps.launchers.slurm import check_launcher_options, launch
     from pe_sweeps.sweep.run import run_sweep
 
+    ctrl_c_raises()  # the sweep stops its trials and keeps its results from here (pe_sweeps/exits.py)
     if opts.launcher == "slurm":  # the tasks of a SLURM job array run this sweep
         return launch(opts)
     check_launcher_options(opts)  # --jobs, --dry_run or --slurm.* without --launcher slurm: one line
@@ -42,6 +44,7 @@ def compare_main(args: list[str]):
     """`cli.py compare [--sweep NAME] [--metric M] [--format csv|json|markdown] [--report DIR]`"""
     from pe_sweeps.compare.command import compare_main as main
 
+    ctrl_c_raises()
     return main([dashes_to_underscores(a) for a in args])
 
 
@@ -53,6 +56,7 @@ def probe_main(args: list[str]):
     opts = parse_options(ProbeOptions, args)
     from pe_sweeps.probes import show_probe
 
+    ctrl_c_raises()
     return show_probe(opts)
 
 

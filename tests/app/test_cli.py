@@ -561,6 +561,20 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_130(command, tmp_path):
         assert child.returncode == 130 and "Traceback" not in err and len(errors) == 1, (delay, err[-2000:])
 
 
+def test_ctrl_c_inside_an_import_that_swallows_it_still_exits_130(tmp_path):
+    """A KeyboardInterrupt raised inside an extension module's import was swallowed and came back as another error
+    (numpy's lazy linalg recursing 900 deep, scipy's "ObjSense is already registered"): exit 1 with a traceback,
+    seen at 1 s under load. Until the imports are done, Ctrl-C now exits at once."""
+    (tmp_path / "swallows.py").write_text(
+        "import os, signal\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n    sum(range(10**6))\n"
+        "except BaseException:\n    pass\n"
+    )
+    code = "from pe_sweeps.exits import exit_at_once_on_ctrl_c\nexit_at_once_on_ctrl_c()\nimport swallows\n"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    child = subprocess.run([sys.executable, "-c", code, "fit"], env=env, capture_output=True, text=True)
+    assert child.returncode == 130 and child.stderr == "error: cli.py fit stopped by SIGINT (Ctrl-C)\n", child
+
+
 def test_top_level_help_fits_80_columns_and_sweep_help_names_no_internal_function():
     """`cli.py --help` wraps between words within 80 columns; `cli.py sweep --help` explains its options in the
     user's terms, never by naming a function of the code (it said "auto: see `resolve_workers`")."""
