@@ -24,6 +24,7 @@ from datamodules.tasks import (
     chomsky_context_free,
     chomsky_context_sensitive,
     chomsky_regular,
+    clrs_text,
     flip_flop,
     pcfg,
     ruler,
@@ -100,6 +101,11 @@ TASKS: dict[str, Task] = {
     # state tracking (Merrill et al. 2024): the S5 / A5 word problems
     "word_problem_s5": _entry(ST, "word_problem_s5", "state_tracking", limits=True),
     "word_problem_a5": _entry(ST, "word_problem_a5", "state_tracking", limits=True),
+    # CLRS-Text (Markeeva et al. 2024): algorithm traces; length = array size / nodes
+    "clrs_insertion_sort": _entry(clrs_text, "clrs_insertion_sort", "clrs_text", limits=True),
+    "clrs_bubble_sort": _entry(clrs_text, "clrs_bubble_sort", "clrs_text", limits=True),
+    "clrs_bfs": _entry(clrs_text, "clrs_bfs", "clrs_text", limits=True),
+    "clrs_dfs": _entry(clrs_text, "clrs_dfs", "clrs_text", limits=True),
 }
 
 CHOMSKY_FAMILIES = ("regular", "context_free", "context_sensitive")
