@@ -141,3 +141,27 @@ def test_refused_encodings_do_fail_under_vmap(encoding, monkeypatch):
 def test_seeds_must_be_distinct():
     with pytest.raises(ConfigError, match="distinct seeds"):
         SeedEnsemble(builder("rope", data(0)), [1, 1])
+
+
+@pytest.mark.slow
+def test_member_equals_a_lightning_fit(tmp_path):
+    """The reference loop above is what `Trainer.fit` does: a member's loss curve equals a real solo fit's."""
+    import pytorch_lightning as pl
+
+    class Losses(pl.Callback):
+        def __init__(self):
+            self.values = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.values.append(float(outputs["loss"]))
+
+    losses, _, _ = ensemble_run("rope")
+    seed = SEEDS[1]
+    seed_everything(seed, verbose=False)
+    module = data(seed)
+    model, recorder = builder("rope", module)(seed), Losses()
+    trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", logger=False, callbacks=[recorder], limit_val_batches=0,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(model, datamodule=module)
+    torch.testing.assert_close(losses[:, 1], torch.tensor(recorder.values), atol=LOSS_TOL, rtol=0)
