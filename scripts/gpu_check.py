@@ -21,6 +21,9 @@ and each records its wall seconds. The JSON is rewritten after every section, so
   NCCL all_reduce with 1 and with 2 ranks (both on one GPU when there is one: NCCL may refuse; recorded).
 - throughput: benchmarks/throughput.py, ours vs x-transformers, at bert-base size in bf16 (the CPU: tiny).
 - step_overhead: benchmarks/step_overhead.py's ms/step and host syncs per step ("missing" without the file).
+- trials_per_hour: benchmarks/trials_per_hour.py's tiny sweep (3 seeds of the copy task, fixed-shape batches) on
+  the plain loop, ours, regional compile, the compiled step (on CUDA: CUDA graphs, `mode="reduce-overhead"`) and
+  a seed ensemble, trials/hour and each path's speed-up over ours (the CPU: tiny, the compile backend "eager").
 """
 
 import argparse
@@ -43,13 +46,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SECTIONS = ("encodings", "pytest_gpu", "sweep", "ddp", "throughput", "step_overhead")
-# per-section time limits: on one GPU they add up to 5 minutes; on the CPU they only stop a hang
+SECTIONS = ("encodings", "pytest_gpu", "sweep", "ddp", "throughput", "step_overhead", "trials_per_hour")
+# per-section time limits: on one GPU they add up to 390 s; on the CPU they only stop a hang
 LIMITS = {
     "gpu": {"device": 10, "encodings": 95, "pytest_gpu": 40, "sweep": 40, "ddp": 45, "throughput": 50,
-            "step_overhead": 20},
+            "step_overhead": 20, "trials_per_hour": 90},
     "cpu": {"device": 30, "encodings": 120, "pytest_gpu": 120, "sweep": 150, "ddp": 120, "throughput": 120,
-            "step_overhead": 120},
+            "step_overhead": 120, "trials_per_hour": 120},
 }  # fmt: skip
 SIZES = {  # the encodings section's model and batch
     "gpu": {"batch": 4, "length": 256, "dim": 256, "heads": 4, "depth": 2, "repeats": 5},
@@ -523,6 +526,31 @@ def step_overhead_section(setup, result: dict) -> None:
                          f"{o['host_syncs_per_step']} vs plain {p['host_syncs_per_step']}")  # fmt: skip
 
 
+def trials_per_hour_section(setup, result: dict) -> None:
+    script = ROOT / "benchmarks" / "trials_per_hour.py"
+    if not script.exists():
+        result.update(status="missing", summary="benchmarks/trials_per_hour.py is not in this checkout")
+        return
+    if setup.device == "cuda":
+        sizes = ["--device", "cuda", "--fixed-shapes", "--seeds", "3", "--steps", "200", "--repeats", "1"]
+    else:
+        sizes = ["--quick", "--fixed-shapes", "--paths", "plain,ours,compiled_step,ensemble"]
+    sizes += ["--tasks", "copy", "--encodings", "none"]
+    with tempfile.TemporaryDirectory() as folder:
+        argv = [sys.executable, str(script.relative_to(ROOT)), *sizes, "--out", folder]
+        code, output = run(argv, setup.limit("trials_per_hour"))
+        found = Path(folder) / "trials_per_hour.json"
+        bench = json.loads(found.read_text()) if found.exists() else None
+    result.update(options=" ".join(sizes), exit_code=code)
+    if bench is None:
+        result.update(status="failed", output_tail=tail(output, 30))
+        return
+    result["rows"] = bench["sweep"]["rows"]
+    shown = [f"{r['path']} {r['trials_per_hour']:.0f} (x{r['speedup_vs_ours']:.2f})" for r in result["rows"]
+             if r["status"] == "ok"]  # fmt: skip
+    result["summary"] = f"trials/hour (x ours): {', '.join(shown)}"
+
+
 # ---------------------------------------------------------------------------------------------------- driver
 
 
@@ -583,6 +611,7 @@ def summary(report: dict, path: Path) -> str:
 SECTION_FUNCTIONS = {
     "encodings": encodings_section, "pytest_gpu": pytest_section, "sweep": sweep_section, "ddp": ddp_section,
     "throughput": throughput_section, "step_overhead": step_overhead_section,
+    "trials_per_hour": trials_per_hour_section,
 }  # fmt: skip
 
 

@@ -4,7 +4,7 @@
 #   GPU_CHECK_CPU=1 bash scripts/gpu_check.sh    # the CPU dry run at tiny sizes (CI runs it)
 # Writes $OUT/gpu_check.json when OUT is set, else ./gpu_check.json, and prints a summary. Arguments go to
 # gpu_check.py (--only, --limit SECTION=SECONDS, --encodings). GPU_CHECK_BUDGET: seconds before the whole run is
-# stopped (default 420; the sections' own limits add up to 300 on a GPU); PYTHON: the interpreter (default python3).
+# stopped (default 420; the sections' own limits add up to 390 on a GPU); PYTHON: the interpreter (default python3).
 set -u
 json="${OUT:-$PWD}/gpu_check.json"
 budget="${GPU_CHECK_BUDGET:-420}"
