@@ -113,6 +113,9 @@ class RunOptions:
     # `fit`: once training has finished, evaluate the final model on the test split (test/... in this run's record,
     # reported by `compare --metric test/...`, never selected on)
     test_at_end: bool = False
+    # `fit`: train this many seeds (seed_everything, +1, ...) in one process as one seed ensemble, written as that many
+    # ordinary runs (pe_sweeps/runs/ensemble_fit.py); 1: one run
+    ensemble_seeds: int = 1
 
 
 class ParserBuilt(Exception):
@@ -194,6 +197,13 @@ class PECLI(LightningCLI):
         model_args = config.get("model.init_args") or {}
         check_trainer_args(config.get("trainer") or {}, fit=subcommand in (None, "fit"))
         check_seed(config.get("seed_everything"))
+        if subcommand in (None, "fit") and config.get("run.ensemble_seeds", 1) != 1:  # before any run folder is made
+            from pe_sweeps.runs.ensemble_fit import check_ensemble_options
+
+            trainer, run = config.get("trainer") or {}, config.run
+            check_ensemble_options(run.ensemble_seeds, trainer.get("max_steps"), trainer.get("val_check_interval"),
+                                   trainer.get("devices"), trainer.get("accelerator"), config.get("ckpt_path"),
+                                   run.test_at_end)  # fmt: skip
         model_class = locate(config.get("model.class_path") or "")
         if isinstance(model_class, type) and issubclass(model_class, TaskModule):
             restore_option_nulls(config, model_class)
@@ -224,7 +234,8 @@ class PECLI(LightningCLI):
         data fixed. Runs after LightningCLI has drawn a `seed_everything: true` seed."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         data_args = config.get("data.init_args")
-        if data_args is not None and "seed" in data_args and data_args.seed is None:
+        self.data_seed_follows = data_args is not None and "seed" in data_args and data_args.seed is None
+        if self.data_seed_follows:
             seed = config.get("seed_everything")
             data_args.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
 
@@ -282,6 +293,7 @@ class PECLI(LightningCLI):
         varied = sweep_params()
         varied = {**distinct, **{k: v for k, v in varied.items() if not any(d.startswith(k) for d in distinct)}}
         name = run.name or run_name(task, encoding, seed, varied)
+        self.run_varied = varied  # a seed ensemble's other members are named with it
         sweep = run.sweep or os.environ.get("WANDB_SWEEP_ID")
         resumed = self._resumed_run(config)
         previous = resumed[1] if resumed else None
@@ -321,6 +333,8 @@ class PECLI(LightningCLI):
         if run.wandb and config.trainer.logger is False:
             if launch_rank() == 0:
                 print("W&B is off: --trainer.logger=false turns every logger off (--run.wandb=false says so too)")
+        elif run.wandb and run.ensemble_seeds > 1:
+            print("W&B is off for a seed ensemble: its members write run records only (runs/ensemble_fit.py)")
         elif run.wandb:
             tags = [task, encoding] + ([sweep] if sweep else [])
             run_id = previous.wandb.get("id") if previous else None  # a resumed run continues its W&B run
@@ -346,9 +360,51 @@ class PECLI(LightningCLI):
         use_safe_checkpoint_io(trainer)  # Lightning's own restore (--ckpt_path, SLURM requeue) reads plain data only
         return trainer
 
+    def fit(self, model, **kwargs) -> None:
+        """`fit`: Trainer.fit, or with `--run.ensemble_seeds K` the K seeds as one seed ensemble (K run records)."""
+        run: RunOptions = self.config_init[self.subcommand].run
+        if run.ensemble_seeds == 1:
+            return self.trainer.fit(model, **kwargs)
+        return self._fit_ensemble(run)
+
+    def _fit_ensemble(self, run: RunOptions) -> None:
+        from pe_sweeps.runs.ensemble_fit import Member, fit_ensemble, member_config
+
+        config = self.config[self.subcommand]
+        trainer = config.trainer
+        first, seeds = self.run_record, [config.seed_everything + i for i in range(run.ensemble_seeds)]
+        data_class, data_args = type(self.datamodule), dict(vars(config.data.init_args))
+        members = []
+        for seed in seeds:
+            if seed == config.seed_everything:
+                writer, data = first, self.datamodule
+            else:
+                data = data_class(**(data_args | ({"seed": seed} if self.data_seed_follows else {})))
+                record = first.record
+                name = (
+                    f"{run.name}-s{seed}" if run.name else run_name(record.task, record.encoding, seed, self.run_varied)
+                )
+                identity = {k: getattr(record, k) for k in ("group", "task", "encoding", "distinct", "sweep",
+                                                            "subcommand", "process_start")}  # fmt: skip
+                identity |= {"name": name, "seed": seed, "data_seed": getattr(data, "seed", None)}
+                run_dir = self._run_dir(self._out_dir(run, config), name)
+                writer = RecordWriter(run_dir, identity, member_config(record.config, seed, self.data_seed_follows))
+            members.append(Member(seed, data, writer))
+        if run.name:
+            first.record.name = f"{run.name}-s{config.seed_everything}"
+        model_class, accepted = type(self.model), inspect.signature(type(self.model)).parameters
+        hparams = {k: v for k, v in self.model.hparams_initial.items() if k in accepted}  # not Lightning's _class_path
+        clip = trainer.get("gradient_clip_val")
+        fit_ensemble(lambda seed: model_class(**hparams), members, trainer.max_steps, trainer.val_check_interval,
+                     clip)  # fmt: skip
+        for member in members:
+            print(f"run {member.writer.path.parent}: seed {member.seed}, {member.writer.record.status}", flush=True)
+
     def after_fit(self) -> None:
         """With --run.test_at_end, the final model on the test split (a finished fit only); then a short table of
         the final and best validation metrics, the record and how to sync W&B."""
+        if self.config_init[self.subcommand].run.ensemble_seeds > 1:  # each member's record says how it ended
+            return
         if self.config_init[self.subcommand].run.test_at_end and not self.trainer.interrupted:
             self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)
         if self.trainer.is_global_zero:
