@@ -52,3 +52,39 @@ def test_what_an_ensemble_cannot_follow_is_one_line(tmp_path, monkeypatch, capsy
     error = capsys.readouterr().err.strip()
     assert stop.value.code == 2 and error.startswith("error: --run.ensemble_seeds") and needs in error
     assert "\n" not in error and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_a_diverged_member_stops_and_the_others_finish(tmp_path):
+    """Member 1 starts with an infinite weight: its loss is not finite at step 1, it is frozen and its record says
+    `diverged` with a solo run's one-line reason, while members 0 and 2 train on to the end."""
+    import torch
+
+    from datamodules.synthetic import SyntheticDataModule
+    from lightning_modules.arch import ArchConfig
+    from lightning_modules.synthetic_model import SyntheticTaskModel
+    from pe_sweeps.runs.ensemble_fit import Member, fit_ensemble
+    from pe_sweeps.runs.record_writer import RecordWriter
+
+    def data(seed):
+        return SyntheticDataModule(task="copy", train_max_len=4, eval_max_len=6, train_size=64, eval_per_length=4,
+                                   batch_size=8, seed=seed, num_workers=0)  # fmt: skip
+
+    def build(seed):
+        module = data(0)
+        arch = ArchConfig(dim=16, depth=1, num_heads=2, vocab_size=module.vocab_size, max_length=module.max_seq_len)
+        model = SyntheticTaskModel(arch=arch)
+        if seed == 1:
+            with torch.no_grad():
+                model.head.bias[0] = float("inf")
+        return model
+
+    members = [
+        Member(s, data(s), RecordWriter(tmp_path / f"s{s}", {"name": f"s{s}", "seed": s}, {})) for s in (0, 1, 2)
+    ]
+    fit_ensemble(build, members, max_steps=4, val_every=2, clip=None)
+    records = [m.writer.record for m in members]
+    assert [r.status for r in records] == ["finished", "diverged", "finished"]
+    assert records[1].global_step == 1 and records[1].error.startswith("DivergedError: train/loss is ")
+    assert not records[1].history and [row["step"] for row in records[0].history] == [2, 4]
+    assert [r.checkpoints.get("last", {}).get("step") for r in records] == [4, None, 4]
