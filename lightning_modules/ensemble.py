@@ -17,18 +17,24 @@ member's own dimension, as `adamw_with_schedule` groups them).
 
 API (also what benchmarks/trials_per_hour.py uses):
 
-    ensemble = SeedEnsemble(build, seeds=[0, 1, 2])       # build(seed) -> a task module (SyntheticTaskModel)
+    ensemble = SeedEnsemble(build, seeds=[0, 1, 2], device="cpu")  # build(seed) -> a task module (SyntheticTaskModel)
     ensemble.configure_optimizer(lr, weight_decay, warmup_steps, lr_decay, total_steps, gradient_clip_val=None)
-    batches = stack_batches([next(it) for it in member_iterators])   # one batch per member, padded to one length
+    batches = stack_batches([next(it) for it in member_iterators], device="cpu")  # one per member, one length
     losses = ensemble.train_step(batches)                  # (k,) each member's training loss, then one optimizer step
     ensemble.freeze(i)                                     # member i stops (early stopping); its weights stay
     module = ensemble.member(i)                            # member i as an ordinary task module (its weights now)
     losses = ensemble.losses(batches)                      # (k,) losses without a step (evaluation)
 
+    state = ensemble.member_state(i)                       # member i's state_dict tensors (views into the stack)
+    ensemble.frozen                                        # (k,) bool: which members are frozen
+
 `check_ensemble_encoding(name)` refuses, in one line, an encoding that cannot run under vmap (`NOT_VMAPPABLE`
-says why for each). Numerics: the batched matmuls reassociate float sums, so a member equals its solo run to
-float32 rounding (about 1e-6 relative per step), not bit for bit after the first step. Dropout and sampled
-positions draw their randomness per member under vmap (`randomness="different"`), not the solo run's draws.
+says why for each); `SeedEnsemble` checks its members' layer encodings. Numerics: the members' batches are
+padded to one length and the matmuls run batched (attention on SDPA's math kernel: vmap's choice of kernel
+cannot learn a bias mask), so float32 sums reassociate: a member's loss equals its solo run's to ~5e-7 from the
+first step, not bit for bit (tests/models/test_ensemble.py states the tolerances). Dropout and sampled positions
+draw their randomness per member under vmap (`randomness="different"`), not the solo run's draws. `fit
+--run.ensemble_seeds K` (pe_sweeps/runs/ensemble_fit.py) trains K seeds this way and writes K run records.
 """
 
 import copy
@@ -67,15 +73,16 @@ def check_ensemble_encoding(encodings: str | Sequence[str]) -> None:
             )
 
 
-def stack_batches(batches: Sequence[dict]) -> dict[str, Tensor]:
-    """One batch per member -> one dict of (k, B, ...) tensors, the (B, L) keys right-padded to the longest L."""
+def stack_batches(batches: Sequence[dict], device: torch.device | str | None = None) -> dict[str, Tensor]:
+    """One batch per member -> one dict of (k, B, ...) tensors, the (B, L) keys right-padded to the longest L
+    (on `device` when given)."""
     length = max(batch["tokens"].shape[1] for batch in batches)
     out = {}
     for key in batches[0]:
         parts = [batch[key] for batch in batches]
         if key in PAD_VALUES:
             parts = [nn.functional.pad(p, (0, length - p.shape[1]), value=PAD_VALUES[key]) for p in parts]
-        out[key] = torch.stack(parts)
+        out[key] = torch.stack(parts).to(device) if device is not None else torch.stack(parts)
     return out
 
 
@@ -87,7 +94,7 @@ class SeedEnsemble(nn.Module):
     for the API and the numerics.
     """
 
-    def __init__(self, build: Callable[[int], nn.Module], seeds: Sequence[int]):
+    def __init__(self, build: Callable[[int], nn.Module], seeds: Sequence[int], device: torch.device | str = "cpu"):
         super().__init__()
         if len(set(seeds)) != len(seeds) or not seeds:
             raise ConfigError(f"an ensemble needs distinct seeds, got {list(seeds)}")
@@ -95,7 +102,7 @@ class SeedEnsemble(nn.Module):
         members = []
         for seed in self.seeds:
             seed_everything(seed, verbose=False)
-            members.append(build(seed))
+            members.append(build(seed).to(device))  # initialised on the CPU as a solo run, then moved
             if len(members) == 1 and hasattr(members[0], "arch"):
                 check_ensemble_encoding(members[0].arch.layer_encodings)
         self.template = copy.deepcopy(members[0])  # runs every member's forward (its own weights swapped in)
