@@ -333,8 +333,11 @@ class PECLI(LightningCLI):
         if run.wandb and config.trainer.logger is False:
             if launch_rank() == 0:
                 print("W&B is off: --trainer.logger=false turns every logger off (--run.wandb=false says so too)")
-        elif run.wandb and run.ensemble_seeds > 1:
-            print("W&B is off for a seed ensemble: its members write run records only (runs/ensemble_fit.py)")
+        elif run.wandb and run.ensemble_seeds > 1:  # a W&B run per member, written after training (ensemble_fit.py)
+            self.member_logger = lambda writer: make_wandb_logger(
+                writer.path.parent, writer.record.name, writer.record.group, run.project, run.entity,
+                [task, encoding] + ([sweep] if sweep else []),
+            )  # fmt: skip
         elif run.wandb:
             tags = [task, encoding] + ([sweep] if sweep else [])
             run_id = previous.wandb.get("id") if previous else None  # a resumed run continues its W&B run
@@ -368,7 +371,7 @@ class PECLI(LightningCLI):
         return self._fit_ensemble(run)
 
     def _fit_ensemble(self, run: RunOptions) -> None:
-        from pe_sweeps.runs.ensemble_fit import Member, fit_ensemble, member_config
+        from pe_sweeps.runs.ensemble_fit import Member, fit_ensemble, member_config, replay_to_wandb
 
         config = self.config[self.subcommand]
         trainer = config.trainer
@@ -398,6 +401,8 @@ class PECLI(LightningCLI):
         fit_ensemble(lambda seed: model_class(**hparams), members, trainer.max_steps, trainer.val_check_interval,
                      clip)  # fmt: skip
         for member in members:
+            if getattr(self, "member_logger", None) is not None:
+                replay_to_wandb(member, self.member_logger(member.writer), trainer.get("log_every_n_steps") or 50)
             print(f"run {member.writer.path.parent}: seed {member.seed}, {member.writer.record.status}", flush=True)
 
     def after_fit(self) -> None:

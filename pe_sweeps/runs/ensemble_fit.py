@@ -10,14 +10,15 @@ stops being finite is frozen (its updates dropped) and its record says `diverged
 run gives, while the others go on.
 
 Validation runs every `--trainer.val_check_interval` steps (an integer: a fraction of an epoch or epochs are
-refused), each member on its own validation set through a plain `Trainer.validate`. Not yet: W&B runs of the
-members (records only), resuming an ensemble from its checkpoints (they hold weights, not the optimizer), CUDA
-(the CPU only), DDP, `--run.test_at_end`.
+refused), each member on its own validation set through a plain `Trainer.validate`. With W&B on, each member
+gets its own W&B run once the ensemble has trained (`replay_to_wandb`: one W&B run at a time). Not yet: resuming
+an ensemble from its checkpoints (they hold weights, not the optimizer), CUDA (the CPU only), DDP,
+`--run.test_at_end`.
 """
 
 import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -28,6 +29,7 @@ from lightning_modules.optim import check_finite
 from pe_core.errors import ConfigError, DivergedError
 from pe_sweeps.runs.outcomes import write_table
 from pe_sweeps.runs.record_writer import RecordWriter, status_of
+from pe_sweeps.runs.wandb_setup import describe_wandb_run
 
 
 @dataclass
@@ -37,6 +39,7 @@ class Member:
     seed: int
     data: pl.LightningDataModule
     writer: RecordWriter
+    train_rows: list = field(default_factory=list)  # (step, loss, lr) of each step, for its W&B run
 
 
 def check_ensemble_options(seeds: int, max_steps: int | None, val_check_interval, devices, accelerator, ckpt_path,
@@ -104,6 +107,7 @@ def _train(ensemble: SeedEnsemble, members: list[Member], max_steps: int, val_ev
         for i, member in enumerate(members):
             if not ensemble.frozen[i]:
                 member.writer.record.final |= {"train/loss": float(losses[i]), "train/lr": float(lr_now)}
+                member.train_rows.append((step, float(losses[i]), float(lr_now)))
                 if not torch.isfinite(losses[i]):
                     _diverged(ensemble, i, member, losses[i], step, lr)
         if step % val_every == 0 or step == max_steps:
@@ -182,3 +186,23 @@ def member_config(resolved: dict, seed: int, data_seed_follows: bool) -> dict:
     if data_seed_follows and isinstance(data_args, dict):
         data_args["seed"] = seed
     return config
+
+
+def replay_to_wandb(member: Member, logger, log_every: int) -> None:
+    """Member's W&B run, written once the ensemble has trained (one W&B run at a time in a process): its identity
+    and config as `describe_run` gives a solo run's, `train/loss` and `train/lr` every `log_every` steps and each
+    validation's values, at the steps Lightning's loggers give them (a step's values at step - 1)."""
+    record = member.writer.record
+    rows: dict[int, dict] = {}
+    for step, loss, lr in member.train_rows:
+        if (step - 1) % log_every == 0 or step == len(member.train_rows):
+            rows.setdefault(step - 1, {}).update({"train/loss": loss, "train/lr": lr})
+    for row in record.history:
+        rows.setdefault(row["wandb_step"], {}).update({k: v for k, v in row.items() if k.startswith("val/")})
+    where = describe_wandb_run(logger.experiment, record)
+    for step in sorted(rows):
+        logger.log_metrics(rows[step], step=step)  # WandbLogger adds trainer/global_step
+    record.wandb = {**where, "dirs": [where["dir"]] if where.get("dir") else []}
+    logger.finalize("success" if record.status == "finished" else "failed")
+    logger.experiment.finish(exit_code=0 if record.status == "finished" else 1)
+    member.writer.write()

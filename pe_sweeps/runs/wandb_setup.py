@@ -134,8 +134,11 @@ def describe_run(trainer, record) -> dict:
     sees what a local record holds. `record`: the run's RunRecord (runs/records.py, which imports this
     module). Returns where the run is ({} without W&B): id, path, offline folder."""
     run = wandb_run(trainer)
-    if run is None:
-        return {}
+    return {} if run is None else describe_wandb_run(run, record)
+
+
+def describe_wandb_run(run, record) -> dict:
+    """`describe_run` of a W&B run itself (a seed ensemble's member, which has no trainer of its own)."""
     config = record.config
     data_seed = ((config.get("data") or {}).get("init_args") or {}).get("seed")
     identity = {"task": record.task, "encoding": record.encoding, "sweep": record.sweep}

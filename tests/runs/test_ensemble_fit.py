@@ -3,6 +3,7 @@ ordinary runs, each equal to the solo run of its seed (to float32 rounding: ligh
 `compare` sees them as K seeds."""
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import TINY
@@ -88,3 +89,30 @@ def test_a_diverged_member_stops_and_the_others_finish(tmp_path):
     assert records[1].global_step == 1 and records[1].error.startswith("DivergedError: train/loss is ")
     assert not records[1].history and [row["step"] for row in records[0].history] == [2, 4]
     assert [r.checkpoints.get("last", {}).get("step") for r in records] == [4, None, 4]
+
+
+@pytest.mark.slow
+def test_each_member_gets_its_own_wandb_run(tmp_path, monkeypatch):
+    from helpers import offline_run_records
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cli_main(["fit", *TINY, f"--run.out_dir={tmp_path}", "--run.ensemble_seeds=2"])
+    records = sorted(load_records(tmp_path), key=lambda r: r.seed)
+    assert [r.seed for r in records] == [0, 1] and records[0].wandb["id"] != records[1].wandb["id"]
+    for record in records:
+        (run_dir,) = (tmp_path / "runs").glob(f"*/wandb/offline-run-*{record.wandb['id']}")
+        assert run_dir.parents[1].resolve() == Path(record.run_dir).resolve()
+        logged = offline_run_records(run_dir)
+        if logged is None:
+            pytest.skip("`wandb leet inspect` is not available: the rest reads the .wandb log through it")
+        summary, config = {}, {}
+        for row in logged:
+            if row["type"] == "summary":
+                summary.update(row["summary"].get("update", {}))
+            if row["type"] == "config":
+                config.update(row["config"].get("update", {}))
+        assert summary["val/acc"] == pytest.approx(record.final["val/acc"])
+        assert summary["train/loss"] == pytest.approx(record.final["train/loss"])
+        assert summary["best/val/loss"] == pytest.approx(record.best["val/loss"])
+        assert summary["trainer/global_step"] == 3  # the last step's values, numbered as Lightning's loggers do
+        assert (config["seed"], config["data_seed"], config["encoding"]) == (record.seed, record.seed, "rope")
