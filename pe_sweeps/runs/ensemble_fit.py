@@ -40,6 +40,7 @@ class Member:
     data: pl.LightningDataModule
     writer: RecordWriter
     train_rows: list = field(default_factory=list)  # (step, loss, lr) of each step, for its W&B run
+    validator: pl.Trainer | None = None  # the Trainer that validates it
 
 
 def check_ensemble_options(seeds: int, max_steps: int | None, val_check_interval, devices, accelerator, ckpt_path,
@@ -157,8 +158,11 @@ def _validate(ensemble: SeedEnsemble, i: int, member: Member, step: int, acceler
     last checkpoint."""
     module = ensemble.member(i)
     run_dir = member.writer.path.parent
-    trainer = pl.Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=run_dir)  # fmt: skip
+    if member.validator is None:  # one per member, reused: its "GPU available" lines once, not at every validation
+        member.validator = pl.Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
+                                      enable_progress_bar=False, enable_model_summary=False,
+                                      default_root_dir=run_dir)  # fmt: skip
+    trainer = member.validator
     trainer.validate(module, datamodule=member.data, verbose=False)
     module.train()
     writer, record = member.writer, member.writer.record
