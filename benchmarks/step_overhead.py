@@ -136,6 +136,7 @@ def lightning_fit(args, reads: HostReads | None = None) -> float:
     from pytorch_lightning.callbacks import ModelCheckpoint
     from pytorch_lightning.loggers import CSVLogger
 
+    from pe_sweeps import internals
     from pe_sweeps.runs.callbacks import LogLearningRate, StepProgressBar
     from pe_sweeps.runs.record_writer import RecordWriter
 
@@ -154,6 +155,7 @@ def lightning_fit(args, reads: HostReads | None = None) -> float:
             if trainer.global_step == args.steps:
                 self.end = time.perf_counter()
 
+    internals.skip_no_op_metric_moves()  # as cli.py does
     model, data = build(args)
     clock = Clock()
     with tempfile.TemporaryDirectory() as run_dir:

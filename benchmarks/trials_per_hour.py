@@ -23,7 +23,7 @@ trials/hour is the median over repeats, and each path's ratio to ours is the med
 Per encoding (`--encodings`, default every registered one; `--per-encoding-steps`): ms/step of plain and ours
 over the steady steps (step_overhead.py's timing), interleaved, ours / plain.
 
-Writes benchmarks/results/trials_per_hour.json and .md. Measure only: not a timed test. On a loaded machine
+Writes benchmarks/results/trials_per_hour.json and .md (`--name`). Measure only: not a timed test. On a loaded machine
 the absolute numbers are noisy (load average recorded); the ratios, measured interleaved, much less so.
 """
 
@@ -130,9 +130,11 @@ def lightning_trial(args, task: str, seed: int, compile_mode: str | None = None)
     from pytorch_lightning.callbacks import ModelCheckpoint
     from pytorch_lightning.loggers import CSVLogger
 
+    from pe_sweeps import internals
     from pe_sweeps.runs.callbacks import LogLearningRate, StepProgressBar
     from pe_sweeps.runs.record_writer import RecordWriter
 
+    internals.skip_no_op_metric_moves()  # as cli.py does
     if compile_mode:
         torch.compiler.reset()  # a sweep's trial is a fresh process: it compiles again (inductor's disk cache kept)
     model, data = build(args, task, seed, compile_mode=compile_mode)
@@ -187,7 +189,7 @@ def sweep_seconds(args, path: str) -> float | None:
 def run_sweeps(args) -> dict:
     """Every path's sweep, `--repeats` times, interleaved (the order rotated per repeat)."""
     runs = {path: [] for path in args.paths}
-    for repeat in range(args.repeats):
+    for repeat in range(args.repeats if runs else 0):
         shift = repeat % len(args.paths)
         for path in args.paths[shift:] + args.paths[:shift]:
             load = os.getloadavg()[0]
@@ -222,7 +224,7 @@ def per_encoding(args, overhead) -> list[dict]:
                                    encoding=name, num_workers=0)  # fmt: skip
         plain, ours = [], []
         try:
-            for _ in range(args.repeats):
+            for _ in range(args.encoding_repeats or args.repeats):
                 plain.append(1000 * overhead.plain_loop(bench))
                 ours.append(1000 * overhead.lightning_fit(bench))
         except Exception as error:  # an encoding that needs options: reported, not fatal
@@ -238,16 +240,20 @@ def per_encoding(args, overhead) -> list[dict]:
 
 def markdown(report: dict, args) -> str:
     sweep = report["sweep"]
-    lines = [
-        f"Trials per hour: {args.seeds} seeds x {', '.join(args.tasks)} ({sweep['trials']} trials of {args.steps} "
-        f"steps; d {args.dim}, {args.depth} layers, rope, batch {args.batch_size}, no validation), device "
-        f"{args.device}, {torch.get_num_threads()} thread(s), {args.repeats} repeat(s) interleaved; compile "
-        f"backend {args.compile_backend}, fixed shapes {args.fixed_shapes}. Load average (1 min) at each run's "
-        "start in the last column.",
-        "",
-        "| path | trials/hour (median) | x ours | each repeat | sweep s | load |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines = (
+        []
+        if not sweep["rows"]
+        else [
+            f"Trials per hour: {args.seeds} seeds x {', '.join(args.tasks)} ({sweep['trials']} trials of {args.steps} "
+            f"steps; d {args.dim}, {args.depth} layers, rope, batch {args.batch_size}, no validation), device "
+            f"{args.device}, {torch.get_num_threads()} thread(s), {args.repeats} repeat(s) interleaved; compile "
+            f"backend {args.compile_backend}, fixed shapes {args.fixed_shapes}. Load average (1 min) at each run's "
+            "start in the last column.",
+            "",
+            "| path | trials/hour (median) | x ours | each repeat | sweep s | load |",
+            "|---|---|---|---|---|---|",
+        ]
+    )
     for r in sweep["rows"]:
         if r["status"] != "ok":
             lines.append(f"| {r['path']} | {r['status']} | | | | |")
@@ -256,7 +262,9 @@ def markdown(report: dict, args) -> str:
         lines.append(f"| {r['path']} | {r['trials_per_hour']:.0f} | {speed} | {r['trials_per_hour_each']} | "
                      f"{r['seconds_each']} | {r['load_each']} |")  # fmt: skip
     if report["per_encoding"]:
-        lines += ["", f"ms/step per encoding ({args.per_encoding_steps} steps, the first fifth untimed):", "",
+        repeats = args.encoding_repeats or args.repeats
+        lines += ["", f"ms/step per encoding ({args.per_encoding_steps} steps, the first fifth untimed; median of "
+                  f"{repeats} repeat(s), plain and ours interleaved):", "",
                   "| encoding | plain ms/step | ours ms/step | ours / plain |", "|---|---|---|---|"]  # fmt: skip
         for r in report["per_encoding"]:
             if "error" in r:
@@ -272,7 +280,9 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=300, help="training steps of every trial")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tasks", default=",".join(TASKS))
-    parser.add_argument("--paths", default=",".join(PATHS), help=f"a comma-separated subset of: {', '.join(PATHS)}")
+    parser.add_argument(
+        "--paths", default=",".join(PATHS), help=f"a comma-separated subset of: {', '.join(PATHS)} ('none': no sweep)"
+    )
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--depth", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
@@ -291,16 +301,18 @@ def parse_args(argv=None):
         help="comma-separated encodings of the ms/step table (default: all registered; 'none': no table)",
     )
     parser.add_argument("--per-encoding-steps", type=int, default=60)
+    parser.add_argument("--encoding-repeats", type=int, default=None, help="repeats of the table (default: --repeats)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a tiny model: 1)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (the smoke test)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--name", default="trials_per_hour", help="the results' file name (.json, .md)")
     args = parser.parse_args(argv)
     if args.quick:
         args.seeds, args.steps, args.repeats, args.dim, args.depth, args.heads = 2, 4, 1, 16, 1, 2
         args.per_encoding_steps, args.compile_backend = 6, "eager"
         args.encodings = args.encodings or "rope,alibi"
     args.tasks = args.tasks.split(",")
-    args.paths = args.paths.split(",")
+    args.paths = [] if args.paths == "none" else args.paths.split(",")
     if unknown := [p for p in args.paths if p not in PATHS]:
         parser.error(f"--paths: unknown path {unknown[0]!r}; choose from: {', '.join(PATHS)}")
     from lightning_modules.encodings import ENCODINGS, check_encoding_name
@@ -323,9 +335,9 @@ def main(argv=None) -> None:
     report["per_encoding"] = per_encoding(args, step_overhead())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "trials_per_hour.json").write_text(json.dumps(report, indent=1))
+    (out / f"{args.name}.json").write_text(json.dumps(report, indent=1))
     text = markdown(report, args)
-    (out / "trials_per_hour.md").write_text(text)
+    (out / f"{args.name}.md").write_text(text)
     print(text)
 
 

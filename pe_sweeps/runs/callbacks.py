@@ -29,7 +29,12 @@ def logs_this_step(trainer) -> bool:
 
 class StepProgressBar(RichProgressBar):
     """Lightning's rich progress bar with the global step out of max_steps ("step 120/3000") instead of
-    "Epoch 0/-2" (our runs are bounded by steps; max_epochs is -1)."""
+    "Epoch 0/-2" (our runs are bounded by steps; max_epochs is -1). It renders at most `refresh_rate` times a
+    second (10, Rich's own default, not Lightning's 100: its rendering thread, holding the GIL, then drew a tiny
+    model's every step, a few percent of the step's time)."""
+
+    def __init__(self, refresh_rate: int = 10, **kwargs):
+        super().__init__(refresh_rate=refresh_rate, **kwargs)
 
     def _get_train_description(self, current_epoch: int) -> str:
         return f"{f'Epoch {current_epoch}':{len(self.validation_description)}}"

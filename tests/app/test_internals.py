@@ -190,3 +190,23 @@ def test_lightning_checkpoints_through_the_hooks_last_checkpoint_uses(tmp_path):
                          max_steps=2, limit_val_batches=0)  # fmt: skip
     trainer.fit(Tiny(), data)
     assert saved[:2] == [(1, True), (2, True)] and (tmp_path / "last.ckpt").is_file()
+
+
+def test_a_logged_metric_already_on_its_device_is_not_walked_again(monkeypatch):
+    """`skip_no_op_metric_moves`: self.log's `_ResultMetric.to(value.device)` returns at once when every tensor of
+    the metric is there (no `apply_to_collection` walk), while a move elsewhere is still Lightning's own."""
+    import torch
+    from pytorch_lightning.trainer.connectors.logger_connector import result
+
+    internals.skip_no_op_metric_moves()
+    internals.skip_no_op_metric_moves()  # idempotent: one wrapper, not two
+    walks = []
+    walk = result.apply_to_collection
+    monkeypatch.setattr(result, "apply_to_collection", lambda *a, **k: walks.append(1) or walk(*a, **k))
+    collection = result._ResultCollection(training=True)
+    for loss in (1.5, 0.5):
+        collection.log("training_step", "train/loss", torch.tensor(loss), on_step=True, on_epoch=False, batch_size=8)
+    metric = collection["training_step.train/loss"]
+    assert walks == [] and float(metric.value) == 0.5 and float(metric._forward_cache) == 0.5
+    metric.to(torch.device("meta"))
+    assert walks and metric.value.device.type == "meta"

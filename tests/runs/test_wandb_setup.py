@@ -179,6 +179,7 @@ def test_progress_bar_shows_steps_not_epoch_of_minus_two():
                                     global_step=120, max_epochs=-1)  # fmt: skip
     assert bar.get_metrics(trainer, None) == {"step": "120/3000", "train/loss": 1.5}
     assert bar._get_train_description(0).strip() == "Epoch 0"
+    assert bar.refresh_rate == 10  # renders a second (Lightning's 100 drew a tiny model's every step)
     # train/loss (logged without prog_bar) is read from the callback metrics, while training (a device sync)
     # only every log_every_n_steps steps
     trainer.training, trainer.log_every_n_steps, trainer.progress_bar_metrics = True, 50, {}
