@@ -3,6 +3,9 @@ ordinary runs, each equal to the solo run of its seed (to float32 rounding: ligh
 `compare` sees them as K seeds."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from conftest import TINY
 from pe_sweeps.cli import cli_main
 from pe_sweeps.runs.records import load_records
 
+ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-4  # validation metrics after 4 steps: vmap reassociates float32 sums (tests/models/test_ensemble.py)
 
 
@@ -92,11 +96,14 @@ def test_a_diverged_member_stops_and_the_others_finish(tmp_path):
 
 
 @pytest.mark.slow
-def test_each_member_gets_its_own_wandb_run(tmp_path, monkeypatch):
+def test_each_member_gets_its_own_wandb_run(tmp_path):
+    """In a process of its own: W&B keeps the mode of the first run a process started (other tests' disabled)."""
     from helpers import offline_run_records
 
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    cli_main(["fit", *TINY, f"--run.out_dir={tmp_path}", "--run.ensemble_seeds=2"])
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "cli.py", "fit", *TINY, f"--run.out_dir={tmp_path}", "--run.ensemble_seeds=2"]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     records = sorted(load_records(tmp_path), key=lambda r: r.seed)
     assert [r.seed for r in records] == [0, 1] and records[0].wandb["id"] != records[1].wandb["id"]
     for record in records:
