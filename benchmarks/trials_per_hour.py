@@ -158,12 +158,12 @@ def ensemble_trials(args, task: str, seeds: list[int]) -> bool:
     from lightning_modules.ensemble import SeedEnsemble, stack_batches
 
     data = {seed: build_data(args, task, seed) for seed in seeds}
-    ensemble = SeedEnsemble(lambda seed: build_model(args, data[seed]), seeds).to(args.device).train()
+    ensemble = SeedEnsemble(lambda seed: build_model(args, data[seed]), seeds, device=args.device).train()
     ensemble.configure_optimizer(1e-3, 0.0, 0, "cosine", args.steps)
     loaders = [iter(data[seed].train_dataloader()) for seed in seeds]
     for _ in range(args.steps):
-        batches = stack_batches([next(loader) for loader in loaders])
-        ensemble.train_step({k: v.to(args.device, non_blocking=True) for k, v in batches.items()})
+        batches = stack_batches([next(loader) for loader in loaders], device=args.device)
+        ensemble.train_step(batches)
     if args.device == "cuda":
         torch.cuda.synchronize()
     return True
