@@ -24,7 +24,8 @@ Per encoding (`--encodings`, default every registered one; `--per-encoding-steps
 over the steady steps (step_overhead.py's timing), interleaved, ours / plain.
 
 Writes benchmarks/results/trials_per_hour.json and .md (`--name`). Measure only: not a timed test. On a loaded machine
-the absolute numbers are noisy (load average recorded); the ratios, measured interleaved, much less so.
+the absolute numbers are noisy (load average recorded); the ratios, measured interleaved, less so, and
+`--clock cpu` (this process's CPU time instead of wall time) much less.
 """
 
 import argparse
@@ -50,6 +51,7 @@ from lightning_modules.compiling import compile_blocks, compile_step  # noqa: E4
 from lightning_modules.optim import adamw_with_schedule  # noqa: E402
 from lightning_modules.synthetic_model import SyntheticTaskModel  # noqa: E402
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # cpu: this process's CPU time, all its threads
 PATHS = ("plain", "ours", "compiled", "compiled_step", "ensemble")
 TASKS = ("copy", "even_pairs")
 
@@ -172,7 +174,8 @@ def ensemble_trials(args, task: str, seeds: list[int]) -> bool:
 def sweep_seconds(args, path: str) -> float | None:
     """Wall seconds of the whole sweep (every task x seed) on one path; None when the path is missing."""
     seeds = list(range(args.seeds))
-    start = time.perf_counter()
+    clock = CLOCKS[args.clock]
+    start = clock()
     for task in args.tasks:
         if path == "ensemble":
             if not ensemble_trials(args, task, seeds):
@@ -183,7 +186,7 @@ def sweep_seconds(args, path: str) -> float | None:
                 plain_trial(args, task, seed)
             else:
                 lightning_trial(args, task, seed, None if path == "ours" else path)
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def run_sweeps(args) -> dict:
@@ -246,7 +249,8 @@ def markdown(report: dict, args) -> str:
         else [
             f"Trials per hour: {args.seeds} seeds x {', '.join(args.tasks)} ({sweep['trials']} trials of {args.steps} "
             f"steps; d {args.dim}, {args.depth} layers, rope, batch {args.batch_size}, no validation), device "
-            f"{args.device}, {torch.get_num_threads()} thread(s), {args.repeats} repeat(s) interleaved; compile "
+            f"{args.device}, {torch.get_num_threads()} thread(s), {args.clock} clock, {args.repeats} repeat(s) "
+            "interleaved; compile "
             f"backend {args.compile_backend}, fixed shapes {args.fixed_shapes}. Load average (1 min) at each run's "
             "start in the last column.",
             "",
@@ -263,8 +267,11 @@ def markdown(report: dict, args) -> str:
                      f"{r['seconds_each']} | {r['load_each']} |")  # fmt: skip
     if report["per_encoding"]:
         repeats = args.encoding_repeats or args.repeats
-        lines += ["", f"ms/step per encoding ({args.per_encoding_steps} steps, the first fifth untimed; median of "
-                  f"{repeats} repeat(s), plain and ours interleaved):", "",
+        title = (
+            f"ms/step per encoding ({args.clock} clock, {args.per_encoding_steps} steps, the first fifth "
+            f"untimed; median of {repeats} repeat(s), plain and ours interleaved):"
+        )
+        lines += ["", title, "",
                   "| encoding | plain ms/step | ours ms/step | ours / plain |", "|---|---|---|---|"]  # fmt: skip
         for r in report["per_encoding"]:
             if "error" in r:
@@ -302,6 +309,8 @@ def parse_args(argv=None):
     )
     parser.add_argument("--per-encoding-steps", type=int, default=60)
     parser.add_argument("--encoding-repeats", type=int, default=None, help="repeats of the table (default: --repeats)")
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                        help="wall time, or this process's CPU time (steadier on a loaded machine)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a tiny model: 1)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (the smoke test)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -332,7 +341,9 @@ def main(argv=None) -> None:
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     report = {"args": {k: v for k, v in vars(args).items()}, "torch": torch.__version__, "sweep": run_sweeps(args)}
-    report["per_encoding"] = per_encoding(args, step_overhead())
+    overhead = step_overhead()
+    overhead.CLOCK = CLOCKS[args.clock]
+    report["per_encoding"] = per_encoding(args, overhead)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(report, indent=1))

@@ -28,7 +28,9 @@ def test_unknown_path_is_refused_in_one_line(capsys):
 
 @pytest.mark.slow
 def test_quick_run_writes_every_path_and_the_encoding_table(tmp_path):
-    benchmark().main(["--quick", "--paths", "plain,ours,ensemble", "--encodings", "rope", "--out", str(tmp_path)])
+    benchmark().main(
+        ["--quick", "--paths", "plain,ours,ensemble", "--encodings", "rope", "--clock", "cpu", "--out", str(tmp_path)]
+    )
     report = json.loads((tmp_path / "trials_per_hour.json").read_text())
     rows = {row["path"]: row for row in report["sweep"]["rows"]}
     assert list(rows) == ["plain", "ours", "ensemble"] and report["sweep"]["trials"] == 4  # 2 seeds x 2 tasks
