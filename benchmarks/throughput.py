@@ -29,6 +29,9 @@ stays eager. Results go to throughput_<device>[_<preset>]_compile.json / .md.
 `--precision`: bf16 runs both models' forward under `torch.autocast(dtype=bfloat16)` on the device (CUDA or
 CPU; Lightning's bf16-mixed in the overhead run), fp32 without autocast; default bf16 on CUDA, fp32 on the
 CPU. A precision other than the device's default adds `_<precision>` to the result files' names.
+Rows: every registered encoding (`--encodings all`), and `rope+sinks`, `rope+qk_norm`, `rope+continuous` (RoPE
+with `--model.arch.attention_sinks`, `--model.arch.qk_norm`, continuous random positions; VARIANTS), named by
+`--encodings` only. Where x-transformers has no twin the ratio is "-" and the note says why (NO_TWIN).
 Not a timed test: measure only. The ratio column is the median (min-max) of per-repeat ratios, so it need
 not equal the ratio of the two median tok/s columns. Noise: repeats on a loaded 2-core machine vary by 2x.
 """
@@ -66,12 +69,37 @@ VOCAB = 512
 MEMORY_TIMEOUT_S = 120  # a forked memory probe that takes longer is killed and reported as '-'
 
 # Our encoding -> x-transformers keyword arguments (Decoder kwargs, TransformerWrapper kwargs, note).
-XT_FLASH_INCOMPATIBLE = {"t5_bias", "dynamic_bias"}  # x-transformers asserts flash is off with these biases
+XT_FLASH_INCOMPATIBLE = {"t5_bias", "dynamic_bias", "rope+sinks"}  # x-transformers asserts flash is off with these
+
+# Rows that are an encoding with architecture or encoding options: name -> (encoding, ArchConfig keyword
+# arguments); `--encodings rope+qk_norm` names them (`all` is the registry only).
+VARIANTS = {
+    "rope+sinks": ("rope", {"attention_sinks": True}),
+    "rope+qk_norm": ("rope", {"qk_norm": True}),
+    "rope+continuous": ("rope", {"encoding_options": {"continuous_positions": True}}),  # N: see arch_kwargs
+}
+
+# Why a row has no x-transformers twin (x-transformers 2.31's source read for each): the note of its "-" ratio.
+NO_TWIN = {
+    "grape_m": "GRAPE-M reduces to RoPE but is another method: no ratio",
+    "grape_m_ctx": "x-transformers has no GRAPE",
+    "grape_a": "x-transformers has no GRAPE",
+    "grape_ap": "x-transformers has no GRAPE",
+    "rope_clipped": "x-transformers has no clipped RoPE",
+    "fope": "x-transformers has no FoPE",
+    "rope_decoupled": "x-transformers' shared-key RoPE exists only inside its latent-KV (MLA) attention",
+    "comrope": "x-transformers has no ComRoPE",
+    "liere": "x-transformers has no LieRE",
+    "cable": "x-transformers has no CABLE",
+    "nope_head_scale": "x-transformers' head_scale scales head outputs (NormFormer), not logits",
+    "rope+continuous": "x-transformers draws no continuous positions",
+}
 
 
 def xt_kwargs(encoding: str, dim_head: int) -> tuple[dict, dict, str] | None:
     """(Decoder kwargs, TransformerWrapper kwargs, note) for the x-transformers twin, None if it has none."""
     no_abs = {"use_abs_pos_emb": False}
+    rotary = {"rotary_pos_emb": True, "rotary_emb_dim": dim_head}
     table = {
         "none": ({}, no_abs, ""),
         "learned": ({}, {"use_abs_pos_emb": True}, ""),
@@ -88,8 +116,41 @@ def xt_kwargs(encoding: str, dim_head: int) -> tuple[dict, dict, str] | None:
             no_abs,
             "theirs gates read the layer input, ours the keys",
         ),
+        # theirs: base 10000 x factor ** (d / (d - 2)) = 1e6
+        "rope_global": (
+            rotary | {"rotary_base_rescale_factor": 100 ** ((dim_head - 2) / dim_head)},
+            no_abs,
+            "base 1e6 both",
+        ),
+        "rope+sinks": (
+            rotary | {"attn_head_learned_sink": True},
+            no_abs,
+            "theirs an explicit softmax (no flash with sinks), ours SDPA with the sink as a key",
+        ),
+        "rope+qk_norm": (
+            rotary | {"attn_qk_norm": True, "attn_qk_norm_dim_scale": True},
+            no_abs,
+            "theirs l2-norm x learned per-dim scale (cosine-sim), ours RMSNorm x learned scale",
+        ),
     }
     return table.get(encoding)
+
+
+def arch_kwargs(name: str, args) -> tuple[str, dict]:
+    """(encoding, ArchConfig options) of a row: a registered encoding as is, a VARIANTS row with its options
+    (continuous positions drawn from [0, 2 x length))."""
+    if name not in VARIANTS:
+        return name, {}
+    encoding, options = VARIANTS[name]
+    if "encoding_options" in options:
+        options = options | {"encoding_options": options["encoding_options"] | {"randomize_positions": 2 * args.length}}
+    return encoding, options
+
+
+def note(name: str, dim_head: int) -> str:
+    """The row's note: how the twin differs, or why there is none."""
+    spec = xt_kwargs(name, dim_head)
+    return spec[2] if spec is not None else NO_TWIN.get(name, "")
 
 
 class OurLM(nn.Module):
@@ -97,8 +158,9 @@ class OurLM(nn.Module):
 
     def __init__(self, encoding: str, args):
         super().__init__()
+        encoding, options = arch_kwargs(encoding, args)
         arch = ArchConfig(encoding, dim=args.dim, depth=args.depth, num_heads=args.heads, ffn_mult=4, dropout=0.0,
-                          post_norm=False, vocab_size=VOCAB, max_length=args.length)  # fmt: skip
+                          post_norm=False, vocab_size=VOCAB, max_length=args.length, **options)  # fmt: skip
         self.transformer = Transformer(arch, causal=True)
         self.head = nn.Linear(args.dim, VOCAB)
 
@@ -284,7 +346,7 @@ def bench_encoding(encoding: str, args, batches: list[Tensor]) -> dict:
         for name, model in impls.items():  # A B A B ...
             seconds = timed_steps(model, optimizers[name], device_batches[args.warmup :], args.device, args.precision)
             rates[name].append(tokens / seconds)
-    row = {"encoding": encoding, "note": (xt_kwargs(encoding, args.dim // args.heads) or ({}, {}, ""))[2]}
+    row = {"encoding": encoding, "note": note(encoding, args.dim // args.heads)}
     for name, model in impls.items():
         row[name] = {
             "sdpa": sdpa_backends(model, device_batches[0], args.device, args.precision),
@@ -369,7 +431,8 @@ def parse_args(argv=None):
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--encodings", default="all", help="all, or a comma-separated list of registry names")
+    parser.add_argument("--encodings", default="all", help="all, or a comma-separated list of registry names and "
+                        f"of {', '.join(VARIANTS)}")  # fmt: skip
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (CPU)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--preset", choices=sorted(PRESETS), help="sizes (and encodings unless given) of a preset")
@@ -389,9 +452,9 @@ def parse_args(argv=None):
         if args.encodings == "all":
             args.encodings = ",".join(PRESET_ENCODINGS[args.preset])
     names = list(ENCODINGS) if args.encodings == "all" else args.encodings.split(",")
-    unknown = [n for n in names if n not in ENCODINGS]
+    unknown = [n for n in names if n not in ENCODINGS and n not in VARIANTS]
     if unknown:
-        parser.error(f"unknown encoding {unknown[0]!r}; choose from: {', '.join(ENCODINGS)}")
+        parser.error(f"unknown encoding {unknown[0]!r}; choose from: {', '.join([*ENCODINGS, *VARIANTS])}")
     args.encodings = names
     args.precision = args.precision or default_precision(args.device)
     if args.compile:
