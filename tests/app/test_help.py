@@ -29,12 +29,17 @@ HEAVY = ("torch", "pytorch_lightning", "lightning_fabric", "wandb", "optuna", "d
 
 
 def project_functions() -> set[str]:
-    """Every function and method name defined in the project's packages."""
+    """Every function and method name defined in the project's packages, less Lightning's public Trainer and
+    LightningCLI methods that the project overrides (PECLI.fit): Lightning's own help text names `trainer.fit`."""
+    from pytorch_lightning import Trainer
+    from pytorch_lightning.cli import LightningCLI
+
+    lightnings = {name for cls in (Trainer, LightningCLI) for name in dir(cls) if not name.startswith("_")}
     return {
         node.name for package in ("pe_core", "lightning_modules", "datamodules", "pe_sweeps")
         for path in (ROOT / package).rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-    }  # fmt: skip
+    } - lightnings  # fmt: skip
 
 
 def internal_names(text: str, functions: set[str]) -> set[str]:
