@@ -112,11 +112,13 @@ def started_as(study: optuna.Study) -> set[str]:
     return {t.user_attrs["start"] for t in study.trials if "start" in t.user_attrs}
 
 
-# Random kills on two of the five (one of each storage family: the SQLAlchemy one warm, a journal cold); the
-# aimed-at-every-window test below runs on every storage once (SQLite warm, the others cold: the windows are in
-# the sweep process, the start path only changes how its child is made), and it reaches each window for certain.
-RANDOM_KILL_STORAGES = [("sqlite", "warm"), ("redis", "cold")]
-AIMED_KILL_STORAGES = [s for s in STORAGES if s != ("sqlite", "cold")]
+# Every storage is killed at least once (SQLite cold alone is left out: its storage is SQLite warm's). Random kills
+# on two of the five (the SQLAlchemy family warm, the file journal cold); the aimed-at-every-window test below runs
+# on SQLite warm, PostgreSQL and the Redis journal (the windows are in the sweep process, the start path only changes
+# how its child is made), and it reaches each window for certain. (The file journal left the aimed test and Redis
+# the random one: 59 s of the suite saved.)
+RANDOM_KILL_STORAGES = [("sqlite", "warm"), ("journal", "cold")]
+AIMED_KILL_STORAGES = [("sqlite", "warm"), ("postgresql", "cold"), ("redis", "cold")]
 
 
 @pytest.mark.slow
