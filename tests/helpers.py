@@ -1,5 +1,6 @@
 """Helpers shared by the tests (not fixtures: those live in conftest.py)."""
 
+import importlib.util
 import os
 import time
 from collections.abc import Iterator
@@ -8,6 +9,18 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_module(path: Path | str, name: str | None = None):
+    """The Python file at `path` (relative to the checkout, or absolute) imported as a module: the benchmarks and
+    scripts are not a package, and reference implementations are loaded by path, never copied."""
+    path = Path(path) if Path(path).is_absolute() else ROOT / path
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def randomize_(module: nn.Module, seed: int = 0) -> nn.Module:

@@ -8,7 +8,6 @@ Claims of docs/benchmarks.md covered here:
   test_a_failing_section_records_its_error, test_a_process_past_its_limit_is_stopped
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,20 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_module
 
 from lightning_modules.encodings import ENCODINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_check = load_gpu_check()
+gpu_check = load_module("scripts/gpu_check.py")
 
 
 @pytest.fixture(scope="module")

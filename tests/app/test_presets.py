@@ -28,7 +28,6 @@ Claims covered here (README.md, docs/index.md, docs/tasks.md, docs/benchmarks.md
   markdown under benchmarks/results/ ... --compile": test_throughput_benchmark_takes_the_documented_options
 """
 
-import importlib.util
 import re
 
 try:
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import load_module
 
 from lightning_modules.encodings import ENCODINGS
 from pe_sweeps.sweep import sweep_file as sf
@@ -180,9 +180,7 @@ def test_classifier_presets_are_pe_studys():
 
 
 def test_throughput_benchmark_takes_the_documented_options():
-    spec = importlib.util.spec_from_file_location("throughput", ROOT / "benchmarks" / "throughput.py")
-    throughput = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(throughput)
+    throughput = load_module("benchmarks/throughput.py")
     args = throughput.parse_args(
         "--dim 64 --depth 2 --heads 4 --length 32 --batch 2 --encodings rope,alibi --threads 1 --device cpu "
         "--repeats 1 --compile".split()

@@ -2,11 +2,11 @@
 (ratio reported) or a note saying why not, and the option rows (sinks, QK-norm, continuous positions) build the
 models they name on both sides."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 WAVE_2026 = ["grape_m", "grape_m_ctx", "grape_a", "grape_ap", "rope_clipped", "fope", "rope_decoupled", "comrope",
@@ -14,14 +14,7 @@ WAVE_2026 = ["grape_m", "grape_m_ctx", "grape_a", "grape_ap", "rope_clipped", "f
 OPTION_ROWS = ["rope+sinks", "rope+qk_norm", "rope+continuous"]
 
 
-def load_throughput():
-    spec = importlib.util.spec_from_file_location("throughput", ROOT / "benchmarks" / "throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-throughput = load_throughput()
+throughput = load_module("benchmarks/throughput.py")
 TINY = "--dim 16 --depth 1 --heads 2 --length 8 --batch 2 --device cpu --threads 1".split()
 
 

@@ -4,20 +4,17 @@ Claims checked on what it writes: one row per path asked for, each with trials/h
 speed-up relative to ours (ours: 1); the per-encoding row has both ms/step and their ratio; a path that is not one
 of the benchmark's is refused in one line naming the choices."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from helpers import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def benchmark():
-    spec = importlib.util.spec_from_file_location("trials_per_hour", ROOT / "benchmarks" / "trials_per_hour.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("benchmarks/trials_per_hour.py")
 
 
 def test_unknown_path_is_refused_in_one_line(capsys):

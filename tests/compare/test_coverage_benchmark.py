@@ -4,11 +4,11 @@ Claims checked on its output: every table has its header's columns and only prop
 printed level is its exact binomial one (n = 2: 50 %, n = 3: 75 %); on a cut per seed the seeds+examples interval
 is the seed-only t interval (same coverage, same draws)."""
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+from helpers import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,9 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def tables():
     """{title: (header, rows)} of the benchmark's --quick output."""
-    spec = importlib.util.spec_from_file_location("coverage_table", ROOT / "benchmarks" / "coverage_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module("benchmarks/coverage_table.py")
     import contextlib
     import io
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import load_module
 from test_compare import grid, rec, write_records
 
 from pe_core.errors import ConfigError
@@ -144,11 +145,7 @@ def test_the_checker_passes_a_recomputed_table_and_fails_a_changed_cell(tmp_path
 def test_ngram_floors_are_exact_on_a_closed_form_text():
     """scripts/ngram_perplexity.py (the ALiBi reproduction's precondition floors): on 'ab' repeated, add-one
     unigrams give perplexity 2 exactly, and bigrams, which know that a is followed by b, nearly 1."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ngram_perplexity", ROOT / "scripts" / "ngram_perplexity.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module("scripts/ngram_perplexity.py")
     text = "ab" * 50
     assert module.ngram_perplexity(text, text, 1) == pytest.approx(2.0)
     # 50 'ab' scored (51/52 each: 50 seen + 1 over 50 'a' + 2 symbols) and 49 'ba' (50/51: 49 'b' continued)
@@ -159,11 +156,7 @@ def test_ngram_floors_are_exact_on_a_closed_form_text():
 def test_masked_lm_floor_is_exact_on_a_closed_form_text():
     """scripts/mlm_floor.py (the TUPE reproduction's context-free floor): two tokens equally frequent over a
     vocabulary of 2 give ln 2 per token (add-one changes nothing), and the floor copies the kept 10 %."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("mlm_floor", ROOT / "scripts" / "mlm_floor.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module("scripts/mlm_floor.py")
     tokens = [0, 1] * 50
     assert module.unigram_cross_entropy(tokens, tokens, 2) == pytest.approx(math.log(2))
     assert module.unigram_cross_entropy(tokens, [0], 3) == pytest.approx(-math.log(51 / 103))

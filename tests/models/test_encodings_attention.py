@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from encoding_helpers import DIM, HEAD_DIM, HEADS, make_encoding, make_plain, qk
-from helpers import randomize_
+from helpers import load_module, randomize_
 from torch import nn
 
 from lightning_modules.encodings.path import householder_logits
@@ -36,10 +36,7 @@ def fla_reference(relative: str, function: str):
     if spec is None:
         pytest.skip("fla-core is not installed (scripts/setup.sh installs it with --no-deps)")
     path = Path(spec.submodule_search_locations[0]) / relative
-    module_spec = importlib.util.spec_from_file_location(f"fla_reference_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return getattr(module, function)
+    return getattr(load_module(path, f"fla_reference_{path.stem}"), function)
 
 
 def bthd(*tensors):

@@ -2,12 +2,12 @@
 each such read waits for the GPU) while the synthetic task module trains, while DeBERTa's content terms are
 built, and a diverged loss still stops the run with one line naming its first non-finite step."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import load_module
 
 from lightning_modules.arch import ArchConfig
 from lightning_modules.synthetic_model import SyntheticTaskModel
@@ -19,10 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def host_reads():
     """benchmarks/step_overhead.py's counter of host reads by call site (one definition for both)."""
-    spec = importlib.util.spec_from_file_location("step_overhead", ROOT / "benchmarks" / "step_overhead.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.HostReads()
+    return load_module("benchmarks/step_overhead.py").HostReads()
 
 
 def tiny_fit(tmp_path, max_steps: int, callbacks=(), log_every_n_steps: int = 50, model=None, **trainer):

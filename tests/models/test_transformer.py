@@ -20,7 +20,7 @@ Claims of docs/encodings.md covered here:
 
 import pytest
 import torch
-from helpers import randomize_
+from helpers import load_module, randomize_
 from torch import Tensor
 
 from lightning_modules.arch import ArchConfig
@@ -435,13 +435,8 @@ def test_benchmark_reports_the_sdpa_backend():
     """benchmarks/throughput.py names the SDPA backend a forward used: a fused kernel for causal rope (no
     mask), the math kernel for a float mask that requires grad (Shaw's key term), none for an explicit
     softmax (Shaw's value term)."""
-    import importlib.util
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput.py"
-    spec = importlib.util.spec_from_file_location("throughput", path)
-    throughput = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(throughput)
+    throughput = load_module("benchmarks/throughput.py")
     x = tokens(2, 9)
     rope = make_model("rope", causal=True).train()
     assert throughput.sdpa_backends(rope, x, "cpu") in ("flash (cpu)", "math")
