@@ -209,6 +209,11 @@ class PECLI(LightningCLI):
             restore_option_nulls(config, model_class)
             for name, options in model_class.declared_encodings(model_args).values():  # as the module declares them
                 check_scheduled_encoding(name, options)  # a name, or a list with one per layer
+                if subcommand in (None, "fit") and config.get("run.ensemble_seeds", 1) != 1:  # before its run folders
+                    from lightning_modules.ensemble import check_ensemble_encoding
+                    from lightning_modules.schedule_label import is_label, label_pattern
+
+                    check_ensemble_encoding(label_pattern(name) if is_label(name) else name)
         if model_args.get("init_from"):  # `run:NAME` -> that run's checkpoint, for the model and its data
             root = config.run.out_root or config.run.out_dir  # a sweep trial searches the whole sweep root
             arch = model_args.get("arch")

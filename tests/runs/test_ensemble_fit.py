@@ -47,6 +47,7 @@ def test_an_ensemble_writes_one_ordinary_run_per_seed(tmp_path, monkeypatch, cap
         ("--run.test_at_end=true", "test_at_end"),
         ("--trainer.devices=2", "one device"),
         ("--run.ensemble_seeds=0", ">= 1"),
+        ("--model.arch.encoding=kerple_log", "cannot train as a seed ensemble"),  # made 2 run folders first
     ],
 )
 def test_what_an_ensemble_cannot_follow_is_one_line(tmp_path, monkeypatch, capsys, option, needs):
@@ -55,7 +56,9 @@ def test_what_an_ensemble_cannot_follow_is_one_line(tmp_path, monkeypatch, capsy
     with pytest.raises(SystemExit) as stop:
         cli_main(["fit", *TINY, f"--run.out_dir={tmp_path}", "--run.ensemble_seeds=2", option])
     error = capsys.readouterr().err.strip()
-    assert stop.value.code == 2 and error.startswith("error: --run.ensemble_seeds") and needs in error
+    assert (
+        stop.value.code == 2 and error.startswith(("error: --run.ensemble_seeds", "error: encoding")) and needs in error
+    )
     assert "\n" not in error and not (tmp_path / "runs").exists()
 
 
