@@ -27,6 +27,8 @@ API (also what benchmarks/trials_per_hour.py uses):
 
     state = ensemble.member_state(i)                       # member i's state_dict tensors (views into the stack)
     ensemble.frozen                                        # (k,) bool: which members are frozen
+    saved = ensemble.member_training_state(i)              # member i's AdamW moments and the schedule (resume)
+    ensemble.load_member_training_state(i, weights, saved) # member i continues from them (fit's --ckpt_path)
 
 `check_ensemble_encoding(name)` refuses, in one line, an encoding that cannot run under vmap (`NOT_VMAPPABLE`
 says why for each); `SeedEnsemble` checks its members' layer encodings. Numerics: the members' batches are
@@ -194,6 +196,35 @@ class SeedEnsemble(nn.Module):
             for member, kept in self._kept.items():
                 for name, p in self.params.items():
                     p[member] = kept[name]
+
+    def member_training_state(self, member: int) -> dict:
+        """What member `member` needs to go on training elsewhere (its own resumed run, or another ensemble): its
+        AdamW moments and step count per parameter name, and the schedule's state (shared: one step count)."""
+        names = {id(p): name for name, p in self.params.items()}
+        moments = {}
+        for p, state in self.optimizer.state.items():
+            moments[names[id(p)]] = {k: (v[member].clone() if k != "step" else v.clone()) for k, v in state.items()}
+        return {"optimizer": moments, "schedule": self.schedule.state_dict()}
+
+    def load_member_training_state(self, member: int, weights: dict[str, Tensor], training: dict) -> None:
+        """Member `member` continues a run saved by `member_training_state` (all members resume at one step):
+        its weights, its AdamW moments and the schedule at that step."""
+        with torch.no_grad():
+            for name, value in weights.items():
+                target = self.params.get(name, self.buffers_.get(name))
+                if target is not None:
+                    target[member] = value
+        for name, saved in training["optimizer"].items():
+            p = self.params[name]
+            state = self.optimizer.state[p]
+            for key, value in saved.items():
+                if key == "step":
+                    state["step"] = value.clone()
+                else:
+                    state.setdefault(key, torch.zeros_like(p, memory_format=torch.preserve_format))[member] = value
+        self.schedule.load_state_dict(training["schedule"])
+        for group, lr in zip(self.optimizer.param_groups, self.schedule.get_last_lr(), strict=True):
+            group["lr"] = lr
 
     def member_state(self, member: int) -> dict[str, Tensor]:
         """Member `member`'s parameters and persistent buffers, keyed as its own module's state_dict."""

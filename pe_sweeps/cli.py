@@ -113,9 +113,10 @@ class RunOptions:
     # `fit`: once training has finished, evaluate the final model on the test split (test/... in this run's record,
     # reported by `compare --metric test/...`, never selected on)
     test_at_end: bool = False
-    # `fit`: train this many seeds (seed_everything, +1, ...) in one process as one seed ensemble, written as that many
-    # ordinary runs (pe_sweeps/runs/ensemble_fit.py); 1: one run
-    ensemble_seeds: int = 1
+    # `fit`: train this many seeds (seed_everything, +1, ...), or these seeds ([3, 7, 11], the first being
+    # seed_everything), in one process as one seed ensemble, written as that many ordinary runs
+    # (pe_sweeps/runs/ensemble_fit.py); 1: one run
+    ensemble_seeds: int | list[int] = 1
 
 
 class ParserBuilt(Exception):
@@ -197,19 +198,20 @@ class PECLI(LightningCLI):
         model_args = config.get("model.init_args") or {}
         check_trainer_args(config.get("trainer") or {}, fit=subcommand in (None, "fit"))
         check_seed(config.get("seed_everything"))
-        if subcommand in (None, "fit") and config.get("run.ensemble_seeds", 1) != 1:  # before any run folder is made
+        ensemble = subcommand in (None, "fit") and is_ensemble(config.get("run.ensemble_seeds", 1))
+        if ensemble:  # before any run folder is made
             from pe_sweeps.runs.ensemble_fit import check_ensemble_options
 
             trainer, run = config.get("trainer") or {}, config.run
-            check_ensemble_options(run.ensemble_seeds, trainer.get("max_steps"), trainer.get("val_check_interval"),
-                                   trainer.get("devices"), trainer.get("accelerator"), config.get("ckpt_path"),
-                                   run.test_at_end)  # fmt: skip
+            check_ensemble_options(run.ensemble_seeds, config.get("seed_everything"), trainer.get("max_steps"),
+                                   trainer.get("val_check_interval"), trainer.get("devices"),
+                                   trainer.get("accelerator"), run.test_at_end)  # fmt: skip
         model_class = locate(config.get("model.class_path") or "")
         if isinstance(model_class, type) and issubclass(model_class, TaskModule):
             restore_option_nulls(config, model_class)
             for name, options in model_class.declared_encodings(model_args).values():  # as the module declares them
                 check_scheduled_encoding(name, options)  # a name, or a list with one per layer
-                if subcommand in (None, "fit") and config.get("run.ensemble_seeds", 1) != 1:  # before its run folders
+                if ensemble:  # before its run folders
                     from lightning_modules.ensemble import check_ensemble_encoding
                     from lightning_modules.schedule_label import is_label, label_pattern
 
@@ -339,11 +341,14 @@ class PECLI(LightningCLI):
         if run.wandb and config.trainer.logger is False:
             if launch_rank() == 0:
                 print("W&B is off: --trainer.logger=false turns every logger off (--run.wandb=false says so too)")
-        elif run.wandb and run.ensemble_seeds > 1:  # a W&B run per member, written after training (ensemble_fit.py)
+        elif run.wandb and (
+            is_ensemble(run.ensemble_seeds) or self.ensemble_checkpoint is not None
+        ):  # a W&B run per member, written after training (ensemble_fit.py)
             self.member_logger = lambda writer: make_wandb_logger(
                 writer.path.parent, writer.record.name, writer.record.group, run.project, run.entity,
                 [task, encoding] + ([sweep] if sweep else []),
             )  # fmt: skip
+            kwargs["logger"] = False  # this Trainer never trains: Lightning's default CSV logger would only warn
         elif run.wandb:
             tags = [task, encoding] + ([sweep] if sweep else [])
             run_id = previous.wandb.get("id") if previous else None  # a resumed run continues its W&B run
@@ -372,21 +377,48 @@ class PECLI(LightningCLI):
     def fit(self, model, **kwargs) -> None:
         """`fit`: Trainer.fit, or with `--run.ensemble_seeds K` the K seeds as one seed ensemble (K run records)."""
         run: RunOptions = self.config_init[self.subcommand].run
-        if run.ensemble_seeds == 1:
+        if not is_ensemble(run.ensemble_seeds) and self.ensemble_checkpoint is None:
             return self.trainer.fit(model, **kwargs)
         return self._fit_ensemble(run)
 
+    @property
+    def ensemble_checkpoint(self) -> dict | None:
+        """`fit --ckpt_path` of a seed ensemble's member (its `pe_ensemble` training state), read once; else None:
+        such a checkpoint resumes as an ensemble (of one, without --run.ensemble_seeds), never as Lightning's."""
+        if not hasattr(self, "_ensemble_checkpoint"):
+            path = self.config[self.subcommand].get("ckpt_path") if self.subcommand == "fit" else None
+            checkpoint = read_checkpoint(path, "--ckpt_path", mmap=False) if path and Path(path).is_file() else None
+            self._ensemble_checkpoint = checkpoint if checkpoint and "pe_ensemble" in checkpoint else None
+        return self._ensemble_checkpoint
+
     def _fit_ensemble(self, run: RunOptions) -> None:
-        from pe_sweeps.runs.ensemble_fit import Member, fit_ensemble, member_config, replay_to_wandb
+        from pe_sweeps.runs.ensemble_fit import (
+            Member,
+            fit_ensemble,
+            member_config,
+            member_seeds,
+            replay_to_wandb,
+            resumed_members,
+        )
 
         config = self.config[self.subcommand]
         trainer = config.trainer
-        first, seeds = self.run_record, [config.seed_everything + i for i in range(run.ensemble_seeds)]
+        first, seeds = self.run_record, member_seeds(run.ensemble_seeds, config.seed_everything)
+        resumes = resumed_members(self.ensemble_checkpoint, seeds) if self.ensemble_checkpoint else {}
         data_class, data_args = type(self.datamodule), dict(vars(config.data.init_args))
         members = []
         for seed in seeds:
+            if seed in resumes and resumes[seed] is None:  # it had finished or diverged: its record is final
+                continue
             if seed == config.seed_everything:
                 writer, data = first, self.datamodule
+            elif seed in resumes:  # its own run folder and record, continued
+                run_dir = resumes[seed]["run_dir"]
+                previous = read_record(run_dir / RECORD_FILE, warn=False)
+                data = data_class(**(data_args | ({"seed": seed} if self.data_seed_follows else {})))
+                identity = {k: getattr(previous, k) for k in ("name", "group", "task", "encoding", "distinct", "seed",
+                                                              "data_seed", "sweep", "subcommand")}  # fmt: skip
+                writer = RecordWriter(run_dir, identity | {"process_start": PROCESS_START}, previous.config, previous)
             else:
                 data = data_class(**(data_args | ({"seed": seed} if self.data_seed_follows else {})))
                 record = first.record
@@ -398,14 +430,17 @@ class PECLI(LightningCLI):
                 identity |= {"name": name, "seed": seed, "data_seed": getattr(data, "seed", None)}
                 run_dir = self._run_dir(self._out_dir(run, config), name)
                 writer = RecordWriter(run_dir, identity, member_config(record.config, seed, self.data_seed_follows))
-            members.append(Member(seed, data, writer))
+            resume = (
+                self.ensemble_checkpoint if seed == config.seed_everything else resumes.get(seed, {}).get("checkpoint")
+            )
+            members.append(Member(seed, data, writer, resume=resume))
         if run.name:
             first.record.name = f"{run.name}-s{config.seed_everything}"
         model_class, accepted = type(self.model), inspect.signature(type(self.model)).parameters
         hparams = {k: v for k, v in self.model.hparams_initial.items() if k in accepted}  # not Lightning's _class_path
         clip = trainer.get("gradient_clip_val")
         fit_ensemble(lambda seed: model_class(**hparams), members, trainer.max_steps, trainer.val_check_interval,
-                     clip)  # fmt: skip
+                     clip, hyper_parameters=dict(self.model.hparams_initial))  # fmt: skip
         for member in members:
             if getattr(self, "member_logger", None) is not None:
                 replay_to_wandb(member, self.member_logger(member.writer), trainer.get("log_every_n_steps") or 50)
@@ -414,7 +449,7 @@ class PECLI(LightningCLI):
     def after_fit(self) -> None:
         """With --run.test_at_end, the final model on the test split (a finished fit only); then a short table of
         the final and best validation metrics, the record and how to sync W&B."""
-        if self.config_init[self.subcommand].run.ensemble_seeds > 1:  # each member's record says how it ended
+        if is_ensemble(self.config_init[self.subcommand].run.ensemble_seeds) or self.ensemble_checkpoint is not None:
             return
         if self.config_init[self.subcommand].run.test_at_end and not self.trainer.interrupted:
             self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)
@@ -422,6 +457,11 @@ class PECLI(LightningCLI):
             from pe_sweeps.runs.summary import print_fit_summary
 
             print_fit_summary(self.run_record.record, self.run_record.path)
+
+
+def is_ensemble(ensemble_seeds: int | list[int]) -> bool:
+    """Whether `--run.ensemble_seeds` asks for a seed ensemble (a list of seeds, or a count other than 1)."""
+    return isinstance(ensemble_seeds, list) or ensemble_seeds != 1
 
 
 def hpc_checkpoint(folder: str) -> str | None:

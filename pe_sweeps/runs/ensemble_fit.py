@@ -11,12 +11,18 @@ run gives, while the others go on.
 
 Validation runs every `--trainer.val_check_interval` steps (an integer: a fraction of an epoch or epochs are
 refused), each member on its own validation set through a plain `Trainer.validate`. With W&B on, each member
-gets its own W&B run once the ensemble has trained (`replay_to_wandb`: one W&B run at a time). Not yet: resuming
-an ensemble from its checkpoints (they hold weights, not the optimizer), CUDA (the CPU only), DDP,
-`--run.test_at_end`.
+gets its own W&B run once the ensemble has trained (`replay_to_wandb`: one W&B run at a time).
+
+Resuming: each member's last.ckpt also holds `pe_ensemble`: its AdamW moments, the schedule, its data loader's
+position (epoch and a StatefulDataLoader state), its training rows (for its W&B run) and the ensemble's members.
+`fit --ckpt_path=<member>/checkpoints/last.ckpt` goes on from it as an ensemble of that one member (a sweep's
+retry of one trial), and with `--run.ensemble_seeds` as the ensemble of those seeds (each from its own folder's
+checkpoint; a member whose record is final is left as it is). Checkpoints are replaced whole (written beside,
+then renamed), so a kill leaves the previous one. Not yet: CUDA (the CPU only), DDP, `--run.test_at_end`.
 """
 
 import copy
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +33,7 @@ import torch
 from lightning_modules.ensemble import SeedEnsemble, stack_batches
 from lightning_modules.optim import check_finite
 from pe_core.errors import ConfigError, DivergedError
+from pe_sweeps.failpoints import failpoint
 from pe_sweeps.runs.outcomes import write_table
 from pe_sweeps.runs.record_writer import RecordWriter, status_of
 from pe_sweeps.runs.wandb_setup import describe_wandb_run
@@ -41,17 +48,26 @@ class Member:
     writer: RecordWriter
     train_rows: list = field(default_factory=list)  # (step, loss, lr) of each step, for its W&B run
     validator: pl.Trainer | None = None  # the Trainer that validates it
+    batches: "EpochBatches | None" = None  # its training batches, epoch after epoch
+    resume: dict | None = None  # its checkpoint (`--ckpt_path`): weights and `pe_ensemble`, the training state
 
 
-def check_ensemble_options(seeds: int, max_steps: int | None, val_check_interval, devices, accelerator, ckpt_path,
-                           test_at_end: bool) -> None:  # fmt: skip
-    """One line for the settings an ensemble of `seeds` members cannot follow (yet), before anything is built."""
-    if seeds < 1:
-        raise ConfigError(f"--run.ensemble_seeds must be >= 1 (1: one run), got {seeds}")
-    if seeds == 1:
+def member_seeds(ensemble_seeds: int | list[int], seed: int) -> list[int]:
+    """The members' seeds: `seed`, `seed` + 1, ... for a count; a list as given (its first is `seed`)."""
+    return list(ensemble_seeds) if isinstance(ensemble_seeds, list) else [seed + i for i in range(ensemble_seeds)]
+
+
+def check_ensemble_options(ensemble_seeds: int | list[int], seed, max_steps: int | None, val_check_interval, devices,
+                           accelerator, test_at_end: bool) -> None:  # fmt: skip
+    """One line for the settings an ensemble cannot follow (yet), before anything is built."""
+    if isinstance(ensemble_seeds, list):
+        if not ensemble_seeds or len(set(ensemble_seeds)) != len(ensemble_seeds) or ensemble_seeds[0] != seed:
+            raise ConfigError(f"--run.ensemble_seeds as a list needs distinct seeds, the first being --seed_everything "
+                              f"({seed}); got {ensemble_seeds}")  # fmt: skip
+    elif ensemble_seeds < 1:
+        raise ConfigError(f"--run.ensemble_seeds must be >= 1 (1: one run) or a list of seeds, got {ensemble_seeds}")
+    elif ensemble_seeds == 1:
         return
-    if ckpt_path:
-        raise ConfigError("--run.ensemble_seeds cannot resume from --ckpt_path yet; fit its seeds one by one")
     if test_at_end:
         raise ConfigError("--run.ensemble_seeds cannot --run.test_at_end yet; test each member's checkpoint")
     if not isinstance(max_steps, int) or max_steps <= 0:
@@ -71,23 +87,33 @@ def check_ensemble_options(seeds: int, max_steps: int | None, val_check_interval
 
 
 def fit_ensemble(build, members: list[Member], max_steps: int, val_every: int, clip: float | None,
-                 accelerator: str = "cpu") -> SeedEnsemble:  # fmt: skip
+                 accelerator: str = "cpu", hyper_parameters: dict | None = None) -> SeedEnsemble:  # fmt: skip
     """Train `members` as one SeedEnsemble (`build(seed)`: a member's task module) for `max_steps`, validating
-    each every `val_every` steps and at the end, and keep each member's record and last checkpoint."""
+    each every `val_every` steps and at the end, and keep each member's record and last checkpoint (whose
+    `hyper_parameters`, when given, are the CLI model's: `fit --ckpt_path` parses them as a solo run's)."""
     ensemble = SeedEnsemble(build, [m.seed for m in members])
+    ensemble.hyper_parameters = hyper_parameters
     template = ensemble.template
     hp = template.hparams
     ensemble.configure_optimizer(hp.lr, hp.weight_decay, template.warmup(max_steps), hp.lr_decay, max_steps, clip)
-    for member in members:
+    start = resume_step(members)
+    for i, member in enumerate(members):
         member.data.setup("fit")
+        member.batches = EpochBatches(member.data)
+        if member.resume is not None:  # its weights, AdamW moments, schedule, data position and training rows
+            saved = member.resume["pe_ensemble"]
+            ensemble.load_member_training_state(i, member.resume["state_dict"], saved)
+            member.batches.load_state_dict(saved["loader"])
+            member.train_rows = [tuple(row) for row in saved["train_rows"]]
+            member.writer.cut_history(start)  # validations after the checkpoint are done again
         record = member.writer.record
         record.started_at = record.first_step_at = time.time()
-        record.first_step, record.max_steps, record.world_size, record.num_devices = 1, max_steps, 1, 1
+        record.first_step, record.max_steps, record.world_size, record.num_devices = start + 1, max_steps, 1, 1
         record.global_batch_size = getattr(member.data, "batch_size", None)
         record.matmul_precision = torch.get_float32_matmul_precision()
         member.writer.write()
     try:
-        _train(ensemble, members, max_steps, val_every, accelerator)
+        _train(ensemble, members, start, max_steps, val_every, accelerator)
     except BaseException as exception:  # every member still training ends as a solo run would (its record)
         for i, member in enumerate(members):
             if not ensemble.frozen[i]:
@@ -98,13 +124,26 @@ def fit_ensemble(build, members: list[Member], max_steps: int, val_every: int, c
     return ensemble
 
 
-def _train(ensemble: SeedEnsemble, members: list[Member], max_steps: int, val_every: int, accelerator: str) -> None:
+def resume_step(members: list[Member]) -> int:
+    """The step the members' checkpoints were saved at (0: a fresh ensemble); they must agree (one optimizer step
+    count for all), else one line saying to resume them one by one."""
+    steps = {m.resume["pe_ensemble"]["step"] for m in members if m.resume is not None}
+    if any(m.resume is None for m in members) and steps:
+        steps.add(0)
+    if len(steps) > 1:
+        saved = ", ".join(f"seed {m.seed}: step {m.resume['pe_ensemble']['step'] if m.resume else 0}" for m in members)
+        raise ConfigError(f"the ensemble's members were saved at different steps ({saved}); resume each alone with "
+                          "--ckpt_path=<its run>/checkpoints/last.ckpt")  # fmt: skip
+    return steps.pop() if steps else 0
+
+
+def _train(ensemble: SeedEnsemble, members: list[Member], start: int, max_steps: int, val_every: int,
+           accelerator: str) -> None:  # fmt: skip
     lr = ensemble.template.hparams.lr
-    batches = [EpochBatches(m.data) for m in members]
     ensemble.train()
-    for step in range(1, max_steps + 1):
+    for step in range(start + 1, max_steps + 1):
         lr_now = ensemble.optimizer.param_groups[0]["lr"]  # this step's, as LogLearningRate logs it
-        losses = ensemble.train_step(stack_batches([b.next() for b in batches]))
+        losses = ensemble.train_step(stack_batches([m.batches.next() for m in members]))
         for i, member in enumerate(members):
             if not ensemble.frozen[i]:
                 member.writer.record.final |= {"train/loss": float(losses[i]), "train/lr": float(lr_now)}
@@ -114,7 +153,8 @@ def _train(ensemble: SeedEnsemble, members: list[Member], max_steps: int, val_ev
         if step % val_every == 0 or step == max_steps:
             for i, member in enumerate(members):
                 if not ensemble.frozen[i]:
-                    _validate(ensemble, i, member, step, accelerator)
+                    _validate(ensemble, i, member, step, accelerator, members)
+            failpoint("ensemble:validated")
         if ensemble.frozen.all():
             break
     for i, member in enumerate(members):
@@ -130,12 +170,27 @@ class EpochBatches:
     def __init__(self, data):
         self.loader, self.epoch, self.batches = data.train_dataloader(), 0, None
 
+    def state_dict(self) -> dict:
+        """Where it is: the epoch and the loader's position in it (a StatefulDataLoader's state)."""
+        return {"epoch": self.epoch, "loader": self.loader.state_dict() if self.batches is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Go on from `state_dict()`: the next batch is the one an uninterrupted run would draw."""
+        self.epoch, self.batches = state["epoch"], None
+        if state["loader"] is not None:
+            self._start_epoch()
+            self.loader.load_state_dict(state["loader"])
+            self.batches = iter(self.loader)
+
+    def _start_epoch(self) -> None:
+        sampler = getattr(self.loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(self.epoch)
+
     def next(self) -> dict:
         while True:
             if self.batches is None:
-                sampler = getattr(self.loader, "sampler", None)
-                if hasattr(sampler, "set_epoch"):
-                    sampler.set_epoch(self.epoch)
+                self._start_epoch()
                 self.batches = iter(self.loader)
             try:
                 return next(self.batches)
@@ -153,9 +208,10 @@ def _diverged(ensemble: SeedEnsemble, i: int, member: Member, loss, step: int, l
     member.writer.write()
 
 
-def _validate(ensemble: SeedEnsemble, i: int, member: Member, step: int, accelerator: str) -> None:
+def _validate(ensemble: SeedEnsemble, i: int, member: Member, step: int, accelerator: str,
+              members: list[Member]) -> None:  # fmt: skip
     """Member i at `step` on its validation set: its record's history, final and best values, outcomes and
-    last checkpoint."""
+    last checkpoint (with what resuming it needs: `pe_ensemble`)."""
     module = ensemble.member(i)
     run_dir = member.writer.path.parent
     if member.validator is None:  # one per member, reused: its "GPU available" lines once, not at every validation
@@ -174,12 +230,53 @@ def _validate(ensemble: SeedEnsemble, i: int, member: Member, step: int, acceler
     record.history.append({"step": step, "wandb_step": step - 1, **values})
     record.step = step
     path = Path(run_dir) / "checkpoints" / "last.ckpt"
-    trainer.save_checkpoint(path)
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    partial = path.with_name("last.ckpt.partial")  # a kill mid-write leaves the previous checkpoint whole
+    trainer.save_checkpoint(partial)
+    checkpoint = torch.load(partial, map_location="cpu", weights_only=True)
     checkpoint["pe_run_dir"], checkpoint["global_step"] = str(Path(run_dir).resolve()), step
-    torch.save(checkpoint, path)
+    if ensemble.hyper_parameters is not None:
+        checkpoint["hyper_parameters"] = dict(ensemble.hyper_parameters)
+    checkpoint["pe_ensemble"] = {
+        "seed": member.seed, "step": step, **ensemble.member_training_state(i),
+        "loader": member.batches.state_dict(), "train_rows": [list(row) for row in member.train_rows],
+        "members": [{"seed": m.seed, "run_dir": str(m.writer.path.parent.resolve())} for m in members],
+    }  # fmt: skip
+    torch.save(checkpoint, partial)
+    os.replace(partial, path)
     record.checkpoints["last"] = {"path": str(path), "step": step}
     writer.write()
+
+
+def resumed_members(checkpoint: dict, seeds: list[int]) -> dict[int, dict | None]:
+    """For `fit --ckpt_path` of a member's checkpoint: each other member's run folder and checkpoint (read as plain
+    data), None for one whose record is final (finished or diverged: nothing to resume); one line for a seed the
+    checkpoint's ensemble did not have, or a member whose checkpoint is missing or unreadable."""
+    from lightning_modules.checkpoint_io import read_checkpoint
+    from pe_sweeps.runs.records import read_record
+
+    saved = checkpoint["pe_ensemble"]
+    if seeds[0] != saved["seed"]:
+        raise ConfigError(f"--ckpt_path is seed {saved['seed']}'s checkpoint, but --seed_everything is {seeds[0]}: "
+                          f"pass --seed_everything={saved['seed']}")  # fmt: skip
+    known = {m["seed"]: Path(m["run_dir"]) for m in saved["members"]}
+    unknown = [s for s in seeds[1:] if s not in known]
+    if unknown:
+        raise ConfigError(f"--run.ensemble_seeds: seed(s) {unknown} were not in the ensemble --ckpt_path was saved "
+                          f"from (its seeds: {sorted(known)})")  # fmt: skip
+    found: dict[int, dict | None] = {}
+    for seed in seeds[1:]:
+        record = read_record(known[seed] / "record.json", warn=False)
+        if record is None:
+            raise ConfigError(f"seed {seed}'s run {known[seed]} has no readable record.json; resume the others alone")
+        if record.status in ("finished", "diverged"):
+            found[seed] = None
+            continue
+        path = known[seed] / "checkpoints" / "last.ckpt"
+        found[seed] = {
+            "run_dir": known[seed],
+            "checkpoint": read_checkpoint(str(path), f"seed {seed}'s checkpoint", mmap=False),
+        }
+    return found
 
 
 def member_config(resolved: dict, seed: int, data_seed_follows: bool) -> dict:

@@ -47,6 +47,7 @@ def test_an_ensemble_writes_one_ordinary_run_per_seed(tmp_path, monkeypatch, cap
         ("--run.test_at_end=true", "test_at_end"),
         ("--trainer.devices=2", "one device"),
         ("--run.ensemble_seeds=0", ">= 1"),
+        ("--run.ensemble_seeds=[1,2]", "the first being --seed_everything"),
         ("--model.arch.encoding=kerple_log", "cannot train as a seed ensemble"),  # made 2 run folders first
     ],
 )
@@ -126,3 +127,34 @@ def test_each_member_gets_its_own_wandb_run(tmp_path):
         assert summary["best/val/loss"] == pytest.approx(record.best["val/loss"])
         assert summary["trainer/global_step"] == 3  # the last step's values, numbered as Lightning's loggers do
         assert (config["seed"], config["data_seed"], config["encoding"]) == (record.seed, record.seed, "rope")
+
+
+@pytest.mark.slow
+def test_a_killed_ensemble_resumes_every_member_exactly_once(tmp_path, monkeypatch):
+    """Killed (SIGKILL) right after its step-2 validation, an ensemble of seeds 0, 1, 2 goes on from its members'
+    checkpoints (weights, AdamW moments, schedule, data position): seed 1 alone (`--ckpt_path` of its checkpoint,
+    the sweep's retry of one member) and seeds 0 and 2 together (`--run.ensemble_seeds=[0,2]`). Each member's
+    validations are each done once, in its own run folder, and its results are an uninterrupted ensemble's."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    killed = tmp_path / "killed"
+    env = {**os.environ, "PE_FAULT_AT": "ensemble:validated", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "cli.py", "fit", *TINY, f"--run.out_dir={killed}", "--run.ensemble_seeds=3"]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == -9, (result.stdout + result.stderr)[-3000:]
+    before = {r.seed: r for r in load_records(killed)}
+    assert {s: [row["step"] for row in r.history] for s, r in before.items()} == {0: [2], 1: [2], 2: [2]}
+
+    def checkpoint(seed):
+        return f"{before[seed].run_dir}/checkpoints/last.ckpt"
+
+    cli_main(["fit", *TINY, f"--run.out_dir={killed}", "--seed_everything=1", f"--ckpt_path={checkpoint(1)}"])
+    cli_main(["fit", *TINY, f"--run.out_dir={killed}", "--run.ensemble_seeds=[0,2]", f"--ckpt_path={checkpoint(0)}"])
+    cli_main(["fit", *TINY, f"--run.out_dir={tmp_path / 'whole'}", "--run.ensemble_seeds=3"])
+    resumed = {r.seed: r for r in load_records(killed)}
+    whole = {r.seed: r for r in load_records(tmp_path / "whole")}
+    assert sorted(resumed) == [0, 1, 2]  # no new run folder
+    for seed, record in resumed.items():
+        assert record.status == "finished" and [row["step"] for row in record.history] == [2, 4]
+        assert [r["step"] for r in record.resumes] == [2] and record.run_dir == before[seed].run_dir
+        for key, value in whole[seed].final.items():
+            assert record.final[key] == pytest.approx(value, abs=1e-5), (seed, key)
