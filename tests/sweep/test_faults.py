@@ -577,9 +577,11 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
             {},
             "cannot open sweep storage postgresql://u:***@127.0.0.1:1/db?password=***",
         ),
+        # wandb.init fails in its run upsert (a rejected key, or no network: a CommError); the identity look-up
+        # before it (`WANDB__DISABLE_VIEWER`: wandb's x_disable_viewer) never fails a run, only waited 2 x 5 s
         "invalid wandb key": (
             [*fit, "--trainer.max_steps=1"],
-            {"WANDB_MODE": "", "WANDB_API_KEY": "x" * 40, "WANDB_INIT_TIMEOUT": "10"},
+            {"WANDB_MODE": "", "WANDB_API_KEY": "x" * 40, "WANDB_INIT_TIMEOUT": "3", "WANDB__DISABLE_VIEWER": "true"},
             "W&B",
         ),
     }
