@@ -119,6 +119,25 @@ def test_kernel_labels():
     assert label("triton_tem_fused_0") == "triton template" and label("aten::mm") is None
 
 
+@pytest.mark.parametrize("backend", ["FLASH_ATTENTION", "MATH"])
+def test_kernel_names_from_the_kineto_result_are_the_profilers_events(backend):
+    """The CPU dry run reads event names from the profile's Kineto result (`kineto_event_names`); a GPU run reads
+    `prof.events()`: the same events, so the same attention kernels."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(1, 2, 8, 4, requires_grad=True)
+    with sdpa_kernel(getattr(SDPBackend, backend)), torch.profiler.profile() as prof:
+        F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+    events = {event.name for event in prof.events()}
+    names = gpu_check.kineto_event_names(prof)
+    assert "aten::scaled_dot_product_attention" in events and events <= names
+    labels = {gpu_check.kernel_label(name) for name in names} - {None}
+    assert labels == {gpu_check.kernel_label(name) for name in events} - {None}
+    assert labels == {"flash (cpu)" if backend == "FLASH_ATTENTION" else "math"}
+
+
 def test_bad_arguments_name_the_choices(capsys):
     for argv, message in ((["--limit", "bogus=3"], "SECTION one of: device, encodings"),
                           (["--only", "nope"], "unknown section 'nope'; choose from: encodings")):  # fmt: skip
