@@ -19,6 +19,7 @@ import time
 PROCESS_START = time.time()  # before the heavy imports: start-up cost is recorded with each run
 
 import inspect  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -55,6 +56,7 @@ from pe_sweeps.exits import exit_in_one_line  # noqa: E402
 from pe_sweeps.help_cache import is_help  # noqa: E402
 from pe_sweeps.layout import (  # noqa: E402
     DEFAULT_OUT_DIR,
+    ENSEMBLE_OUT_DIRS_ENV,
     OUT_DIR_ENV,
     OUT_ROOT_ENV,
     RECORD_FILE,
@@ -387,8 +389,10 @@ class PECLI(LightningCLI):
         such a checkpoint resumes as an ensemble (of one, without --run.ensemble_seeds), never as Lightning's."""
         if not hasattr(self, "_ensemble_checkpoint"):
             path = self.config[self.subcommand].get("ckpt_path") if self.subcommand == "fit" else None
-            checkpoint = read_checkpoint(path, "--ckpt_path", mmap=False) if path and Path(path).is_file() else None
-            self._ensemble_checkpoint = checkpoint if checkpoint and "pe_ensemble" in checkpoint else None
+            mapped = read_checkpoint(path, "--ckpt_path") if path and Path(path).is_file() else None  # reads little
+            member = isinstance(mapped, dict) and "pe_ensemble" in mapped
+            # read whole: its own file is rewritten while it trains, under a memory map's feet
+            self._ensemble_checkpoint = read_checkpoint(path, "--ckpt_path", mmap=False) if member else None
         return self._ensemble_checkpoint
 
     def _fit_ensemble(self, run: RunOptions) -> None:
@@ -405,6 +409,7 @@ class PECLI(LightningCLI):
         trainer = config.trainer
         first, seeds = self.run_record, member_seeds(run.ensemble_seeds, config.seed_everything)
         resumes = resumed_members(self.ensemble_checkpoint, seeds) if self.ensemble_checkpoint else {}
+        member_dirs = json.loads(os.environ.get(ENSEMBLE_OUT_DIRS_ENV) or "{}")
         data_class, data_args = type(self.datamodule), dict(vars(config.data.init_args))
         members = []
         for seed in seeds:
@@ -428,7 +433,8 @@ class PECLI(LightningCLI):
                 identity = {k: getattr(record, k) for k in ("group", "task", "encoding", "distinct", "sweep",
                                                             "subcommand", "process_start")}  # fmt: skip
                 identity |= {"name": name, "seed": seed, "data_seed": getattr(data, "seed", None)}
-                run_dir = self._run_dir(self._out_dir(run, config), name)
+                out_dir = member_dirs.get(str(seed)) or self._out_dir(run, config)  # a sweep's: that seed's trial
+                run_dir = self._run_dir(out_dir, name)
                 writer = RecordWriter(run_dir, identity, member_config(record.config, seed, self.data_seed_follows))
             resume = (
                 self.ensemble_checkpoint if seed == config.seed_everything else resumes.get(seed, {}).get("checkpoint")

@@ -46,6 +46,23 @@ def stored_trial(study: optuna.Study, trial: optuna.Trial | FrozenTrial) -> Froz
     return study._storage.get_trial(trial._trial_id)  # optuna: Study._storage, Trial._trial_id
 
 
+def claim_waiting_trial(study: optuna.Study, trial: FrozenTrial) -> optuna.Trial | None:
+    """Take this WAITING (queued) trial as `study.ask()` takes the next one: its state set to RUNNING (False when
+    another process took it first), then a live Trial of it; None when it was taken or has finished. A seed
+    ensemble's worker takes the other seeds of its grid point this way (sweep/ensemble_run.py)."""
+    import optuna
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    try:
+        if not storage_of(study).set_trial_state_values(trial._trial_id, state=TrialState.RUNNING):
+            return None
+    except UpdateFinishedTrialError:
+        return None
+    study._thread_local.cached_all_trials = None  # optuna: as Study.ask, which re-reads the trials after a pop
+    return optuna.Trial(study, trial._trial_id)  # optuna: what Study.ask returns for a popped trial
+
+
 def rdb_stale_trial_ids(storage: optuna.storages.RDBStorage, study_id: int) -> list[int]:
     """RUNNING trials of the study whose heartbeat is older than the storage's grace period, judged by the
     database's clock (what Optuna's `fail_stale_trials` uses, without failing them)."""

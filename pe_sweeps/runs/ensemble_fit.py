@@ -34,6 +34,7 @@ from lightning_modules.ensemble import SeedEnsemble, stack_batches
 from lightning_modules.optim import check_finite
 from pe_core.errors import ConfigError, DivergedError
 from pe_sweeps.failpoints import failpoint
+from pe_sweeps.layout import PRUNE_FILE
 from pe_sweeps.runs.outcomes import write_table
 from pe_sweeps.runs.record_writer import RecordWriter, status_of
 from pe_sweeps.runs.wandb_setup import describe_wandb_run
@@ -155,6 +156,9 @@ def _train(ensemble: SeedEnsemble, members: list[Member], start: int, max_steps:
                 if not ensemble.frozen[i]:
                     _validate(ensemble, i, member, step, accelerator, members)
             failpoint("ensemble:validated")
+            for i, member in enumerate(members):
+                if not ensemble.frozen[i] and (member.writer.path.parent / PRUNE_FILE).exists():
+                    _pruned(ensemble, i, member, step)
         if ensemble.frozen.all():
             break
     for i, member in enumerate(members):
@@ -205,6 +209,15 @@ def _diverged(ensemble: SeedEnsemble, i: int, member: Member, loss, step: int, l
         check_finite(loss, step, lr)
     except DivergedError as error:
         record.status, record.error, record.global_step = "diverged", f"DivergedError: {error}", step
+    member.writer.write()
+
+
+def _pruned(ensemble: SeedEnsemble, i: int, member: Member, step: int) -> None:
+    """Its sweep pruned member i's trial (PRUNE_FILE in its run folder): it stops as a solo trial's child stopped by
+    its sweep does (`interrupted`), the others go on."""
+    ensemble.freeze(i)
+    record = member.writer.record
+    record.status, record.error, record.global_step = "interrupted", f"pruned by its sweep at step {step}", step
     member.writer.write()
 
 

@@ -32,6 +32,8 @@ class SweepOptions:
     # sweep's own trainer.devices sets; 0: not pinned (every visible GPU; the CPU without GPUs)
     threads_per_trial: int = 0  # each trial's OMP_NUM_THREADS; 0 = the cores split evenly among the running trials
     trials_per_device: int = 1  # with --devices-per-trial: trials that share each GPU (small models)
+    ensemble_seeds: int = 1  # grid: run up to this many seeds of one grid point (its `seed_everything` values) as
+    # one seed ensemble, one child training them as one batched model, each still its own trial (CPU only)
     cold_start: bool = False  # start every trial as a new interpreter, never from the fork server
     warm_any: bool = False  # fork any Python program the sweep's interpreter runs, not only cli.py (tests)
     out_dir: str = "out"  # studies, trial folders and their runs go under <out_dir>/sweeps/

@@ -39,6 +39,7 @@ import os
 import shlex
 import signal
 import sys
+from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
@@ -67,7 +68,8 @@ def check_options(opts: SweepOptions, sweep: dict | None = None) -> None:
     """One line per bad option, before any file or database is touched. Given the sweep file (or an explicit
     --devices_per_trial), also resolves the GPUs per trial and `--workers auto` (`check_devices`)."""
     for option, minimum in (("heartbeat", 1), ("max_retries", 0), ("max_failures_in_a_row", 0), ("storage_outage", 1),
-                            ("devices_per_trial", 0), ("threads_per_trial", 0), ("trials_per_device", 1)):  # fmt: skip
+                            ("devices_per_trial", 0), ("threads_per_trial", 0), ("trials_per_device", 1),
+                           ("ensemble_seeds", 1)):  # fmt: skip
         value = getattr(opts, option)
         if option == "devices_per_trial" and value is None:  # the default: resolved with the sweep file
             continue
@@ -89,6 +91,23 @@ def check_options(opts: SweepOptions, sweep: dict | None = None) -> None:
         check_devices(opts, sweep)
 
 
+def check_ensembles(opts: SweepOptions, sweep: dict) -> None:
+    """--ensemble_seeds K > 1 groups a grid point's seeds into one `cli.py fit` child: one line for a sweep that
+    cannot (not a grid, no `seed_everything` values, not cli.py, trials given GPUs)."""
+    if opts.ensemble_seeds == 1:
+        return
+    seeds = (sweep.get("parameters") or {}).get("seed_everything") or {}
+    program = Path(sweep.get("program", "cli.py")).name
+    why = (f"its method is {sweep['method']!r}, not grid" if sweep["method"] != "grid"
+           else "it has no `seed_everything: {values: [...]}` parameter" if len(seeds.get("values") or []) < 2
+           else f"its program is {program!r}, not cli.py" if program != "cli.py"
+           else "its trials are given GPUs (ensembles train on the CPU only): pass --devices_per_trial 0"
+           if opts.devices_per_trial else None)  # fmt: skip
+    if why:
+        raise ConfigError(f"--ensemble_seeds {opts.ensemble_seeds} trains a grid point's seeds as one ensemble, but "
+                          f"this sweep cannot: {why}; drop --ensemble_seeds")  # fmt: skip
+
+
 def run_sweep(opts: SweepOptions, argv: list[str] | None = None) -> optuna.Study:
     """Run (or resume) the sweep with a live status line, then print the trial table. Exits 130 / 143 on
     SIGINT / SIGTERM (trials re-queued), 2 if the trials' command rejects an option every trial is given,
@@ -101,6 +120,7 @@ def run_sweep(opts: SweepOptions, argv: list[str] | None = None) -> optuna.Study
                           f"{sweep['method']!r} (a failed trial of it counts as run): drop --retry_failed")  # fmt: skip
     if opts.devices_per_trial is None:  # GPUs per trial by default: one, unless the sweep file asks for more
         check_devices(opts, sweep)
+    check_ensembles(opts, sweep)
     name_study(opts, sweep, suffix)
 
     from pe_sweeps.compare.command import print_comparison

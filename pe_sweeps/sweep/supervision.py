@@ -24,6 +24,7 @@ from pe_sweeps.storages.storage_url import storage_url
 from pe_sweeps.storages.study_lock import StudyLock, close_study
 from pe_sweeps.sweep import sweep_file as sf
 from pe_sweeps.sweep.core_claims import CoreClaim
+from pe_sweeps.sweep.ensemble_run import EnsembleRun, siblings
 from pe_sweeps.sweep.options import SweepOptions
 from pe_sweeps.sweep.recovery import (
     TOKEN,
@@ -190,12 +191,7 @@ class Sweep:
             if self.search.terminator and self.search.terminator(study):  # the optimizer factory's stop rule
                 return None
             trial = study.ask()
-            # before anything else: a first heartbeat and who runs it, so it is never stranded; from now until
-            # its result is told, this process's heartbeat thread beats for it (waits for the lock included)
-            storage.record_heartbeat(internals.storage_of(study), internals.trial_id(trial))
-            self.heartbeats.hold(internals.trial_id(trial))
-            for key, value in owner_attrs().items():
-                trial.set_user_attr(key, value)
+            self.own(study, trial)
             queued = QUEUED in internals.stored_trial(study, trial).system_attrs
             if self.sweep["method"] == "grid" and not queued:
                 trial.set_user_attr("reason", "grid already covered by other workers")
@@ -203,6 +199,26 @@ class Sweep:
                 self.heartbeats.release(internals.trial_id(trial))
                 return None
             return trial
+
+    def own(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        """Before anything else: a first heartbeat and who runs it, so the trial is never stranded; from now
+        until its result is told, this process's heartbeat thread beats for it (waits for the lock included)."""
+        storage.record_heartbeat(internals.storage_of(study), internals.trial_id(trial))
+        self.heartbeats.hold(internals.trial_id(trial))
+        for key, value in owner_attrs().items():
+            trial.set_user_attr(key, value)
+
+    def claim_siblings(self, study: optuna.Study, first: optuna.Trial) -> list[optuna.Trial]:
+        """With --ensemble_seeds K: the queued trials of `first`'s grid point with other seeds (up to K - 1),
+        taken for one seed-ensemble child (sweep/ensemble_run.py)."""
+        taken = []
+        with self.lock:
+            for waiting in siblings(study, first, self.opts.ensemble_seeds):
+                trial = internals.claim_waiting_trial(study, waiting)
+                if trial is not None:
+                    self.own(study, trial)
+                    taken.append(trial)
+        return taken
 
     def others_running(self, study: optuna.Study) -> bool:
         """Grid points another sweep process is running: this one waits for them instead of exiting, so a
@@ -253,23 +269,35 @@ class Sweep:
                 if trial is None:  # another process runs the last points: wait, and take them over if it dies
                     self.stop.wait(min(2.0, self.opts.heartbeat))
                     continue
+                group = [trial]
                 try:
-                    TrialRun(self, study, slot).run(trial)
-                except storage.StorageOutage:
-                    raise  # the trial stays RUNNING; the next run finds its sweep process gone and retries it
-                except Exception as error:  # a bug or a storage failure: the trial is failed, not stranded
-                    if storage.is_transient(error):  # not the trial's fault: retried, not counted as a crash
-                        reason = f"storage error: {storage.error_line(error)}; re-queued"
-                        self.finish(study, trial, TrialState.FAIL, reason=reason, requeue_as=(reason, False))
+                    if self.opts.ensemble_seeds > 1:
+                        group += retrying(self.claim_siblings, study, trial)
+                    if len(group) > 1:
+                        EnsembleRun(self, study, slot).run_group(group)
                     else:
-                        reason = f"sweep runner error: {storage.error_line(error)}"
-                        self.finish(study, trial, TrialState.FAIL, reason=reason)
+                        TrialRun(self, study, slot).run(trial)
+                except storage.StorageOutage:
+                    raise  # the trials stay RUNNING; the next run finds their sweep process gone and retries them
+                except Exception as error:  # a bug or a storage failure: the trials are failed, not stranded
+                    for member in group:
+                        self.fail_on_error(study, member, error)
                 finally:
-                    self.heartbeats.release(internals.trial_id(trial))
+                    for member in group:
+                        self.heartbeats.release(internals.trial_id(member))
         except Exception as error:  # reported by the main thread; a trial left RUNNING is recovered later
             if isinstance(error, storage.StorageOutage):
                 self.stop.set()  # every worker stops its child: their results could not be told
             self.errors.append(f"worker {slot} stopped: {storage.error_line(error)}")
+
+    def fail_on_error(self, study: optuna.Study, trial: optuna.Trial, error: Exception) -> None:
+        """A trial whose run raised in this process: failed (re-queued for a storage error), never stranded."""
+        if storage.is_transient(error):  # not the trial's fault: retried, not counted as a crash
+            reason = f"storage error: {storage.error_line(error)}; re-queued"
+            self.finish(study, trial, TrialState.FAIL, reason=reason, requeue_as=(reason, False))
+        else:
+            reason = f"sweep runner error: {storage.error_line(error)}"
+            self.finish(study, trial, TrialState.FAIL, reason=reason)
 
     def run(self, on_tick=None) -> None:
         threads = [threading.Thread(target=self.worker, args=(slot,), daemon=True) for slot in range(self.opts.workers)]

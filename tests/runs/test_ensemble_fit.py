@@ -12,6 +12,7 @@ import pytest
 from conftest import TINY
 
 from pe_sweeps.cli import cli_main
+from pe_sweeps.runs.ensemble_fit import fit_ensemble
 from pe_sweeps.runs.records import load_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,16 +64,13 @@ def test_what_an_ensemble_cannot_follow_is_one_line(tmp_path, monkeypatch, capsy
     assert "\n" not in error and not (tmp_path / "runs").exists()
 
 
-@pytest.mark.slow
-def test_a_diverged_member_stops_and_the_others_finish(tmp_path):
-    """Member 1 starts with an infinite weight: its loss is not finite at step 1, it is frozen and its record says
-    `diverged` with a solo run's one-line reason, while members 0 and 2 train on to the end."""
-    import torch
-
+def tiny_members(tmp_path, seeds):
+    """(build, data, members): a tiny copy model per seed, its data module, and one Member per seed whose run
+    folder is tmp_path / s<seed>."""
     from datamodules.synthetic import SyntheticDataModule
     from lightning_modules.arch import ArchConfig
     from lightning_modules.synthetic_model import SyntheticTaskModel
-    from pe_sweeps.runs.ensemble_fit import Member, fit_ensemble
+    from pe_sweeps.runs.ensemble_fit import Member
     from pe_sweeps.runs.record_writer import RecordWriter
 
     def data(seed):
@@ -82,21 +80,49 @@ def test_a_diverged_member_stops_and_the_others_finish(tmp_path):
     def build(seed):
         module = data(0)
         arch = ArchConfig(dim=16, depth=1, num_heads=2, vocab_size=module.vocab_size, max_length=module.max_seq_len)
-        model = SyntheticTaskModel(arch=arch)
+        return SyntheticTaskModel(arch=arch)
+
+    members = [Member(s, data(s), RecordWriter(tmp_path / f"s{s}", {"name": f"s{s}", "seed": s}, {})) for s in seeds]
+    return build, data, members
+
+
+@pytest.mark.slow
+def test_a_diverged_member_stops_and_the_others_finish(tmp_path):
+    """Member 1 starts with an infinite weight: its loss is not finite at step 1, it is frozen and its record says
+    `diverged` with a solo run's one-line reason, while members 0 and 2 train on to the end."""
+    import torch
+
+    tiny, _, members = tiny_members(tmp_path, (0, 1, 2))
+
+    def build(seed):
+        model = tiny(seed)
         if seed == 1:
             with torch.no_grad():
                 model.head.bias[0] = float("inf")
         return model
 
-    members = [
-        Member(s, data(s), RecordWriter(tmp_path / f"s{s}", {"name": f"s{s}", "seed": s}, {})) for s in (0, 1, 2)
-    ]
     fit_ensemble(build, members, max_steps=4, val_every=2, clip=None)
     records = [m.writer.record for m in members]
     assert [r.status for r in records] == ["finished", "diverged", "finished"]
     assert records[1].global_step == 1 and records[1].error.startswith("DivergedError: train/loss is ")
     assert not records[1].history and [row["step"] for row in records[0].history] == [2, 4]
     assert [r.checkpoints.get("last", {}).get("step") for r in records] == [4, None, 4]
+
+
+def test_a_member_its_sweep_pruned_stops_at_the_next_validation(tmp_path):
+    """A sweep that prunes member 1's trial leaves PRUNE_FILE in its run folder: at the next validation (step 2)
+    the ensemble freezes it, its record says it was stopped (`interrupted`, as a solo trial's child stopped by its
+    sweep), and members 0 and 2 train on to step 4."""
+    from pe_sweeps.layout import PRUNE_FILE
+
+    build, data, members = tiny_members(tmp_path, (0, 1, 2))
+    (tmp_path / "s1").mkdir()
+    (tmp_path / "s1" / PRUNE_FILE).touch()
+    fit_ensemble(build, members, max_steps=4, val_every=2, clip=None)
+    records = [m.writer.record for m in members]
+    assert [r.status for r in records] == ["finished", "interrupted", "finished"]
+    assert [row["step"] for row in records[1].history] == [2] and records[1].global_step == 2
+    assert [row["step"] for row in records[0].history] == [2, 4]
 
 
 @pytest.mark.slow

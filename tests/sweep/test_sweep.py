@@ -537,3 +537,60 @@ def test_reseed_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message
                                   ROOT)  # fmt: skip
     assert code == 2 and err.strip() == message.format(path=path)
     assert not (tmp_path / "out").exists()
+
+
+def test_seed_ensembles_in_a_sweep_resume_each_member_exactly_once(tmp_path):
+    """`--ensemble_seeds 3`: a grid point's three seeds run as one child (one pid names their run folders), each
+    its own trial. The sweep is killed while that child is frozen right after its first validation (step 2 of 4):
+    the re-run fails the three dead trials, re-queues each and resumes each member alone from its own checkpoint
+    (an ensemble of one), so every seed finishes once and each validation is done once. (That a resumed member's
+    values equal an uninterrupted one's: tests/runs/test_ensemble_fit.py.)"""
+    grid = {"model.arch.encoding": {"values": ["rope"]}, "seed_everything": {"values": [0, 1, 2]}}
+    path = tiny_sweep(tmp_path, grid)
+    env = {**os.environ, "WANDB_MODE": "disabled", FAULT_ENV: "ensemble:validated@stop"}
+    sweep = subprocess.Popen(sweep_cmd(path, tmp_path, "--ensemble_seeds=3"), cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    checkpoints, deadline = [], time.time() + 180
+    while len(checkpoints) < 3 or not stopped(trial_pid(checkpoints[0].parents[1])):
+        assert time.time() < deadline and sweep.poll() is None, "the ensemble never reached its first validation"
+        checkpoints = sorted((tmp_path / "sweeps" / "s").glob("trial-*/runs/*/checkpoints/last.ckpt"))
+        time.sleep(0.05)
+    assert len({trial_pid(c.parents[1]) for c in checkpoints}) == 1  # one child trains the three
+    sweep.send_signal(signal.SIGKILL)
+    sweep.wait()
+    os.kill(trial_pid(checkpoints[0].parents[1]), signal.SIGKILL)
+    (running,) = {tuple(t.user_attrs["ensemble"]) for t in trials(tmp_path) if t.state == TrialState.RUNNING}
+    assert running == (0, 1, 2)
+    run_sweep(path, tmp_path, "--ensemble_seeds=3", "--workers=3")
+    ts = trials(tmp_path)
+    dead = [t for t in ts if t.state == TrialState.FAIL]
+    assert [t.number for t in dead] == [0, 1, 2] and all("died" in t.user_attrs["reason"] for t in dead)
+    retries = [t for t in ts if t.state == TrialState.COMPLETE]
+    assert sorted(t.params["seed_everything"] for t in retries) == [0, 1, 2]
+    for retry in retries:
+        assert "ensemble" not in retry.user_attrs  # a retry runs alone, from its own checkpoint
+        (record,) = Path(retry.user_attrs["trial_dir"]).glob("runs/*/record.json")
+        assert retry.user_attrs["resumed_from"] == str(record.parent / "checkpoints" / "last.ckpt")
+        resumed = json.loads(record.read_text())
+        assert resumed["status"] == "finished" and [row["step"] for row in resumed["history"]] == [2, 4]
+        assert [r["step"] for r in resumed["resumes"]] == [2] and resumed["seed"] == retry.params["seed_everything"]
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"method": "random"}, "not grid"),
+        ({"parameters": {"seed_everything": {"values": [0]}}}, "no `seed_everything"),
+        ({"program": "train.py"}, "not cli.py"),
+    ],
+)
+def test_a_sweep_that_cannot_group_seeds_refuses_ensemble_seeds_in_one_line(change, why):
+    from pe_core.errors import ConfigError
+    from pe_sweeps.sweep.options import SweepOptions
+    from pe_sweeps.sweep.run import check_ensembles
+
+    sweep = {"method": "grid", "parameters": {"seed_everything": {"values": [0, 1]}}, "program": "cli.py", **change}
+    check_ensembles(SweepOptions(file="s.yaml", ensemble_seeds=1), sweep)  # without ensembles: anything goes
+    with pytest.raises(ConfigError, match=why) as error:
+        check_ensembles(SweepOptions(file="s.yaml", ensemble_seeds=3), sweep)
+    assert "\n" not in str(error.value) and "--ensemble_seeds" in str(error.value)
