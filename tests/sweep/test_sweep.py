@@ -161,6 +161,20 @@ def test_kill_9_then_rerun_resumes_the_dead_trial_from_its_checkpoint(tmp_path, 
     assert resumed["status"] == "finished" and resumed["first_step"] == step + 1 > 1
 
 
+def backdate_heartbeat(db: Path, trial_id: int, seconds: float) -> None:
+    """Move a trial's last heartbeat in an SQLite study `seconds` into the past: what waiting that long after its
+    sweep died leaves (Optuna compares it with the database's clock)."""
+    import sqlite3
+    from datetime import datetime, timedelta
+
+    with sqlite3.connect(db) as connection:
+        (beat,) = connection.execute(
+            "SELECT heartbeat FROM trial_heartbeats WHERE trial_id = ?", (trial_id,)
+        ).fetchone()
+        earlier = datetime.fromisoformat(beat) - timedelta(seconds=seconds)
+        connection.execute("UPDATE trial_heartbeats SET heartbeat = ? WHERE trial_id = ?", (str(earlier), trial_id))
+
+
 def test_stale_heartbeat_of_a_trial_from_another_host_is_retried(tmp_path):
     """Process A runs a long fake trial with a 1 s heartbeat and is killed; its trial is made to look like
     another host's (so the same-host pid check cannot see it). Process B, started once the heartbeat is older
@@ -177,7 +191,8 @@ def test_stale_heartbeat_of_a_trial_from_another_host_is_retried(tmp_path):
     storage.set_trial_user_attr(running._trial_id, "host", "another-host")
     owner = {**owner_of(running.user_attrs), "host_id": "another-host"}  # host_id: what the same-host check compares
     storage.set_trial_user_attr(running._trial_id, OWNER, owner)
-    time.sleep(grace_period(1) + 1.0)  # the heartbeat is now stale: the state any other host would see
+    # the heartbeat made stale, the state any other host would see after the grace period, without waiting it
+    backdate_heartbeat(tmp_path / "sweeps" / "s" / "optuna.db", running._trial_id, grace_period(1) + 1.0)
     fast = {**env, "FAKE_STEPS": "1"}
     second = subprocess.run(sweep_cmd(path, tmp_path, "--heartbeat=1"), cwd=ROOT, env=fast, capture_output=True,
                             text=True)  # fmt: skip
