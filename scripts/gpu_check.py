@@ -16,7 +16,7 @@ and each records its wall seconds. The JSON is rewritten after every section, so
   forward + backward (median). Compiled FlexAttention's caches are reset per encoding, as in a run of one encoding.
 - pytest_gpu: `pytest -m gpu` and its summary line.
 - sweep: a 2-trial grid sweep of tiny copy-task fits (`cli.py sweep`, warm start) with `--devices_per_trial 1
-  --trials_per_device 2 --workers 2` (the CPU: `--devices_per_trial 0`); each trial's start, device and state.
+  --trials_per_gpu 2 --workers 2` (the CPU: `--devices_per_trial 0`); each trial's start, device and state.
 - ddp: a DDP `cli.py fit` on min(2, GPUs) GPUs over NCCL (the CPU: 2 processes over gloo); on CUDA also a raw
   NCCL all_reduce with 1 and with 2 ranks (both on one GPU when there is one: NCCL may refuse; recorded).
 - throughput: benchmarks/throughput.py, ours vs x-transformers, at bert-base size in bf16 (the CPU: tiny).
@@ -367,7 +367,7 @@ def sweep_section(setup, result: dict) -> None:
     from pe_sweeps import layout
 
     gpus = (
-        ["--devices_per_trial", "1", "--trials_per_device", "2"]
+        ["--devices_per_trial", "1", "--trials_per_gpu", "2"]
         if setup.device == "cuda"
         else ["--devices_per_trial", "0"]
     )

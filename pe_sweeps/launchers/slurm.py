@@ -245,7 +245,7 @@ def launch(opts) -> None:
     task = copy.deepcopy(opts)
     # this machine's GPUs and cores are not the tasks': the sweep's own checks, less those, run here
     task.workers = 1 if task.workers == "auto" else task.workers
-    task.devices_per_trial, task.trials_per_device = 0, 1
+    task.devices_per_trial, task.trials_per_gpu = 0, 1
     check_options(task)
     if opts.dry_run and task.storage is None:
         task.storage = "sqlite:///<out_dir>/sweeps/<study>/optuna.db"  # not made: a dry run writes nothing

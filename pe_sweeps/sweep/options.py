@@ -1,6 +1,7 @@
 """The options of `cli.py sweep` (`SweepOptions`), apart from the sweep's code so that every module of the
 sweep can name them without importing the runner (sweep/run.py checks them: `check_options`)."""
 
+import sys
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
@@ -26,12 +27,14 @@ class SweepOptions:
     # one per sweep file (its `name:` or file name), shared by the studies --set and --reseed make; per
     # --study_name when given
     workers: int | Literal["auto"] = 1  # trials run in parallel by this process; auto: one per core on CPU
-    # (cores // --threads_per_trial), (GPUs // --devices_per_trial) x --trials_per_device on GPUs
+    # (cores // --threads_per_trial), (GPUs // --devices_per_trial) x --trials_per_gpu on GPUs
     devices_per_trial: int | None = None  # GPUs given to each trial (of this sweep's CUDA_VISIBLE_DEVICES);
     # default 1 when GPUs are visible (trials side by side, never DDP over all of them), or the number the
     # sweep's own trainer.devices sets; 0: not pinned (every visible GPU; the CPU without GPUs)
     threads_per_trial: int = 0  # each trial's OMP_NUM_THREADS; 0 = the cores split evenly among the running trials
-    trials_per_device: int = 1  # with --devices-per-trial: trials that share each GPU (small models)
+    trials_per_gpu: int = 1  # with --devices-per-trial: trials that share each group of GPUs (small models), each
+    # capped at (1 - 10 %) / K of a GPU's memory (trial_devices.py); every trial runs on its own share of the cores
+    trials_per_device: int | None = None  # deprecated name of --trials_per_gpu (one warning line)
     ensemble_seeds: int = 1  # grid: run up to this many seeds of one grid point (its `seed_everything` values) as
     # one seed ensemble, one child training them as one batched model, each still its own trial (CPU only)
     cold_start: bool = False  # start every trial as a new interpreter, never from the fork server
@@ -53,12 +56,18 @@ class SweepOptions:
     reseed_data: bool = True  # with --reseed: stage 2's data seed follows each fresh seed; --no-reseed-data: stage 1's
     launcher: Literal["local", "slurm"] = "local"  # slurm: --jobs SLURM tasks run this sweep (launchers/slurm.py)
     jobs: int = 1  # with --launcher slurm: the tasks of the job array, each one sweep process of the same study
-    dry_run: bool = False  # with --launcher slurm: print the sbatch script and exit, submitting nothing
+    dry_run: bool = False  # print the plan and exit, running no trial and opening no study: the trials and an
+    # estimate of the time from a short calibration (sweep/plan.py); with --launcher slurm: the sbatch script
+    parts: int = 1  # with --dry-run: split the grid into this many resumable parts (by one parameter's values)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)  # with --launcher slurm: each task's sbatch options
 
     def __post_init__(self) -> None:
         """The options that nothing later checks before they are used, also when built in code (--reseed's
-        stages, tests): one line naming the option and its range."""
+        stages, tests): one line naming the option and its range. The deprecated --trials_per_device sets
+        --trials_per_gpu, with one warning line."""
+        if self.trials_per_device is not None:
+            print("warning: --trials_per_device is deprecated, it is now --trials_per_gpu", file=sys.stderr)
+            self.trials_per_gpu, self.trials_per_device = self.trials_per_device, None
         check_ranges(
             SweepOptions,
             {"seed": self.seed, "heartbeat": self.heartbeat, "progress_every": self.progress_every},

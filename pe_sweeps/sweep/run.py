@@ -68,7 +68,7 @@ def check_options(opts: SweepOptions, sweep: dict | None = None) -> None:
     """One line per bad option, before any file or database is touched. Given the sweep file (or an explicit
     --devices_per_trial), also resolves the GPUs per trial and `--workers auto` (`check_devices`)."""
     for option, minimum in (("heartbeat", 1), ("max_retries", 0), ("max_failures_in_a_row", 0), ("storage_outage", 1),
-                            ("devices_per_trial", 0), ("threads_per_trial", 0), ("trials_per_device", 1),
+                            ("devices_per_trial", 0), ("threads_per_trial", 0), ("trials_per_gpu", 1),
                            ("ensemble_seeds", 1)):  # fmt: skip
         value = getattr(opts, option)
         if option == "devices_per_trial" and value is None:  # the default: resolved with the sweep file

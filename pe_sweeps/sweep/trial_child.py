@@ -17,7 +17,7 @@ from pe_sweeps.layout import program_path, trial_env
 from pe_sweeps.runs.records import RECORD_FILE, RunRecord, read_record
 from pe_sweeps.sweep import sweep_file as sf
 from pe_sweeps.sweep.options import SweepOptions
-from pe_sweeps.sweep.trial_devices import trial_threads, visible_gpus
+from pe_sweeps.sweep.trial_devices import memory_fraction, slot_cpus, trial_threads, visible_gpus
 
 
 def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
@@ -37,13 +37,20 @@ def build_command(sweep: dict, params: dict, trial_dir: Path) -> list[str]:
 
 
 def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -> dict:
+    """The environment of worker `slot`'s trial: the sweep's, less its launcher's placement, plus the trial's
+    folders, its GPUs (and memory cap when --trials_per_gpu shares them), its cores and OMP_NUM_THREADS."""
     # out root: where `--model.init_from=run:NAME` looks, so trials find runs of earlier sweeps
     env = layout.trial_base_env(dict(os.environ))  # a trial is a job of its own, never the launcher's rank N
     env.update(trial_env(trial_dir, opts.out_dir, study_name))
-    if opts.devices_per_trial:  # --trials_per_device consecutive slots share one group of the sweep's GPUs
-        first = slot // opts.trials_per_device * opts.devices_per_trial
+    if opts.devices_per_trial:  # --trials_per_gpu consecutive slots share one group of the sweep's GPUs
+        first = slot // opts.trials_per_gpu * opts.devices_per_trial
         env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_gpus()[first : first + opts.devices_per_trial])
         env[layout.TRIAL_GPUS_ENV] = str(opts.devices_per_trial)  # the trial refuses to run with fewer
+    fraction = memory_fraction(opts)
+    env.pop(layout.TRIAL_GPU_MEMORY_ENV, None)  # a sweep run as another's trial: never its own trial's cap
+    if fraction is not None:  # the trial caps its allocator (children.check_given_gpus)
+        env[layout.TRIAL_GPU_MEMORY_ENV] = f"{fraction:.6g}"
+    env[layout.TRIAL_CPUS_ENV] = ",".join(map(str, slot_cpus(opts, slot)))  # the trial pins itself (children.py)
     env["OMP_NUM_THREADS"] = str(trial_threads(opts))
     return env
 

@@ -1,7 +1,10 @@
 """The cores and GPUs each trial gets: `--devices_per_trial` (by default from the sweep file's own
-trainer.devices and the visible GPUs), `--workers auto`, and each trial's OMP_NUM_THREADS."""
+trainer.devices and the visible GPUs), `--trials_per_gpu` (K trials sharing each group of GPUs, each capped at
+`memory_fraction` of a GPU's memory), `--workers auto`, each worker slot's own cores (`slot_cpus`) and each
+trial's OMP_NUM_THREADS. The trial applies the cores and the memory cap itself (sweep/children.py)."""
 
 import os
+import sys
 
 from pe_core.errors import ConfigError
 from pe_sweeps.sweep.options import SweepOptions
@@ -12,14 +15,16 @@ def check_devices(opts: SweepOptions, sweep: dict | None) -> None:
     and `--workers auto`, and check the GPU slots: one line each."""
     if opts.devices_per_trial is None:
         opts.devices_per_trial = default_devices_per_trial(sweep or {})
-    if opts.trials_per_device > 1 and not opts.devices_per_trial:
-        raise ConfigError(
-            f"--trials_per_device {opts.trials_per_device} shares GPUs: it needs --devices_per_trial >= 1"
-        )
+    if opts.trials_per_gpu > 1 and not opts.devices_per_trial:
+        raise ConfigError(f"--trials_per_gpu {opts.trials_per_gpu} shares GPUs: it needs --devices_per_trial >= 1")
     if opts.workers == "auto":
         opts.workers = resolve_workers(opts)
     if opts.devices_per_trial:
         check_gpu_slots(opts)
+    cores = cpu_cores()
+    if opts.workers > cores:
+        print(f"warning: --workers {opts.workers} is more than the {cores} core(s) this sweep may use: the trials "
+              f"share them, up to {-(-opts.workers // cores)} per core", file=sys.stderr)  # fmt: skip
 
 
 def cpu_set() -> set[int]:
@@ -85,13 +90,13 @@ def default_devices_per_trial(sweep: dict) -> int:
 
 def gpu_slots(opts: SweepOptions, visible: int) -> int:
     """Trials that can run at once on `visible` GPUs: whole groups of --devices_per_trial, each shared by
-    --trials_per_device trials."""
-    return visible // opts.devices_per_trial * opts.trials_per_device
+    --trials_per_gpu trials."""
+    return visible // opts.devices_per_trial * opts.trials_per_gpu
 
 
 def resolve_workers(opts: SweepOptions) -> int:
     """`--workers auto`: on CPU, cores // --threads_per_trial (one single-threaded trial per core by default);
-    on GPUs, (visible GPUs // --devices_per_trial) x --trials_per_device."""
+    on GPUs, (visible GPUs // --devices_per_trial) x --trials_per_gpu."""
     if not opts.devices_per_trial:
         return max(1, cpu_cores() // max(1, opts.threads_per_trial))
     visible = len(visible_gpus())
@@ -112,8 +117,8 @@ def check_gpu_slots(opts: SweepOptions) -> None:
     if opts.workers > slots:
         raise ConfigError(
             f"--workers {opts.workers} is more than the {slots} trial slot(s) of the {seen} with --devices_per_trial "
-            f"{opts.devices_per_trial} x --trials_per_device {opts.trials_per_device}; pass --workers {slots} or "
-            "fewer, --workers auto, or a larger --trials_per_device"
+            f"{opts.devices_per_trial} x --trials_per_gpu {opts.trials_per_gpu}; pass --workers {slots} or "
+            "fewer, --workers auto, or a larger --trials_per_gpu"
         )
 
 
@@ -121,3 +126,26 @@ def trial_threads(opts: SweepOptions) -> int:
     """--threads_per_trial, else the cores split between the trials that run at once and, on GPUs, between a
     trial's processes (one DDP rank per GPU with `trainer.devices: auto`)."""
     return opts.threads_per_trial or max(1, cpu_cores() // (opts.workers * max(1, opts.devices_per_trial or 0)))
+
+
+GPU_MEMORY_RESERVE = 0.1  # of each GPU's memory, kept out of the trials' caps: their CUDA contexts (~0.5 GB each)
+# and the driver's own use lie outside torch's allocator, which is all a cap limits
+
+
+def memory_fraction(opts: SweepOptions) -> float | None:
+    """The share of a GPU's memory each of the --trials_per_gpu K trials sharing it may allocate, (1 - reserve) / K,
+    so that one trial running out of memory fails alone; None when trials do not share GPUs."""
+    if not opts.devices_per_trial or opts.trials_per_gpu <= 1:
+        return None
+    return (1 - GPU_MEMORY_RESERVE) / opts.trials_per_gpu
+
+
+def slot_cpus(opts: SweepOptions, slot: int) -> list[int]:
+    """The cores worker `slot`'s trials run on: an equal share of this sweep's cores (`cpu_set`) per worker, the
+    cores left over staying with the sweep process; with fewer cores than workers, the workers take the cores in
+    turn (each core shared by up to ceil(workers / cores) trials; check_devices warns)."""
+    cores = sorted(cpu_set())
+    if opts.workers > len(cores):
+        return [cores[slot % len(cores)]]
+    share = len(cores) // opts.workers
+    return cores[slot * share : (slot + 1) * share]

@@ -63,7 +63,7 @@ from datamodules.registry import DATA_MODULES
 from lightning_modules.registry import TASK_MODULE_PATHS, modules_of
 from pe_sweeps import internals
 from pe_sweeps.layout import PACKAGE, PARENT_ENV, is_project_program
-from pe_sweeps.sweep.children import launch_child, pid_reused, process_started
+from pe_sweeps.sweep.children import launch_child, pid_reused, pin_trial_cpus, process_started
 
 HEADER = struct.Struct("!I")  # request length, sent with the two file descriptors
 PEER = struct.Struct("3i")  # SO_PEERCRED's struct ucred: pid, uid, gid
@@ -488,6 +488,7 @@ def become_trial(request: dict) -> str:
     os.close(stdin)
     os.environ.clear()
     os.environ.update(request["env"])
+    pin_trial_cpus()  # its worker slot's cores, before any thread starts
     os.chdir(request["cwd"])
     argv = request["argv"]
     args = argv[argv.index(sys.executable) + 1 :]

@@ -562,10 +562,10 @@ def test_every_bad_input_is_one_line_exit_2(tmp_path):
             "--study_name '../../x'",
         ),
         "sweep command []": (["sweep", str(bad_command), f"--out_dir={tmp_path}"], {}, "command must be a non-empty"),
-        "trials per device 0": (
-            ["sweep", str(sweep), f"--out_dir={tmp_path}", "--trials-per-device=0"],
+        "trials per gpu 0": (
+            ["sweep", str(sweep), f"--out_dir={tmp_path}", "--trials-per-gpu=0"],
             {},
-            "--trials_per_device must be an integer >= 1, got 0",
+            "--trials_per_gpu must be an integer >= 1, got 0",
         ),
         "more devices than visible": (
             ["sweep", str(sweep), f"--out_dir={tmp_path}", "--workers=auto", "--devices-per-trial=64"],

@@ -28,7 +28,7 @@ print(json.dumps({"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(),
                   "session_leader": os.getsid(0) == os.getpid() == os.getpgid(0), "name": __name__,
                   "stdin": os.path.realpath(f"/proc/self/fd/0"), "threads": threading.active_count(),
                   "preloaded": [m for m in ("requests", "wandb.apis.public", "wandb.sdk.launch") if m in sys.modules],
-                  "frozen": gc.get_freeze_count()}))
+                  "frozen": gc.get_freeze_count(), "cpus": sorted(os.sched_getaffinity(0))}))
 raise SystemExit(int(sys.argv[1]))
 """
 
@@ -65,12 +65,12 @@ def test_only_this_projects_cli_run_by_this_interpreter_starts_warm(tmp_path):
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"trials_per_device": 0}, "--trials_per_device must be an integer >= 1, got 0"),
+        ({"trials_per_gpu": 0}, "--trials_per_gpu must be an integer >= 1, got 0"),
         ({"workers": "auto", "devices_per_trial": 64}, "--devices_per_trial 64 is more than the"),  # no GPU here
         ({"workers": 0}, "--workers must be an integer >= 1 or auto, got 0"),
         (
-            {"trials_per_device": 2, "devices_per_trial": 0},
-            "--trials_per_device 2 shares GPUs: it needs --devices_per_trial >= 1",
+            {"trials_per_gpu": 2, "devices_per_trial": 0},
+            "--trials_per_gpu 2 shares GPUs: it needs --devices_per_trial >= 1",
         ),
         ({"cold_start": True, "warm_any": True}, "--cold_start and --warm_any contradict each other"),
     ],
@@ -110,9 +110,9 @@ def placement(opts: SweepOptions) -> list[tuple[str, str]]:
     return [(env.get("CUDA_VISIBLE_DEVICES"), env["OMP_NUM_THREADS"]) for env in envs]
 
 
-def test_trials_per_device_share_a_gpu_group(monkeypatch):
+def test_trials_per_gpu_share_a_gpu_group(monkeypatch):
     gpus(monkeypatch, 4)
-    opts = SweepOptions(file="s.yaml", workers=4, devices_per_trial=2, trials_per_device=2)
+    opts = SweepOptions(file="s.yaml", workers=4, devices_per_trial=2, trials_per_gpu=2)
     # 8 cores over 4 running trials of 2 ranks each
     assert placement(opts) == [("0,1", "1"), ("0,1", "1"), ("2,3", "1"), ("2,3", "1")]
 
@@ -136,7 +136,7 @@ def test_trials_get_subsets_of_the_sweeps_visible_gpus(monkeypatch, mask, count,
 
 def test_packed_gpu_trials_split_the_cores(monkeypatch):
     gpus(monkeypatch, 2, cores=12)
-    opts = SweepOptions(file="s.yaml", workers="auto", devices_per_trial=1, trials_per_device=3)
+    opts = SweepOptions(file="s.yaml", workers="auto", devices_per_trial=1, trials_per_gpu=3)
     assert placement(opts) == [("0", "2")] * 3 + [("1", "2")] * 3
     opts = SweepOptions(file="s.yaml", workers=2, devices_per_trial=1, threads_per_trial=5)
     assert placement(opts) == [("0", "5"), ("1", "5")]
@@ -146,8 +146,8 @@ def test_packed_gpu_trials_split_the_cores(monkeypatch):
     "count, options, message",
     [
         (2, {"workers": 4, "devices_per_trial": 1}, "--workers 4 is more than the 2 trial slot(s) of the 2 visible "
-         "GPU(s) (CUDA_VISIBLE_DEVICES=0,1) with --devices_per_trial 1 x --trials_per_device 1; pass --workers 2"),
-        (2, {"workers": 5, "devices_per_trial": 1, "trials_per_device": 2}, "--workers 5 is more than the 4 trial"),
+         "GPU(s) (CUDA_VISIBLE_DEVICES=0,1) with --devices_per_trial 1 x --trials_per_gpu 1; pass --workers 2"),
+        (2, {"workers": 5, "devices_per_trial": 1, "trials_per_gpu": 2}, "--workers 5 is more than the 4 trial"),
         (0, {"devices_per_trial": 1}, "--devices_per_trial 1 is more than the no visible GPU; pass"),
         (3, {"devices_per_trial": 4}, "--devices_per_trial 4 is more than the 3 visible GPU(s)"),
     ],
@@ -200,7 +200,14 @@ def test_a_forked_trial_sees_what_a_cold_one_sees(tmp_path, capfd):
     program = tmp_path / "probe.py"
     program.write_text(PROBE)
     starter = TrialStarter(tmp_path / "study", any_python=True)
-    env = {**os.environ, "PE_OUT_DIR": str(tmp_path), "OMP_NUM_THREADS": "1", "CUSTOM": "x y"}
+    core = max(os.sched_getaffinity(0))  # the trial's worker slot's cores: it runs on them, warm or cold
+    env = {
+        **os.environ,
+        "PE_OUT_DIR": str(tmp_path),
+        "OMP_NUM_THREADS": "1",
+        "CUSTOM": "x y",
+        "PE_TRIAL_CPUS": f"{core}",
+    }
     seen = {}
     try:
         for start, code in (("cold", 0), ("warm", 0), ("warm", 3)):
@@ -234,8 +241,9 @@ def test_a_forked_trial_sees_what_a_cold_one_sees(tmp_path, capfd):
     assert {k: v for k, v in warm["env"].items() if k not in written | {"PE_PARENT_PID"}} == {
         k: v for k, v in cold["env"].items() if k not in written | {"PE_PARENT_PID"}
     }
-    for key in ("cwd", "path0", "name", "stdin", "session_leader", "threads"):
+    for key in ("cwd", "path0", "name", "stdin", "session_leader", "threads", "cpus"):
         assert warm[key] == cold[key], key
+    assert warm["cpus"] == [core]
     assert warm["session_leader"] and warm["name"] == "__main__" and warm["threads"] == 1
     # what a trial imports before its first step is already there, and the server's objects are out of the
     # collector's reach (gc.freeze: a child's collections do not copy the server's pages)
