@@ -4,6 +4,7 @@ trials; each trial, or the warm-start server, imports them itself) and `cli.py c
 records). pe_sweeps/entry.py runs them without loading pe_sweeps/cli.py; cli.py dispatches to the same functions.
 Also `cli.py --help` (`overview`), which needs none of them either."""
 
+import dataclasses
 import textwrap
 
 from pe_sweeps.cli_options import dashes_to_underscores, parse_options
@@ -32,7 +33,13 @@ def sweep_main(args: list[str]):
     ctrl_c_raises()  # the sweep stops its trials and keeps its results from here (pe_sweeps/exits.py)
     if opts.launcher == "slurm":  # the tasks of a SLURM job array run this sweep
         return launch(opts)
-    check_launcher_options(opts)  # --jobs, --dry_run or --slurm.* without --launcher slurm: one line
+    from pe_sweeps.sweep.plan import check_plan_options, plan_sweep
+
+    check_plan_options(opts)
+    if opts.dry_run:  # on this machine: the trials and an estimate of their time, nothing run or opened
+        check_launcher_options(dataclasses.replace(opts, dry_run=False))
+        return plan_sweep(opts)
+    check_launcher_options(opts)  # --jobs or --slurm.* without --launcher slurm: one line
     if opts.reseed or opts.per:  # the tune-then-reseed protocol drives the same sweep runner twice
         from pe_sweeps.sweep.reseed import run_reseed
 

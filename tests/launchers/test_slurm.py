@@ -241,7 +241,7 @@ def test_dry_run_keeps_the_storage_password_out_of_the_script(tmp_path, capsys, 
         (["--launcher=slurm", "--storage=sqlite:///:memory:"], "is in memory, which the jobs cannot share"),
         (["--launcher=slurm", "--reseed=2", "--per=x"], "--reseed / --per are not supported"),
         (["--jobs=2"], "--jobs: only with --launcher slurm"),
-        (["--dry-run", "--slurm.partition=gpu"], "--dry_run, --slurm.partition: only with --launcher slurm"),
+        (["--dry-run", "--slurm.partition=gpu"], "--slurm.partition: only with --launcher slurm"),
         (["--launcher=pbs"], "launcher"),
     ],
 )
