@@ -50,7 +50,10 @@ def child_env(study_name: str, trial_dir: Path, slot: int, opts: SweepOptions) -
     env.pop(layout.TRIAL_GPU_MEMORY_ENV, None)  # a sweep run as another's trial: never its own trial's cap
     if fraction is not None:  # the trial caps its allocator (children.check_given_gpus)
         env[layout.TRIAL_GPU_MEMORY_ENV] = f"{fraction:.6g}"
-    env[layout.TRIAL_CPUS_ENV] = ",".join(map(str, slot_cpus(opts, slot)))  # the trial pins itself (children.py)
+    env.pop(layout.TRIAL_CPUS_ENV, None)
+    cpus = slot_cpus(opts, slot)
+    if cpus:  # the trial is pinned to them as it starts (children.pin_trial_cpus)
+        env[layout.TRIAL_CPUS_ENV] = ",".join(map(str, cpus))
     env["OMP_NUM_THREADS"] = str(trial_threads(opts))
     return env
 

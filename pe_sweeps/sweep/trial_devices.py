@@ -143,9 +143,12 @@ def memory_fraction(opts: SweepOptions) -> float | None:
 def slot_cpus(opts: SweepOptions, slot: int) -> list[int]:
     """The cores worker `slot`'s trials run on: an equal share of this sweep's cores (`cpu_set`) per worker, the
     cores left over staying with the sweep process; with fewer cores than workers, the workers take the cores in
-    turn (each core shared by up to ceil(workers / cores) trials; check_devices warns)."""
+    turn (each core shared by up to ceil(workers / cores) trials; check_devices warns). None (not pinned) when
+    --threads_per_trial asks a trial's processes for more threads than its share has cores."""
     cores = sorted(cpu_set())
+    share = max(1, len(cores) // opts.workers)
+    if opts.threads_per_trial * max(1, opts.devices_per_trial or 0) > share:
+        return []
     if opts.workers > len(cores):
         return [cores[slot % len(cores)]]
-    share = len(cores) // opts.workers
     return cores[slot * share : (slot + 1) * share]

@@ -30,7 +30,7 @@ def slots(opts: SweepOptions) -> list[tuple]:
     """(CUDA_VISIBLE_DEVICES, memory fraction, cores, OMP_NUM_THREADS) of each worker slot's trials."""
     check_options(opts)
     envs = [child_env("s", Path("/t"), slot, opts) for slot in range(opts.workers)]
-    return [(env.get("CUDA_VISIBLE_DEVICES"), env.get("PE_TRIAL_GPU_MEMORY_FRACTION"), env["PE_TRIAL_CPUS"],
+    return [(env.get("CUDA_VISIBLE_DEVICES"), env.get("PE_TRIAL_GPU_MEMORY_FRACTION"), env.get("PE_TRIAL_CPUS"),
              env["OMP_NUM_THREADS"]) for env in envs]  # fmt: skip
 
 
@@ -65,8 +65,14 @@ def test_unshared_gpus_and_cpu_sweeps_get_cores_but_no_memory_cap(monkeypatch):
     assert slots(SweepOptions(file="s.yaml", workers="auto", devices_per_trial=1)) == [
         ("0", None, "0,1,2,3,4", "5"), ("1", None, "5,6,7,8,9", "5")
     ]  # fmt: skip
-    monkeypatch.setenv("PE_TRIAL_GPU_MEMORY_FRACTION", "0.5")  # a sweep run as another sweep's trial: not passed on
-    assert "PE_TRIAL_GPU_MEMORY_FRACTION" not in child_env("s", Path("/t"), 0, SweepOptions(file="s.yaml"))
+    # --threads_per_trial beyond a worker's share of the cores (10 // 2 = 5): not pinned, the cores oversubscribed
+    assert slots(SweepOptions(file="s.yaml", workers=2, devices_per_trial=0, threads_per_trial=6)) == [
+        (None, None, None, "6"), (None, None, None, "6")
+    ]  # fmt: skip
+    monkeypatch.setenv("PE_TRIAL_GPU_MEMORY_FRACTION", "0.5")  # a sweep run as another sweep's trial: its own
+    monkeypatch.setenv("PE_TRIAL_CPUS", "9")  # trial's cap and cores are not passed on
+    env = child_env("s", Path("/t"), 0, SweepOptions(file="s.yaml", workers=2, threads_per_trial=6))
+    assert "PE_TRIAL_GPU_MEMORY_FRACTION" not in env and "PE_TRIAL_CPUS" not in env
 
 
 @pytest.mark.parametrize(
