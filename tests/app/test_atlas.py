@@ -23,8 +23,12 @@ def test_committed_atlas_is_what_the_registries_make(files, path):
 
 
 def test_grids_span_encodings_tasks_and_seeds(files, tmp_path):
-    encodings, _ = atlas.encodings()
-    tasks, _ = atlas.tasks()
+    from datamodules.tasks import TASKS
+    from lightning_modules.encodings import ENCODINGS
+
+    encodings, left_encodings = atlas.encodings()
+    tasks, left_tasks = atlas.tasks()
+    assert sorted([*encodings, *left_encodings]) == sorted(ENCODINGS) and sorted([*tasks, *left_tasks]) == sorted(TASKS)
     for path, points in ((atlas.ATLAS_PATH, len(encodings) * len(tasks) * 2), (atlas.PILOT_PATH, 3 * len(tasks))):
         (tmp_path / path.name).write_text(files[path])
         sweep = load_sweep(tmp_path / path.name)
