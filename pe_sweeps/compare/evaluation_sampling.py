@@ -31,9 +31,10 @@ Coverage and false separations: tests/compare/test_evaluation_sampling.py simula
 import math
 import re
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize, special
 
 from pe_sweeps.runs.outcomes import outcome_table
 from pe_sweeps.runs.records import RunRecord
@@ -42,6 +43,11 @@ METHOD = "seeds+examples"
 COLUMNS = {"acc": "correct", "tok_acc": "tok_acc", "loss": "nll"}
 SHORT = re.compile(r"^(acc|tok_acc|loss)(?:(_ood)|_len_(\d+))?$")
 TOLERANCE = 1e-3  # the outcomes' statistic must reproduce the logged value (float16 columns: ~5e-4 each)
+
+
+# Student's t quantile and survival function: scipy.special's, which scipy.stats.t's ppf and sf call (t._ppf,
+# t._sf) after argument checks costing ~0.2 ms a call; an atlas's compare asks them ~10^5 times
+t_quantile, t_survival = special.stdtrit, lambda df, x: special.stdtr(df, -x)
 
 
 @dataclass(frozen=True)
@@ -53,9 +59,25 @@ class RunOutcomes:
     strata: np.ndarray
     fingerprint: str | None
 
-    @property
+    @cached_property  # asked once per pair of cells: with 40 rows, 39 times per run
     def statistic(self) -> float:
         return float(np.mean([self.values[self.strata == k].mean() for k in np.unique(self.strata)]))
+
+    @cached_property
+    def id_order(self) -> np.ndarray:
+        """The permutation that sorts its examples by id (how runs of one cut are aligned)."""
+        return np.argsort(self.ids, kind="stable")
+
+    @cached_property
+    def sorted_strata(self) -> tuple[np.ndarray, np.ndarray]:
+        """Its strata in id order as (codes 0..K-1, stratum sizes), for `coded_variance`."""
+        _, codes, sizes = np.unique(self.strata[self.id_order], return_inverse=True, return_counts=True)
+        return codes, sizes
+
+    @cached_property
+    def own_variance(self) -> float:
+        """The variance of its statistic from its own examples' sampling (`strata_variance`)."""
+        return strata_variance(self.values, self.strata)[0]
 
 
 @dataclass(frozen=True)
@@ -76,8 +98,8 @@ class Estimate:
     def half_width(self, quantile: float) -> float:
         """The half-width at the t quantile `quantile` (0.975: a two-sided 95 % interval)."""
         if self.parts:
-            return math.sqrt(sum(float(stats.t.ppf(quantile, df)) ** 2 * v for v, df in self.parts if v > 0))
-        return float(stats.t.ppf(quantile, self.df)) * self.se
+            return math.sqrt(sum(float(t_quantile(df, quantile)) ** 2 * v for v, df in self.parts if v > 0))
+        return float(t_quantile(self.df, quantile)) * self.se
 
     def testable(self) -> bool:
         return self.se > 0 and self.df > 0
@@ -96,7 +118,7 @@ class Estimate:
         if x <= 0:
             return 1.0 - self.one_sided(-x) if x < 0 else 0.5
         if not self.parts:
-            return float(stats.t.sf(x / self.se, self.df))
+            return float(t_survival(self.df, x / self.se))
         if self.half_width(1 - 1e-15) <= x:
             return 1e-15
         return float(optimize.brentq(lambda a: self.half_width(1 - a) - x, 1e-15, 0.5, xtol=1e-12))
@@ -189,7 +211,7 @@ def cell_estimate(runs: list[RunOutcomes]) -> Estimate | None:
     if seeds < 2:  # one seed: its cut's sampling only, which covers the mean over seeds 41-71 % when seeds matter
         return None
     if kind == "independent cuts":
-        floor = np.mean([strata_variance(r.values, r.strata)[0] for r in runs]) / seeds
+        floor = np.mean([r.own_variance for r in runs]) / seeds
         return Estimate(mean, floored_se(statistics, floor), seeds - 1, kind, seeds, examples)
     if kind == "shared cut":
         per_example = np.stack([aligned(r, runs[0]) for r in runs]).mean(0)
@@ -220,12 +242,12 @@ def pair_estimate(a: list[RunOutcomes], b: list[RunOutcomes], seeds_a: list, see
         by_seed_b = dict(zip(map(str, seeds_b), b))
         if all(r.fingerprint == by_seed_b[str(s)].fingerprint for r, s in zip(a, seeds_a)) and len(a) >= 2:
             d = np.array([r.statistic - by_seed_b[str(s)].statistic for r, s in zip(a, seeds_a)])
-            within = [strata_variance(aligned(r, r) - aligned(by_seed_b[str(s)], r), r.strata[order(r)])[0]
+            within = [coded_variance(aligned(r, r) - aligned(by_seed_b[str(s)], r), *r.sorted_strata)
                       for r, s in zip(a, seeds_a)]  # fmt: skip
             se = floored_se(d, np.mean(within) / len(d))
             return Estimate(difference, se, len(d) - 1, "paired by seed", len(d), min(len(r.ids) for r in a))
     if kind_a == kind_b == "independent cuts" and len(a) >= 2 and len(b) >= 2:
-        terms = [(floored_se(stat, np.mean([strata_variance(r.values, r.strata)[0] for r in runs]) / len(runs)) ** 2,
+        terms = [(floored_se(stat, np.mean([r.own_variance for r in runs]) / len(runs)) ** 2,
                   len(runs) - 1) for stat, runs in ((stat_a, a), (stat_b, b))]  # fmt: skip
         return satterthwaite(difference, terms, "independent cuts", min(len(a), len(b)), None)
     return None
@@ -243,7 +265,7 @@ def seed_se(values: np.ndarray) -> float:
 
 
 def order(run: RunOutcomes) -> np.ndarray:
-    return np.argsort(run.ids, kind="stable")
+    return run.id_order
 
 
 def aligned(run: RunOutcomes, reference: RunOutcomes) -> np.ndarray:
@@ -256,10 +278,16 @@ def aligned(run: RunOutcomes, reference: RunOutcomes) -> np.ndarray:
 
 def strata_variance(per_example: np.ndarray, strata: np.ndarray) -> tuple[float, int]:
     """The variance of a stratified mean (the mean over strata of each stratum's mean) and its degrees of freedom."""
-    groups = [per_example[strata == k] for k in np.unique(strata)]
-    k = len(groups)
-    variance = sum(g.var(ddof=1) / len(g) for g in groups if len(g) > 1) / k**2
-    return float(variance), sum(len(g) - 1 for g in groups)
+    _, codes, sizes = np.unique(strata, return_inverse=True, return_counts=True)
+    return coded_variance(per_example, codes, sizes), int((sizes - 1).sum())
+
+
+def coded_variance(per_example: np.ndarray, codes: np.ndarray, sizes: np.ndarray) -> float:
+    """`strata_variance`'s variance, the strata given as codes 0..K-1 with their sizes."""
+    means = np.bincount(codes, weights=per_example) / sizes
+    squares = np.bincount(codes, weights=(per_example - means[codes]) ** 2)  # two passes, as ndarray.var
+    several = sizes > 1
+    return float((squares[several] / (sizes[several] - 1) / sizes[several]).sum()) / len(sizes) ** 2
 
 
 def combined(estimate: float, seed_terms: list[np.ndarray], per_example: np.ndarray, strata: np.ndarray, kind: str,

@@ -51,13 +51,24 @@ def flatten(config: dict, prefix: str = "") -> dict[str, object]:
 def setup_of(record: RunRecord, keys: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
     """The keys of SETUP in a record (config paths without `init_args`, JSON values), less `keys` (the
     row and column keys: they differ between cells by design)."""
+    skip = tuple(config_path(k) for k in keys) + NOT_SETUP
+    return {k: v for k, v in full_setup(record).items() if not any(_under(k, s) for s in skip)}
+
+
+_SETUPS: dict[int, tuple[dict, tuple, dict]] = {}  # id(record.config) -> (that config, its setup): asked once per cell
+
+
+def full_setup(record: RunRecord) -> dict[str, str]:
+    """Every SETUP key of a record, as `setup_of` gives them before leaving any out (kept while its config is)."""
+    scale = (record.world_size, record.precision)
+    cached = _SETUPS.get(id(record.config))
+    if cached is not None and cached[0] is record.config and cached[1] == scale:
+        return cached[2]
     flat = {config_path(k): v for k, v in flatten(record.config).items()}
     flat |= {k: v for k, v in (("world_size", record.world_size), ("precision", record.precision)) if v is not None}
-    skip = tuple(config_path(k) for k in keys) + NOT_SETUP
-    return {
-        k: json.dumps(v, sort_keys=True) for k, v in flat.items()
-        if any(_under(k, s) for s in SETUP) and not any(_under(k, s) for s in skip)
-    }  # fmt: skip
+    setup = {k: json.dumps(v, sort_keys=True) for k, v in flat.items() if any(_under(k, s) for s in SETUP)}
+    _SETUPS[id(record.config)] = (record.config, scale, setup)
+    return setup
 
 
 STEP_VALUE = re.compile(r"step=(\d+)$")  # --value step=600

@@ -290,14 +290,15 @@ def attach_outcomes(cells, metric: str, value: str) -> None:
 def compare(
     records: list[RunRecord], metric: str, value: str = "final", rows="encoding", cols="task", aggregate: str = "mean",
     best_over: str | None = None, chosen: dict | None = None, direction: str | None = None, tuned=(),
-    preconditions: list[Precondition] | None = None, interval: str = "seeds+examples",
+    preconditions: list[Precondition] | None = None, interval: str = "seeds+examples", judged: bool = True,
 ) -> Comparison:  # fmt: skip
     """Aggregate records into a Comparison: cells over seeds, ranks, mean ranks, tests, exclusions.
     `chosen` ({(row, col): value}) fixes the --best-over choice (made on another metric); `direction`
     (maximize/minimize, the sweep file's goal) overrides the goal read from the metric's name; `tuned`: keys
     the rows of a column may differ in besides the row keys (the parameters a sweep tunes); `preconditions`
     (compare/preconditions.py): the cells failing them get no rank, no tested pair and no aggregate; `interval`:
-    "seeds+examples" (the evaluation set's sampling too, where the runs kept per-example outcomes) or "seeds"."""
+    "seeds+examples" (the evaluation set's sampling too, where the runs kept per-example outcomes) or "seeds";
+    `judged` False leaves the pairs' tests to the caller (`compare_metrics` judges all metrics as one family)."""
     if not known_value(value):
         raise ConfigError(f"--value {value!r}; choose one of: {', '.join(VALUES)}")
     if aggregate not in AGGREGATES:
@@ -327,7 +328,8 @@ def compare(
     rank_columns(comp)
     order = comp.mean_rank or ({r: comp.ranks[r, c] for (r, c) in comp.ranks} if len(comp.cols) == 1 else {})
     comp.rows.sort(key=lambda r: (order.get(r, math.inf), r))  # one column: by its rank
-    judge([comp])
+    if judged:
+        judge([comp])
     return comp
 
 
@@ -357,9 +359,10 @@ def compare_metrics(
     metric, the sweep file's direction (maximize/minimize) or None (goal by the metric's name). The verdicts
     of every pair are judged as one family over all the metrics (`judge`: `margins`, `primary`)."""
     goals = list(goals or [None] * len(metrics))
-    first = compare(records, metrics[0], direction=goals[0], **kwargs)
+    first = compare(records, metrics[0], direction=goals[0], judged=False, **kwargs)
     chosen = {key: cell.chosen for key, cell in first.cells.items()} if kwargs.get("best_over") else None
-    others = [compare(records, m, chosen=chosen, direction=d, **kwargs) for m, d in zip(metrics[1:], goals[1:])]
+    others = [compare(records, m, chosen=chosen, direction=d, judged=False, **kwargs)
+              for m, d in zip(metrics[1:], goals[1:])]  # fmt: skip
     comps = [first, *others]
     for comp in comps:
         comp.precondition_source = precondition_source if comp.preconditions else None
