@@ -5,8 +5,9 @@ first varied parameter), run as its trial would be (same command, environment an
 CALIBRATION_STEPS training steps (`--trainer.max_steps`), in a temporary folder that is removed. From each run's
 record: the start-up (process start to the first step, plus what follows the last) and the seconds per training
 step after it; a trial is estimated at start-up + its max_steps x that, and the sweep at the sum over its trials
-divided by --workers. `--parts P` splits the grid by the values of that parameter into P resumable parts, each run
-as one `--set KEY=VALUE` study per value (each study resumes on its own), with its trials and hours.
+divided by --workers. `--parts P` splits the grid by the values of that parameter into P resumable parts of
+about equal estimated time, each run as one `--set KEY=VALUE` study per value (each study resumes on its own),
+with its trials and hours.
 
 It opens no study database and writes nothing under --out_dir. Start-up is measured cold (a new interpreter): the
 sweep's fork server starts trials warm, so start-up is an upper bound; trials running side by side share memory
@@ -14,7 +15,6 @@ bandwidth, which one calibration trial alone does not see.
 """
 
 import json
-import math
 import os
 import shlex
 import shutil
@@ -208,11 +208,22 @@ def plan_sweep(opts: SweepOptions) -> None:
         print_parts(opts, key, values, per_value)
 
 
+def split_parts(values: list, seconds: dict, parts: int) -> list[list]:
+    """`values` in order, cut into `parts` contiguous non-empty parts of about equal estimated time."""
+    total, chunks, done = sum(seconds.values()), [[]], 0.0
+    for i, value in enumerate(values):
+        each_its_own = len(values) - i == parts - len(chunks)  # one value left for each part still to open
+        if chunks[-1] and len(chunks) < parts and (done >= total * len(chunks) / parts or each_its_own):
+            chunks.append([])
+        chunks[-1].append(value)
+        done += seconds[value]
+    return chunks
+
+
 def print_parts(opts: SweepOptions, key: str, values: list, per_value: dict) -> None:
-    """The grid split by `key`'s values into opts.parts contiguous parts: each part's trials, hours and command
-    (one `--set` study per value: each resumes on its own by the same command)."""
-    size = math.ceil(len(values) / opts.parts)
-    chunks = [values[i : i + size] for i in range(0, len(values), size)]
+    """The grid split by `key`'s values into opts.parts contiguous parts of about equal time: each part's trials,
+    hours and command (one `--set` study per value: each resumes on its own by the same command)."""
+    chunks = split_parts(values, {v: per_value[v][1] for v in values}, opts.parts)
     fixed = shlex.quote(opts.set + ",") if opts.set else ""  # the user's own --set values stay fixed
     for i, chunk in enumerate(chunks, 1):
         count = sum(per_value[v][0] for v in chunk)

@@ -75,3 +75,18 @@ def test_bad_parts_are_one_line(tmp_path, capsys, monkeypatch, extra, message):
     path = timed_sweep(tmp_path, seeds=(0,))
     code, stdout, err = cli_in_process(["sweep", str(path), *extra], capsys, monkeypatch, ROOT)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (stdout, err)
+
+
+@pytest.mark.parametrize(
+    "seconds, parts, expected",
+    [
+        ({"a": 1, "b": 1, "c": 1, "d": 1}, 2, [["a", "b"], ["c", "d"]]),
+        ({"a": 9, "b": 1, "c": 1, "d": 1}, 2, [["a"], ["b", "c", "d"]]),  # by time, not by count
+        ({"a": 1, "b": 1, "c": 1, "d": 9}, 3, [["a", "b"], ["c"], ["d"]]),  # never an empty part
+        ({"a": 0, "b": 0, "c": 0}, 3, [["a"], ["b"], ["c"]]),
+    ],
+)
+def test_parts_are_contiguous_and_of_about_equal_time(seconds, parts, expected):
+    from pe_sweeps.sweep.plan import split_parts
+
+    assert split_parts(list(seconds), seconds, parts) == expected
