@@ -110,6 +110,40 @@ TASKS: dict[str, Task] = {
 
 CHOMSKY_FAMILIES = ("regular", "context_free", "context_sensitive")
 
+# Each task's category in the per-category mean ranks of `compare` (the atlas): Delétang et al. 2023's Chomsky class of
+# the language {input # output} for their tasks and for the tasks that are the same transduction (flip-flop languages
+# and the word problems of finite groups are regular, as cycle_navigation, the word problem of Z5); Kazemnejad et al.
+# 2023's groups for the others: arithmetic (with Zhou et al.'s addition), retrieval and variable tracing (RULER's
+# needles), compositional (SCAN, PCFG SET), and the CLRS-Text algorithm traces as algorithmic. A task's family gives
+# its category; TASK_CATEGORIES names it for the tasks of the mixed "basic" family.
+CATEGORIES = ("regular", "context_free", "context_sensitive", "arithmetic", "retrieval", "compositional", "algorithmic")
+FAMILY_CATEGORIES = {
+    **{family: family for family in (*CHOMSKY_FAMILIES, "arithmetic", "retrieval", "compositional")},
+    "flip_flop": "regular",
+    "state_tracking": "regular",
+    "clrs_text": "algorithmic",
+}
+TASK_CATEGORIES = {
+    "copy": "context_sensitive",  # the copy language {w#w}, as duplicate_string
+    "reverse": "context_free",  # {w#w^R}, as reverse_string
+    "sort": "context_sensitive",  # as bucket_sort
+    "addition": "arithmetic",
+    "polynomial_evaluation": "arithmetic",
+    "summation": "arithmetic",
+    "lookup": "retrieval",
+    "lego": "retrieval",  # resolving a chain of assignments, as RULER's variable_tracking
+}
+
+
+def task_category(name: str) -> str:
+    """The category of task `name` (by its family, or TASK_CATEGORIES): how `compare` groups the tasks' columns."""
+    family = get_task(name).family
+    category = TASK_CATEGORIES.get(name, FAMILY_CATEGORIES.get(family))
+    if category is None:
+        raise ConfigError(f"task {name!r} (family {family!r}) has no category; name one in TASK_CATEGORIES: "
+                          f"{', '.join(CATEGORIES)}")  # fmt: skip
+    return category
+
 
 def get_task(name: str) -> Task:
     if name not in TASKS:
