@@ -38,6 +38,12 @@ and Lightning's cached device count is empty, so a child's CUDA_VISIBLE_DEVICES 
 CUDA initialisation) and it has started no W&B run (`wandb.init` happens in the child). If a check fails,
 the server cannot start, or it dies, the sweep prints one warning line and starts trials cold.
 
+What the server preloads depends on the program it serves, known from the sweep's first warm trial (a sweep
+has one command): this project's cli.py gets PRELOAD; any other program (`--warm_any`, e.g. the tests' fake
+trials) nothing beyond this module's own imports (no torch, Lightning or W&B: ~0.2 s instead of ~8 s), and
+its own imports run in each child after the fork, as in a cold child. A child forked from such a server that
+runs cli.py after all imports torch itself, after the fork: correct, only without the head start.
+
 Differences from a cold child, all outside what a trial can observe through its record: PE_PARENT_PID names
 the server (the child's parent; the server exits when the sweep does, and the child's watchdog then ends its
 process group, sweep/children.py), and warnings printed while importing go to the server's log
@@ -92,6 +98,12 @@ def warm_program(argv: list[str], cwd: str, any_python: bool = False) -> str | N
     return rest[1] if is_project_program(program) or (any_python and program.is_file()) else None
 
 
+def preload_for(program: str, cwd: str) -> tuple[str, ...]:
+    """The modules a fork server serving `program` (run from `cwd`) imports before forking: PRELOAD for this
+    project's cli.py; none for any other program (`--warm_any`), which imports what it needs in each child."""
+    return PRELOAD if is_project_program(Path(cwd) / program) else ()
+
+
 def available() -> str | None:
     """Why this platform cannot fork trials (None: it can)."""
     if sys.platform != "linux" or not hasattr(socket, "send_fds"):
@@ -134,22 +146,32 @@ class WarmChild:
             if b"\n" in self.buffer:
                 self.returncode = int(json.loads(self.buffer.split(b"\n", 1)[0])["status"])
             elif not chunk:  # the server died: the child's watchdog ends it; make sure, and call it killed
-                try:
-                    if not pid_reused(self.pid, self.started):  # init may have reaped it and its pid moved on
-                        os.killpg(self.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                if not pid_reused(self.pid, self.started):  # init may have reaped it and its pid moved on
+                    kill_child(self.pid)
                 self.returncode = -signal.SIGKILL
             if self.returncode is not None:
                 self.connection.close()
         return self.returncode
 
 
+def kill_child(pid: int) -> None:
+    """SIGKILL a forked trial's process group, or the child alone while it has no group yet: a server that dies
+    right after forking (a server that preloaded little forks in microseconds) may leave it before its `setsid`."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+            return
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            return
+
+
 class ForkServer:
     """The sweep's handle on its fork server: started once, asked for one child per warm trial."""
 
-    def __init__(self, folder: Path):
-        self.folder = folder
+    def __init__(self, folder: Path, modules: tuple[str, ...] = PRELOAD):
+        self.folder, self.modules = folder, modules  # what it preloads (`preload_for`)
         self.socket_dir = private_socket_dir()
         self.name = str(self.socket_dir / "fork.sock")
         self.ready_pipe: int | None = None
@@ -168,7 +190,7 @@ class ForkServer:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", "from pe_sweeps.sweep.warm_start import main; main()", self.name,
-                 str(os.getpid()), str(write)],
+                 str(os.getpid()), str(write), ",".join(self.modules)],
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write,),
                 start_new_session=True, cwd=PACKAGE.parent,
             )  # fmt: skip
@@ -257,14 +279,17 @@ class TrialStarter:
             # the server runs the code it imported; a trial must run what is on disk now (jsonargparse also
             # reads a data module's source for its forwarded options, which would no longer match its code)
             self._give_up("the project's source files changed since the fork server started", warn="note")
-        if not self.cold and not self.broken and warm_program(argv, cwd, self.any_python):
+        program = None if self.cold or self.broken else warm_program(argv, cwd, self.any_python)
+        if program:
             try:
-                return self._server(env).launch(argv, {**env, PARENT_ENV: ""}, log, cwd)  # the server names itself
+                server = self._server(env, preload_for(program, cwd))
+                return server.launch(argv, {**env, PARENT_ENV: ""}, log, cwd)  # the server names itself
             except (OSError, RuntimeError, ValueError) as error:
                 self._give_up(str(error))
         return launch_child(argv, env, log)
 
-    def _server(self, env: dict) -> "ForkServer":
+    def _server(self, env: dict, modules: tuple[str, ...]) -> "ForkServer":
+        """The sweep's one fork server, started (preloading `modules`) at its first warm trial."""
         with self.lock:
             if self.broken:
                 raise RuntimeError("already given up")
@@ -273,7 +298,7 @@ class TrialStarter:
                 if reason:
                     raise RuntimeError(reason)
                 self.stamp = source_stamp()
-                self.server = ForkServer(self.folder)
+                self.server = ForkServer(self.folder, modules)
                 self.server.start(env)
             return self.server
 
@@ -324,13 +349,14 @@ def fork_unsafe() -> str | None:
     return None
 
 
-def preload() -> None:
-    """Import PRELOAD, then run each module's `prepare_fork_server()` if it has one (pe_sweeps/cli.py builds a
-    trial's LightningCLI parser there, once); found by name, so this module imports no command line."""
+def preload(names: tuple[str, ...]) -> None:
+    """Import `names` (`preload_for`: PRELOAD for cli.py, none for another program), then run each module's
+    `prepare_fork_server()` if it has one (pe_sweeps/cli.py builds a trial's LightningCLI parser there, once);
+    found by name, so this module imports no command line."""
     import importlib
 
     modules = []
-    for name in PRELOAD:
+    for name in names:
         try:
             modules.append(importlib.import_module(name))
         except ImportError as error:  # an optional extra (e.g. transformers) that is not installed
@@ -357,13 +383,13 @@ def receive(connection: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(data), fds
 
 
-def serve(address: str, sweep_pid: int, ready_fd: int) -> dict | None:
+def serve(address: str, sweep_pid: int, ready_fd: int, names: tuple[str, ...]) -> dict | None:
     """The server's loop. Returns only in a forked child, with the request it is to run."""
     sys.path[0] = str(PACKAGE.parent)  # started with `-c` there: '' would follow a child's chdir
     os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")  # pyarrow (via pandas): no thread
     started, before = time.monotonic(), dict(os.environ)
     try:
-        preload()
+        preload(names)
         problem = fork_unsafe()
     except Exception as error:  # noqa: BLE001  (any import failure: the sweep starts its trials cold)
         problem = f"preloading failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
@@ -497,10 +523,8 @@ def become_trial(request: dict) -> str:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threads = request["env"].get("OMP_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0:
-        import torch
-
-        torch.set_num_threads(int(threads))
+    if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:  # else torch reads it at its import
+        sys.modules["torch"].set_num_threads(int(threads))
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     own_media_dir()
@@ -515,8 +539,9 @@ def own_media_dir() -> None:
 
 def main() -> None:
     address, sweep_pid, ready_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    names = tuple(name for name in sys.argv[4].split(",") if name)  # what to preload (`preload_for`)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's to handle (it stops us)
-    request = serve(address, sweep_pid, ready_fd)
+    request = serve(address, sweep_pid, ready_fd, names)
     if request is None:  # the server is leaving: its socket and folder go with it (a killed sweep made them)
         shutil.rmtree(Path(address).parent, ignore_errors=True)
         return

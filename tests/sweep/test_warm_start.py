@@ -18,7 +18,7 @@ from pe_sweeps.layout import PROGRAMS
 from pe_sweeps.sweep import trial_devices
 from pe_sweeps.sweep.children import stop_child
 from pe_sweeps.sweep.run import SweepOptions, check_options
-from pe_sweeps.sweep.warm_start import TrialStarter, WarmChild, warm_program
+from pe_sweeps.sweep.warm_start import PRELOAD, TrialStarter, WarmChild, preload_for, warm_program
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """import gc, json, os, sys, threading, time
@@ -27,7 +27,7 @@ if sys.argv[1] == "sleep":
 print(json.dumps({"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(), "path0": sys.path[0],
                   "session_leader": os.getsid(0) == os.getpid() == os.getpgid(0), "name": __name__,
                   "stdin": os.path.realpath(f"/proc/self/fd/0"), "threads": threading.active_count(),
-                  "preloaded": [m for m in ("requests", "wandb.apis.public", "wandb.sdk.launch") if m in sys.modules],
+                  "preloaded": [m for m in ("torch", "wandb", "pe_sweeps.cli") if m in sys.modules],
                   "frozen": gc.get_freeze_count(), "cpus": sorted(os.sched_getaffinity(0))}))
 raise SystemExit(int(sys.argv[1]))
 """
@@ -245,10 +245,19 @@ def test_a_forked_trial_sees_what_a_cold_one_sees(tmp_path, capfd):
         assert warm[key] == cold[key], key
     assert warm["cpus"] == [core]
     assert warm["session_leader"] and warm["name"] == "__main__" and warm["threads"] == 1
-    # what a trial imports before its first step is already there, and the server's objects are out of the
-    # collector's reach (gc.freeze: a child's collections do not copy the server's pages)
-    assert warm["preloaded"] == ["requests", "wandb.apis.public", "wandb.sdk.launch"] and cold["preloaded"] == []
-    assert warm["frozen"] > 100_000 and cold["frozen"] == 0
+    # a program other than cli.py is served by a server that preloaded nothing of torch, Lightning, W&B or the
+    # command line (its ~8 s of imports; the program imports what it needs after the fork), and the server's
+    # objects are out of the collector's reach (gc.freeze: a child's collections do not copy the server's pages)
+    assert warm["preloaded"] == cold["preloaded"] == []
+    assert warm["frozen"] > 0 and cold["frozen"] == 0
+
+
+def test_a_fork_server_preloads_the_stack_only_for_this_projects_cli():
+    """cli.py's server imports torch, Lightning, W&B and the command line before forking; a server for any other
+    program (`--warm_any`, e.g. the tests' stdlib-only fake trials) imports none of them."""
+    assert preload_for(str(PROGRAMS[0]), "/") == PRELOAD and preload_for("cli.py", str(ROOT)) == PRELOAD
+    assert {"pe_sweeps.cli", "wandb"} <= set(PRELOAD)
+    assert preload_for(str(ROOT / "tests" / "fake_trial.py"), "/") == ()
 
 
 @pytest.mark.slow
@@ -269,8 +278,10 @@ def test_a_warm_trial_trains_to_the_same_numbers_as_a_cold_one(tmp_path):
                 assert child.wait(timeout=300) == 0, (tmp_path / f"{start}.log").read_text()[-2000:]
             (record,) = out.glob("runs/*/record.json")
             finals[start] = json.loads(record.read_text())
+        maps = Path(f"/proc/{starter.server.process.pid}/maps").read_text()
     finally:
         starter.close()
+    assert "libtorch" in maps  # cli.py's server preloaded torch (a server for another program does not)
     for warm in ("warm", "warm2"):
         assert finals[warm]["final"] == finals["cold"]["final"]
         assert finals[warm]["history"] == finals["cold"]["history"]
@@ -317,7 +328,7 @@ def test_another_user_cannot_make_the_fork_server_run_code(tmp_path):
     program.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     starter = TrialStarter(tmp_path / "study", any_python=True)
     try:
-        server = starter._server({**os.environ, "OMP_NUM_THREADS": "1"})
+        server = starter._server({**os.environ, "OMP_NUM_THREADS": "1"}, preload_for(str(program), "/"))
         assert server.wait_ready(), server.failure
         folder = Path(server.name).parent
         assert folder.stat().st_mode & 0o777 == 0o700 and Path(server.name).stat().st_mode & 0o077 == 0
