@@ -33,16 +33,19 @@ from pe_sweeps.runs.records import RunRecord, write_record  # noqa: E402
 LENGTHS, PER_LENGTH, TRAIN_MAX_LEN = 8, 8, 4
 
 
-def write_runs(out: Path, encodings: int, tasks: int, seeds: int, rng: np.random.Generator) -> int:
-    """The synthetic runs under `out/runs/`; returns how many."""
+def write_runs(
+    out: Path, encodings: int, tasks: int, seeds: int, rng: np.random.Generator, names: list[str] | None = None
+) -> int:
+    """The synthetic runs under `out/runs/`; returns how many. `names`: the tasks' names (default task0, task1...),
+    e.g. registered tasks, whose categories compare then groups."""
     count = 0
     lengths = np.repeat(np.arange(1, LENGTHS + 1), PER_LENGTH)
-    for task in range(tasks):
+    for task_name in names or [f"task{task}" for task in range(tasks)]:
         for seed in range(seeds):
             ids = np.arange(len(lengths))
             hashes = rng.integers(0, 2**62, size=len(lengths))  # this (task, seed)'s evaluation examples
             for encoding in range(encodings):
-                name = f"task{task}-enc{encoding}-s{seed}"
+                name = f"{task_name}-enc{encoding}-s{seed}"
                 run_dir = out / "runs" / name
                 correct = rng.random(len(lengths)) < rng.uniform(0.05, 0.95)
                 table = {"id": ids, "hash": hashes, "length": lengths, "correct": correct,
@@ -51,11 +54,11 @@ def write_runs(out: Path, encodings: int, tasks: int, seeds: int, rng: np.random
                 final = {"val/acc": float(correct[lengths <= TRAIN_MAX_LEN].mean()),
                          "val/acc_ood": float(correct[lengths > TRAIN_MAX_LEN].mean())}  # fmt: skip
                 final |= {f"val/acc_len_{n}": float(correct[lengths == n].mean()) for n in range(1, LENGTHS + 1)}
-                data = {"task": f"task{task}", "train_max_len": TRAIN_MAX_LEN, "seed": seed}
+                data = {"task": task_name, "train_max_len": TRAIN_MAX_LEN, "seed": seed}
                 model = {"arch": {"encoding": f"enc{encoding}"}}
                 config = {"seed_everything": seed, "model": {"init_args": model}, "data": {"init_args": data}}
                 record = RunRecord.from_dict({
-                    "name": name, "group": f"atlas/task{task}/enc{encoding}", "task": f"task{task}",
+                    "name": name, "group": f"atlas/{task_name}/enc{encoding}", "task": task_name,
                     "encoding": f"enc{encoding}", "seed": seed, "data_seed": seed, "sweep": "atlas",
                     "subcommand": "fit", "status": "finished", "config": config, "final": final, "best": final,
                     "history": [{"step": 100, **final}], "outcomes": {"val": pointer}, "step": 100, "max_steps": 100,

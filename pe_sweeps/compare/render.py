@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pe_sweeps.compare.across_tasks import IQM_INTERVAL
+from pe_sweeps.compare.categories import category_dict, category_grid, category_title
 from pe_sweeps.compare.comparison import CLIPPED, LEVEL, Comparison, cell_text
 from pe_sweeps.compare.legend import (
     exclusion_lines,
@@ -106,6 +107,7 @@ class ComparisonTable:
             yield Text(title_of(self.comps, compact), justify="center")
         for group in groups:
             yield table_for(group, width, compact, title_of(group, compact) if len(groups) == 1 else None)
+        yield from category_tables(self.comps, width)
         for line in footer(self.comps, per_seed=self.per_seed, compact=compact, explain=self.explain):
             yield Text(line)  # plain text: "[...]" is not markup
 
@@ -113,6 +115,36 @@ class ComparisonTable:
 def render_table(comps, per_seed: bool = False, explain: bool = False) -> ComparisonTable:
     """One or several comparisons (metrics side by side) as a table, then its legend (`ComparisonTable`)."""
     return ComparisonTable(comps, per_seed, explain)
+
+
+def category_tables(comps: list[Comparison], width: int) -> list[Table]:
+    """Under the table: per metric whose columns are tasks of several categories, each row's mean #rank per task
+    category (compare/categories.py)."""
+    tables = []
+    for comp in comps:
+        grid = category_grid(comp)
+        if grid is None:
+            continue
+        header, rows = grid
+        table = Table(title=category_title(comp), min_width=min(width, 100))
+        for i, name_ in enumerate(header):
+            table.add_column(escape(name_), overflow="fold", justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*map(escape, row))
+        tables.append(table)
+    return tables
+
+
+def category_markdown(comps: list[Comparison]) -> list[str]:
+    """The per-category mean-rank tables as markdown, each after a blank line and its title."""
+    lines = []
+    for comp in comps:
+        grid = category_grid(comp)
+        if grid is not None:
+            header, rows = grid
+            lines += ["", category_title(comp), "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
 
 
 def title_of(comps: list[Comparison], compact: bool) -> str:
@@ -215,7 +247,7 @@ def comparison_dict(comp: Comparison) -> dict:
                   for col, pairs in comp.pairs.items()},
         "ood_selection": comp.ood_selection, "excluded": [vars(e) for e in comp.excluded],
         "precondition": comp.preconditions or None, "precondition_source": comp.precondition_source,
-        "precondition_failed_rows": comp.failed_rows,
+        "precondition_failed_rows": comp.failed_rows, "category_ranks": category_dict(comp),
     }  # fmt: skip
 
 
@@ -265,6 +297,7 @@ def to_markdown(comps, per_seed: bool = False, explain: bool = False) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row, texts, ranks in rows:
         lines.append("| " + " | ".join([row, *[f"**{t}**" if best else t for t, best in texts], *ranks]) + " |")
+    lines += category_markdown(as_list(comps))
     lines += ["", *[re.sub(r"^( *)", r"\1- ", line) for line in footer(comps, "bold", per_seed, explain=explain)]]
     return "\n".join(lines) + "\n"
 

@@ -6,6 +6,9 @@ length`), every figure says on itself what its points, lines and bands are, and 
 (`Cell.interval`, the table's numbers: a 95 % Student-t interval of the mean over seeds, or the median's). One
 panel per column (e.g. per task), titled and labelled in the run-name form (`rope-lr=0.001`); only the runs kept in
 the table; one colour per row, the same in every plot:
+  atlas-<metric>    per metric, from 8 columns on: rows x columns in one heatmap, rows by IQM, columns by task
+                    category, a cell failing its precondition grey (compare/atlas_figure.py); under each metric's
+                    table, its rows' mean #rank per task category (compare/categories.py)
   points-<metric>   per metric: each cell's aggregate as a point with its interval as a line and n under the row's
                     name; one seed: a hollow point, no line; the best row outlined
   curves-<metric>   per metric: the metric vs training step (history), aggregate and interval band over seeds
@@ -39,6 +42,8 @@ from matplotlib.ticker import LogFormatter
 
 from lightning_modules.metrics import bounds
 from pe_sweeps.compare.across_tasks import PROFILE_RESAMPLES, performance_profile
+from pe_sweeps.compare.atlas_figure import MIN_ATLAS_COLUMNS, atlas_heatmap
+from pe_sweeps.compare.categories import category_grid, category_title
 from pe_sweeps.compare.comparison import (
     IDENTITY,
     Cell,
@@ -61,6 +66,7 @@ CSS_PX_PER_INCH = 90  # a figure's width on the page
 DPI = 300  # print resolution of the PNGs; SVG and PDF are vector
 SUFFIXES = (".png", ".svg", ".pdf")
 PLOT_STEMS = (
+    "atlas",
     "points",
     "bars",
     "curves",
@@ -417,10 +423,19 @@ def profile_why(comp: Comparison) -> str:
     return f"{comp.metric}: no performance profile, no row has an across-column aggregate"
 
 
-def metric_plots(comp: Comparison) -> list[tuple[str, str, object, str]]:
-    """(file name, title, plot function, why not drawn) of the plots drawn for each metric."""
+def atlas_plot(comp: Comparison) -> Figure | None:
+    """The atlas heatmap (compare/atlas_figure.py): rows x many columns, rows by IQM, columns by task category."""
+    return atlas_heatmap(comp, row_label, col_label, axis_label(comp))
+
+
+def metric_plots(comp: Comparison) -> list[tuple[str, str, object, str | None]]:
+    """(file name, title, plot function, why not drawn) of the plots drawn for each metric (the atlas heatmap,
+    from MIN_ATLAS_COLUMNS columns, is not named when not drawn: the points show every cell below that)."""
     name, label = slug(comp.metric), axis_label(comp)
     return [
+        (f"atlas-{name}.png", f"{label} ({comp.metric}): every row x column, rows ranked by IQM over columns x seeds, "
+         f"columns grouped by task category, grey: precondition failed (from {MIN_ATLAS_COLUMNS} columns)",
+         atlas_plot, None),
         (f"points-{name}.png", f"{label} ({comp.metric}) per row: {comp.aggregate} over seeds ({seeds_per_cell(comp)} "
          f"per cell) with the table's {comp.interval}", point_chart, f"{comp.metric}: no cell has a usable run"),
         (f"curves-{name}.png", f"{label} vs training step: {comp.aggregate} over seeds, band the "
@@ -475,6 +490,18 @@ def html_table(comp: Comparison) -> str:
     return "\n".join(lines + ["</table>"])
 
 
+def category_html(comp: Comparison) -> list[str]:
+    """The per-category mean-rank table (compare/categories.py) under the main table, when there is one."""
+    grid = category_grid(comp)
+    if grid is None:
+        return []
+    header, rows = grid
+    lines = [f"<p>{html.escape(category_title(comp))}</p>", "<table>"]
+    lines.append("<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
+    lines += ["<tr>" + "".join(f"<td>{html.escape(text)}</td>" for text in row) + "</tr>" for row in rows]
+    return lines + ["</table>"]
+
+
 def figure_html(out: Path, filename: str, title: str, fig: Figure) -> str:
     """Save the figure as PNG (300 dpi), SVG and PDF; one section: its title, the PNG embedded, all three linked."""
     path = out / filename
@@ -512,7 +539,7 @@ def write_report(comps: Comparison | list[Comparison], out: Path) -> Path:
     parts = [f"<h1>{html.escape(title)}</h1>"]
     for comp in comps:
         heading = f"{axis_label(comp)}: {comp.value} {comp.metric} ({comp.goal})"
-        parts += [f"<h2>{html.escape(heading)}</h2>", html_table(comp), "<ul>"]
+        parts += [f"<h2>{html.escape(heading)}</h2>", html_table(comp), *category_html(comp), "<ul>"]
         parts += [f"<li>{html.escape(line.strip())}</li>" for line in [legend(comp), *notes(comp)]] + ["</ul>"]
     figures = figures_of(comps)
     drawn = [figure_html(out, filename, plot_title, fig) for filename, plot_title, fig, _ in figures if fig]
