@@ -231,6 +231,10 @@ class PECLI(LightningCLI):
             data_class.check_args(**vars(config.data.init_args))
         if config.get("ckpt_path"):  # read before LightningCLI puts its hyper-parameters in the config
             checkpoint = load_checkpoint(config.ckpt_path, "--ckpt_path")
+            if "pe_ensemble" in checkpoint and subcommand in (None, "fit"):  # a seed ensemble member's: resumable?
+                from pe_sweeps.runs.ensemble_fit import check_member_checkpoint
+
+                check_member_checkpoint(checkpoint, f"--ckpt_path {config.ckpt_path!r}")
             if config.get("model.init_args.arch") is not None:
                 check_given_arch(config.ckpt_path, checkpoint, config.model.init_args.arch.as_dict(),
                                  given_arch_keys(argv))  # fmt: skip
@@ -392,7 +396,13 @@ class PECLI(LightningCLI):
             mapped = read_checkpoint(path, "--ckpt_path") if path and Path(path).is_file() else None  # reads little
             member = isinstance(mapped, dict) and "pe_ensemble" in mapped
             # read whole: its own file is rewritten while it trains, under a memory map's feet
-            self._ensemble_checkpoint = read_checkpoint(path, "--ckpt_path", mmap=False) if member else None
+            if member:
+                from pe_sweeps.runs.ensemble_fit import check_member_checkpoint
+
+                checkpoint = read_checkpoint(path, "--ckpt_path", mmap=False)
+                self._ensemble_checkpoint = check_member_checkpoint(checkpoint, f"--ckpt_path {path!r}")
+            else:
+                self._ensemble_checkpoint = None
         return self._ensemble_checkpoint
 
     def _fit_ensemble(self, run: RunOptions) -> None:

@@ -103,8 +103,14 @@ def fit_ensemble(build, members: list[Member], max_steps: int, val_every: int, c
         member.batches = EpochBatches(member.data)
         if member.resume is not None:  # its weights, AdamW moments, schedule, data position and training rows
             saved = member.resume["pe_ensemble"]
-            ensemble.load_member_training_state(i, member.resume["state_dict"], saved)
-            member.batches.load_state_dict(saved["loader"])
+            try:
+                ensemble.load_member_training_state(i, member.resume["state_dict"], saved)
+                member.batches.load_state_dict(saved["loader"])
+            except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as error:
+                raise ConfigError(
+                    f"seed {member.seed}'s checkpoint does not fit this model and data (another "
+                    f"configuration's?): {type(error).__name__}: {str(error)[:200]}"
+                ) from None
             member.train_rows = [tuple(row) for row in saved["train_rows"]]
             member.writer.cut_history(start)  # validations after the checkpoint are done again
         record = member.writer.record
@@ -260,6 +266,29 @@ def _validate(ensemble: SeedEnsemble, i: int, member: Member, step: int, acceler
     writer.write()
 
 
+def check_member_checkpoint(checkpoint: dict, where: str) -> dict:
+    """`checkpoint` if its `pe_ensemble` has what resuming a member reads (`_validate` writes it), else one line
+    naming `where` (a crafted or foreign file never reaches the model as a traceback)."""
+    saved = checkpoint.get("pe_ensemble")
+    shape = {"seed": int, "step": int, "optimizer": dict, "schedule": dict, "loader": dict, "train_rows": list,
+             "members": list}  # fmt: skip
+    wrong = [k for k, kind in shape.items() if not isinstance(saved, dict) or not isinstance(saved.get(k), kind)]
+    if not wrong and not isinstance(checkpoint.get("state_dict"), dict):
+        wrong = ["state_dict"]
+    if not wrong and not all(is_member(m) for m in saved["members"]):
+        wrong = ["members"]
+    if not wrong and not ({"epoch", "loader"} <= set(saved["loader"]) and isinstance(saved["loader"]["epoch"], int)):
+        wrong = ["loader"]
+    if wrong:
+        raise ConfigError(f"{where} is not a seed ensemble member's checkpoint this version wrote ({wrong[0]!r} "
+                          "is missing or malformed in it); resume from its own checkpoints/last.ckpt")  # fmt: skip
+    return checkpoint
+
+
+def is_member(entry) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("seed"), int) and isinstance(entry.get("run_dir"), str)
+
+
 def resumed_members(checkpoint: dict, seeds: list[int]) -> dict[int, dict | None]:
     """For `fit --ckpt_path` of a member's checkpoint: each other member's run folder and checkpoint (read as plain
     data), None for one whose record is final (finished or diverged: nothing to resume); one line for a seed the
@@ -285,10 +314,9 @@ def resumed_members(checkpoint: dict, seeds: list[int]) -> dict[int, dict | None
             found[seed] = None
             continue
         path = known[seed] / "checkpoints" / "last.ckpt"
-        found[seed] = {
-            "run_dir": known[seed],
-            "checkpoint": read_checkpoint(str(path), f"seed {seed}'s checkpoint", mmap=False),
-        }
+        where = f"seed {seed}'s checkpoint"
+        checkpoint = check_member_checkpoint(read_checkpoint(str(path), where, mmap=False), where)
+        found[seed] = {"run_dir": known[seed], "checkpoint": checkpoint}
     return found
 
 

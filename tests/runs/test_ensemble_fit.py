@@ -109,6 +109,25 @@ def test_a_diverged_member_stops_and_the_others_finish(tmp_path):
     assert [r.checkpoints.get("last", {}).get("step") for r in records] == [4, None, 4]
 
 
+@pytest.mark.parametrize("crafted", [{"seed": 0}, "junk", "members"])
+def test_a_crafted_member_checkpoint_is_one_line_before_any_run_folder(tmp_path, monkeypatch, capsys, crafted):
+    """A checkpoint whose `pe_ensemble` lacks what resuming reads (or has it malformed) is refused in one line at
+    start-up, before any run folder is made: not a KeyError from the middle of the resume."""
+    import torch
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    saved = {"seed": 0, "step": 2, "optimizer": {}, "schedule": {}, "loader": {"epoch": 0, "loader": None},
+             "train_rows": [], "members": [{"seed": 0, "run_dir": 3}]}  # fmt: skip
+    checkpoint = {"state_dict": {}, "pe_ensemble": saved if crafted == "members" else crafted}
+    path = tmp_path / "crafted.ckpt"
+    torch.save(checkpoint, path)
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["fit", *TINY, f"--run.out_dir={tmp_path / 'out'}", f"--ckpt_path={path}"])
+    error = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and "is not a seed ensemble member's checkpoint" in error and "\n" not in error
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_member_its_sweep_pruned_stops_at_the_next_validation(tmp_path):
     """A sweep that prunes member 1's trial leaves PRUNE_FILE in its run folder: at the next validation (step 2)
     the ensemble freezes it, its record says it was stopped (`interrupted`, as a solo trial's child stopped by its
