@@ -54,7 +54,9 @@ def category_grid(comp: Comparison) -> tuple[list[str], list[list[str]]] | None:
     if not ranks:
         return None
     groups = grouped_columns(comp)
-    header = [", ".join(comp.row_keys)] + [f"{category} ({len(cols)} tasks)" for category, cols in groups]
+    header = [", ".join(comp.row_keys)] + [
+        f"{category} ({len(cols)} task{'s' * (len(cols) != 1)})" for category, cols in groups
+    ]
     rows = []
     for row in comp.rows:
         cells = [ranks[row].get(category) for category, _ in groups]

@@ -107,7 +107,7 @@ class ComparisonTable:
             yield Text(title_of(self.comps, compact), justify="center")
         for group in groups:
             yield table_for(group, width, compact, title_of(group, compact) if len(groups) == 1 else None)
-        yield from category_tables(self.comps, width)
+        yield from category_tables(self.comps)
         for line in footer(self.comps, per_seed=self.per_seed, compact=compact, explain=self.explain):
             yield Text(line)  # plain text: "[...]" is not markup
 
@@ -117,7 +117,7 @@ def render_table(comps, per_seed: bool = False, explain: bool = False) -> Compar
     return ComparisonTable(comps, per_seed, explain)
 
 
-def category_tables(comps: list[Comparison], width: int) -> list[Table]:
+def category_tables(comps: list[Comparison]) -> list[Table]:
     """Under the table: per metric whose columns are tasks of several categories, each row's mean #rank per task
     category (compare/categories.py)."""
     tables = []
@@ -126,7 +126,7 @@ def category_tables(comps: list[Comparison], width: int) -> list[Table]:
         if grid is None:
             continue
         header, rows = grid
-        table = Table(title=category_title(comp), min_width=min(width, 100))
+        table = Table(title=category_title(comp))
         for i, name_ in enumerate(header):
             table.add_column(escape(name_), overflow="fold", justify="left" if i == 0 else "right")
         for row in rows:

@@ -111,7 +111,7 @@ def test_category_ranks_are_printed_under_the_table(tmp_path, capsys):
     write_tiny(tmp_path)
     compare_main([f"--out_dir={tmp_path}", "--metric=val/acc", "--format=markdown"])
     out = capsys.readouterr().out
-    assert "| encoding | regular (2 tasks) | context_sensitive (1 tasks) |" in out
+    assert "| encoding | regular (2 tasks) | context_sensitive (1 task) |" in out
     assert "| alibi | 1.50 (2) | 1.00 (1) |" in out and "| rope | 1.50 (2) | 2.00 (1) |" in out
     compare_main([f"--out_dir={tmp_path}", "--metric=val/acc", "--format=table"])
     assert "mean #rank per task category" in capsys.readouterr().out
