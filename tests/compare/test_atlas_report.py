@@ -60,11 +60,11 @@ def test_the_atlas_heatmap_ranks_rows_by_iqm_and_greys_failed_cells(tmp_path, mo
     categories = column_categories(comp)
     assert [categories[c] for c in cols] == sorted((categories[c] for c in cols), key=list(dict.fromkeys(
         ["regular", "context_free", "context_sensitive", "arithmetic", "retrieval"])).index)  # fmt: skip
-    image = ax.images[0]
+    image = ax.collections[0]  # the cells' mesh
     data = image.get_array()
     failed = np.array([[(r, c) in comp.failed for c in cols] for r in rows])
     assert failed.any() and (np.ma.getmaskarray(data) == failed).all()
-    assert np.allclose(image.cmap.get_bad(), to_rgba(FAILED_GREY))
+    assert np.allclose(image.cmap.get_bad(), to_rgba(FAILED_GREY)) and ax.get_facecolor() == to_rgba(FAILED_GREY)
     numbered = {(round(t.get_position()[1]), round(t.get_position()[0])) for t in ax.texts}
     assert numbered == {(i, j) for i, j in zip(*np.nonzero(~failed))}  # a number on every cell but the failed ones
     i, j = np.argwhere(~failed)[0]
