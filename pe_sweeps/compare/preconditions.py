@@ -22,6 +22,7 @@ statistics here).
 import math
 import operator
 import re
+import sys
 from dataclasses import dataclass
 
 from pe_core.errors import ConfigError
@@ -107,10 +108,19 @@ def for_column(preconditions: list[Precondition], col: str) -> list[Precondition
 
 
 def check_columns(preconditions: list[Precondition], cols: list[str]) -> None:
-    """Every per-column precondition names a column of the comparison."""
+    """Every per-column precondition given on the command line names a column of the comparison (a typo there is
+    one line). A sweep file declares one per column it will have: those whose column has no runs yet (one part of
+    an atlas, an unfinished sweep) are skipped, with one note line naming how many."""
+    waiting = []
     for p in preconditions:
         if p.col is not None and p.col not in cols:
-            raise p.error(f"no column {p.col!r}; columns: {', '.join(cols)}")
+            if p.where == "--precondition":
+                raise p.error(f"no column {p.col!r}; columns: {', '.join(cols)}")
+            waiting.append(p.col)
+    if waiting:
+        shown = ", ".join(sorted(set(waiting))[:5]) + (", ..." if len(set(waiting)) > 5 else "")
+        print(f"note: {len(set(waiting))} column(s) the sweep file's preconditions name have no runs yet ({shown}); "
+              "their preconditions are skipped", file=sys.stderr)  # fmt: skip
 
 
 def failures(preconditions: list[Precondition], keys, cells_of) -> dict[tuple[str, str], str]:

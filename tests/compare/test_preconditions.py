@@ -143,6 +143,16 @@ def test_a_per_column_precondition_applies_to_its_column_only():
         compare_metrics(runs(), ["val/acc"], preconditions=parse_preconditions("sort:val/acc >= 0.5", "--precondition"))
 
 
+def test_a_sweep_files_precondition_for_a_column_without_runs_yet_is_skipped_with_a_note(capsys):
+    """One part of an atlas (a `--set` study) or an unfinished sweep has no runs of some tasks the file declares
+    preconditions for: compare goes on with the columns it has and says so in one line."""
+    declared = parse_preconditions("copy:val/acc > 0.975, sort:val/acc >= 0.5", "sweep file compare.precondition")
+    (comp,) = compare_metrics(runs(), ["val/acc"], preconditions=declared)
+    assert set(comp.failed) == {("rope", "copy"), ("alibi", "copy")}
+    note = capsys.readouterr().err.strip()
+    assert note.startswith("note: 1 column(s)") and "(sort)" in note and "\n" not in note
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
