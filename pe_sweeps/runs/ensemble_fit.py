@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import Callback
 
 from lightning_modules.ensemble import SeedEnsemble, stack_batches
 from lightning_modules.optim import check_finite
@@ -48,7 +49,8 @@ class Member:
     data: pl.LightningDataModule
     writer: RecordWriter
     train_rows: list = field(default_factory=list)  # (step, loss, lr) of each step, for its W&B run
-    validator: pl.Trainer | None = None  # the Trainer that validates it
+    validator: pl.Trainer | None = None  # the Trainer that validates it (and saves its checkpoint)
+    stamp: "Stamp | None" = None  # what the validator adds to the checkpoint it saves next
     batches: "EpochBatches | None" = None  # its training batches, epoch after epoch
     resume: dict | None = None  # its checkpoint (`--ckpt_path`): weights and `pe_ensemble`, the training state
 
@@ -227,6 +229,17 @@ def _pruned(ensemble: SeedEnsemble, i: int, member: Member, step: int) -> None:
     member.writer.write()
 
 
+class Stamp(Callback):
+    """Adds `extra` to every checkpoint its Trainer saves (Lightning's on_save_checkpoint, after the module's
+    weights and hyper-parameters are in it): a member's checkpoint is written once, with its resume state."""
+
+    def __init__(self):
+        self.extra: dict = {}
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        checkpoint.update(self.extra)
+
+
 def _validate(ensemble: SeedEnsemble, i: int, member: Member, step: int, accelerator: str,
               members: list[Member]) -> None:  # fmt: skip
     """Member i at `step` on its validation set: its record's history, final and best values, outcomes and
@@ -234,9 +247,10 @@ def _validate(ensemble: SeedEnsemble, i: int, member: Member, step: int, acceler
     module = ensemble.member(i)
     run_dir = member.writer.path.parent
     if member.validator is None:  # one per member, reused: its "GPU available" lines once, not at every validation
+        member.stamp = Stamp()
         member.validator = pl.Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
                                       enable_progress_bar=False, enable_model_summary=False,
-                                      default_root_dir=run_dir)  # fmt: skip
+                                      default_root_dir=run_dir, callbacks=[member.stamp])  # fmt: skip
     trainer = member.validator
     trainer.validate(module, datamodule=member.data, verbose=False)
     module.train()
@@ -250,17 +264,15 @@ def _validate(ensemble: SeedEnsemble, i: int, member: Member, step: int, acceler
     record.step = step
     path = Path(run_dir) / "checkpoints" / "last.ckpt"
     partial = path.with_name("last.ckpt.partial")  # a kill mid-write leaves the previous checkpoint whole
-    trainer.save_checkpoint(partial)
-    checkpoint = torch.load(partial, map_location="cpu", weights_only=True)
-    checkpoint["pe_run_dir"], checkpoint["global_step"] = str(Path(run_dir).resolve()), step
+    member.stamp.extra = {"pe_run_dir": str(Path(run_dir).resolve()), "global_step": step}
     if ensemble.hyper_parameters is not None:
-        checkpoint["hyper_parameters"] = dict(ensemble.hyper_parameters)
-    checkpoint["pe_ensemble"] = {
+        member.stamp.extra["hyper_parameters"] = dict(ensemble.hyper_parameters)
+    member.stamp.extra["pe_ensemble"] = {
         "seed": member.seed, "step": step, **ensemble.member_training_state(i),
         "loader": member.batches.state_dict(), "train_rows": [list(row) for row in member.train_rows],
         "members": [{"seed": m.seed, "run_dir": str(m.writer.path.parent.resolve())} for m in members],
     }  # fmt: skip
-    torch.save(checkpoint, partial)
+    trainer.save_checkpoint(partial)
     os.replace(partial, path)
     record.checkpoints["last"] = {"path": str(path), "step": step}
     writer.write()
