@@ -19,11 +19,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from pe_sweeps import internals, layout
 from pe_sweeps.failpoints import failpoint
-from pe_sweeps.layout import ENSEMBLE_OUT_DIRS_ENV, PRUNE_FILE, SWEEP_PARAMS_ENV
-from pe_sweeps.sweep import sweep_file as sf
+from pe_sweeps.layout import ENSEMBLE_OUT_DIRS_ENV, PRUNE_FILE
 from pe_sweeps.sweep.children import stop_child
 from pe_sweeps.sweep.study_protocol import QUEUED
-from pe_sweeps.sweep.trial_child import build_command, child_env, latest_record, latest_record_path, note_run
+from pe_sweeps.sweep.trial_child import build_command, latest_record, latest_record_path, note_run
 from pe_sweeps.sweep.trial_run import TrialRun
 from pe_sweeps.sweep.warm_start import WarmChild
 
@@ -66,8 +65,7 @@ class EnsembleRun(TrialRun):
             trial.set_user_attr("command", " ".join(argv))
             trial.set_user_attr("log", str(dirs[0] / "output.log"))  # one child, one log
             trial.set_user_attr("ensemble", [t.number for t in trials])
-        env = {**child_env(self.study.study_name, dirs[0], self.slot, self.opts), **sf.wandb_env(self.sweep)}
-        env[SWEEP_PARAMS_ENV] = json.dumps(sf.varied(self.sweep, params[0]), default=str)
+        env = self.child_environment(params[0], dirs[0])
         env[ENSEMBLE_OUT_DIRS_ENV] = json.dumps({str(s): str(d) for s, d in zip(seeds, dirs, strict=True)})
         with open(dirs[0] / "output.log", "ab") as log:
             child = self.runner.starter.launch(argv, env, log)
@@ -116,9 +114,10 @@ class EnsembleRun(TrialRun):
 
     def catch_up_member(self, trial: optuna.Trial, trial_dir: Path, reported: dict[int, int]) -> str | None:
         """Report a member's new values; "pruned" (its run told to freeze) when the pruner says so."""
-        if self.catch_up(trial, trial_dir, reported[trial.number]) <= reported[trial.number]:
+        now = self.catch_up(trial, trial_dir, reported[trial.number], report=True)
+        if now <= reported[trial.number]:
             return None
-        reported[trial.number] = self.catch_up(trial, trial_dir, reported[trial.number], report=True)
+        reported[trial.number] = now
         if not self.runner.quietly(trial.should_prune):
             return None
         path = latest_record_path(trial_dir)

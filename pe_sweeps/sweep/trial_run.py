@@ -62,14 +62,20 @@ class TrialRun:
                 trial.report(value, step)
         trial.set_user_attr("command", " ".join(argv))
         trial.set_user_attr("log", str(trial_dir / "output.log"))
-        env = {**child_env(self.study.study_name, trial_dir, self.slot, self.opts), **sf.wandb_env(self.sweep)}
-        env[SWEEP_PARAMS_ENV] = json.dumps(sf.varied(self.sweep, params), default=str)  # run names and config
+        env = self.child_environment(params, trial_dir)
         with open(trial_dir / "output.log", "ab") as log:
             child = self.runner.starter.launch(argv, env, log)  # forked warm, or a new interpreter
             self.runner.quietly(trial.set_user_attr, "start", "warm" if isinstance(child, WarmChild) else "cold")
             outcome = self.follow(trial, child, trial_dir)
         failpoint("child:exited")
         self.tell(trial, child.returncode, outcome, latest_record(trial_dir), trial_dir)
+
+    def child_environment(self, params: dict, trial_dir: Path) -> dict:
+        """The child's environment: its trial folder, threads and GPUs, the sweep's W&B settings, and the varied
+        parameters (its run names and config)."""
+        env = {**child_env(self.study.study_name, trial_dir, self.slot, self.opts), **sf.wandb_env(self.sweep)}
+        env[SWEEP_PARAMS_ENV] = json.dumps(sf.varied(self.sweep, params), default=str)
+        return env
 
     def adopt_finished(self, trial: optuna.Trial, dead: list[FrozenTrial]) -> bool:
         """If a run of any trial this one retries finished (its child ended after its sweep died, perhaps
@@ -96,8 +102,9 @@ class TrialRun:
                 if self.runner.stop.is_set():
                     stop_child(child)
                     return "interrupted"
-                if self.catch_up(trial, trial_dir, reported) > reported:
-                    reported = self.catch_up(trial, trial_dir, reported, report=True)
+                now = self.catch_up(trial, trial_dir, reported, report=True)  # one read of the record a poll
+                if now > reported:
+                    reported = now
                     if self.runner.quietly(trial.should_prune):
                         stop_child(child)
                         return "pruned"
