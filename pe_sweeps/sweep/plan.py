@@ -14,8 +14,6 @@ sweep's fork server starts trials warm, so start-up is an upper bound; trials ru
 bandwidth, which one calibration trial alone does not see.
 """
 
-import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -33,7 +31,7 @@ from pe_sweeps.sweep import sweep_file as sf
 from pe_sweeps.sweep.options import SweepOptions
 from pe_sweeps.sweep.run import check_options
 from pe_sweeps.sweep.study_protocol import apply_overrides, base_name
-from pe_sweeps.sweep.trial_child import build_command
+from pe_sweeps.sweep.trial_child import build_command, child_env, last_error_line, latest_record
 from pe_sweeps.sweep.trial_devices import check_devices, trial_threads
 
 CALIBRATION_STEPS = 20  # training steps of each calibration trial
@@ -113,9 +111,8 @@ def calibrate(sweep: dict, params: dict, opts: SweepOptions, folder: Path) -> Ca
     """Run one trial for CALIBRATION_STEPS steps in `folder` and time it; a one-line reason when it failed."""
     folder.mkdir(parents=True)
     argv = [*build_command(sweep, params, folder), f"{STEPS_OPTION}={CALIBRATION_STEPS}"]
-    env = layout.trial_base_env(dict(os.environ))
-    env.update(layout.trial_env(folder, folder, "dry-run"), **sf.wandb_env(sweep))
-    env.update(OMP_NUM_THREADS=str(trial_threads(opts)), WANDB_MODE="offline")  # nothing leaves the machine
+    env = {**child_env("dry-run", folder, 0, opts), **sf.wandb_env(sweep)}  # as the sweep's first trial's
+    env["WANDB_MODE"] = "offline"  # nothing leaves the machine
     log = folder / "calibration.log"
     start = time.monotonic()
     try:
@@ -127,11 +124,11 @@ def calibrate(sweep: dict, params: dict, opts: SweepOptions, folder: Path) -> Ca
         return f"still running after {CALIBRATION_TIMEOUT} s"
     wall = time.monotonic() - start
     if code != 0:
-        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-        return f"exit {code}: {lines[-1][:200] if lines else 'no output'}"
-    records = sorted(folder.glob("runs/*/record.json"), key=lambda p: p.stat().st_mtime)
-    record = json.loads(records[-1].read_text()) if records else {}
-    first, at, last, end = (record.get(k) for k in ("first_step", "first_step_at", "global_step", "updated_at"))
+        return f"exit {code}: {last_error_line(log)[:200]}"
+    record = latest_record(folder)
+    first, at, last, end = (
+        getattr(record, k, None) for k in ("first_step", "first_step_at", "global_step", "updated_at")
+    )
     if None in (first, at, last, end) or last < first:
         return Calibration(wall, None, wall)
     steps = last - first + 1
