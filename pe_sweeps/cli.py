@@ -142,6 +142,7 @@ class PECLI(LightningCLI):
 
     prebuilding = False  # set by prepare_fork_server only
     only: str | None = None  # a subcommand's --help builds that subcommand's parser only (make_cli)
+    ckpt_is_member = False  # --ckpt_path is a seed ensemble member's checkpoint (found when it is read at parsing)
 
     def subcommands(self) -> dict[str, set[str]]:
         every = super().subcommands()
@@ -231,7 +232,8 @@ class PECLI(LightningCLI):
             data_class.check_args(**vars(config.data.init_args))
         if config.get("ckpt_path"):  # read before LightningCLI puts its hyper-parameters in the config
             checkpoint = load_checkpoint(config.ckpt_path, "--ckpt_path")
-            if "pe_ensemble" in checkpoint and subcommand in (None, "fit"):  # a seed ensemble member's: resumable?
+            self.ckpt_is_member = "pe_ensemble" in checkpoint and subcommand in (None, "fit")
+            if self.ckpt_is_member:  # a seed ensemble member's (ensemble_checkpoint): resumable?
                 from pe_sweeps.runs.ensemble_fit import check_member_checkpoint
 
                 check_member_checkpoint(checkpoint, f"--ckpt_path {config.ckpt_path!r}")
@@ -393,16 +395,9 @@ class PECLI(LightningCLI):
         such a checkpoint resumes as an ensemble (of one, without --run.ensemble_seeds), never as Lightning's."""
         if not hasattr(self, "_ensemble_checkpoint"):
             path = self.config[self.subcommand].get("ckpt_path") if self.subcommand == "fit" else None
-            mapped = read_checkpoint(path, "--ckpt_path") if path and Path(path).is_file() else None  # reads little
-            member = isinstance(mapped, dict) and "pe_ensemble" in mapped
-            # read whole: its own file is rewritten while it trains, under a memory map's feet
-            if member:
-                from pe_sweeps.runs.ensemble_fit import check_member_checkpoint
-
-                checkpoint = read_checkpoint(path, "--ckpt_path", mmap=False)
-                self._ensemble_checkpoint = check_member_checkpoint(checkpoint, f"--ckpt_path {path!r}")
-            else:
-                self._ensemble_checkpoint = None
+            self._ensemble_checkpoint = None
+            if path and self.ckpt_is_member:  # read whole: its file is rewritten while it trains, under a memory map
+                self._ensemble_checkpoint = read_checkpoint(path, "--ckpt_path", mmap=False)
         return self._ensemble_checkpoint
 
     def _fit_ensemble(self, run: RunOptions) -> None:
